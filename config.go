@@ -1,0 +1,160 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults, as the design article sets them.
+const (
+	BatchSizeDefault       = 20
+	PollIntervalDefault    = 5 * time.Second
+	ReclaimIntervalDefault = 60 * time.Second
+	LeaseDefault           = 10 * time.Minute
+	MaxRetryDefault        = 3
+	SendTimeoutDefault     = 3 * time.Second
+	StoreTimeoutDefault    = 5 * time.Second
+
+	// maxInstanceIDLen is the width of the claim_owner column.
+	maxInstanceIDLen = 128
+)
+
+// Config configures a [Publisher]. A zero field takes its default; a negative one is an error.
+type Config struct {
+	// InstanceID is written to claim_owner to say which instance holds a lease. It must be
+	// unique among the instances running at once (and should differ across restarts, so a
+	// restarted instance never mistakes an old lease for its own). At most 128 characters.
+	// Defaults to [DefaultInstanceID]().
+	InstanceID string
+
+	// BatchSize is how many candidates one round reads. Defaults to 20.
+	BatchSize int
+
+	// PollInterval is the pause between the end of one round and the start of the next
+	// (fixed delay, not fixed rate, so slow rounds never pile up). Defaults to 5 seconds.
+	PollInterval time.Duration
+
+	// ReclaimInterval is the pause between reclaim runs. Defaults to 60 seconds.
+	ReclaimInterval time.Duration
+
+	// Lease is how long a claim may stay SENDING before another instance may reclaim it. It
+	// must be far longer than the slowest send. Defaults to 10 minutes.
+	Lease time.Duration
+
+	// MaxRetry is how many times a failed send is retried before the event is dead-lettered:
+	// an event is tried at most MaxRetry+1 times. Defaults to 3.
+	MaxRetry int
+
+	// Backoff gives the delay before retry n (1-based). Defaults to [DefaultBackoff]:
+	// n² × 5 s, i.e. 5 s, 20 s, 45 s.
+	Backoff Backoff
+
+	// SendTimeout bounds one call to [Sender.Send], the client's own retries included. It
+	// must be at most a tenth of Lease, so that a send never outlives its lease in practice.
+	// Defaults to 3 seconds.
+	SendTimeout time.Duration
+
+	// StoreTimeout bounds each store call. Defaults to 5 seconds.
+	StoreTimeout time.Duration
+
+	// Logger receives the publisher's logs: debug for a claim lost to another instance, info
+	// for a send, warn for a retry or a reclaim, error for a dead letter. Defaults to a
+	// logger that discards everything.
+	Logger *slog.Logger
+
+	// OnDeadLetter, if set, is called once for each event the publisher dead-letters, with the
+	// event as it now stands (status FAIL) and the error of its last attempt. Use it to alert a
+	// person. It runs on the publishing goroutine: keep it quick.
+	OnDeadLetter func(ctx context.Context, ev Event, cause error)
+}
+
+// withDefaults fills the zero fields and validates the result.
+func (c Config) withDefaults() (Config, error) {
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, ReclaimIntervalDefault)
+	c.Lease = cmp.Or(c.Lease, LeaseDefault)
+	c.MaxRetry = cmp.Or(c.MaxRetry, MaxRetryDefault)
+	c.SendTimeout = cmp.Or(c.SendTimeout, SendTimeoutDefault)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, StoreTimeoutDefault)
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = DefaultInstanceID()
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	positive := []struct {
+		name string
+		v    int64
+	}{
+		{"BatchSize", int64(c.BatchSize)},
+		{"PollInterval", int64(c.PollInterval)},
+		{"ReclaimInterval", int64(c.ReclaimInterval)},
+		{"Lease", int64(c.Lease)},
+		{"MaxRetry", int64(c.MaxRetry)},
+		{"SendTimeout", int64(c.SendTimeout)},
+		{"StoreTimeout", int64(c.StoreTimeout)},
+	}
+	for _, f := range positive {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	if c.Lease < time.Second {
+		return fmt.Errorf("%w: Lease must be at least 1s, got %s", ErrInvalidConfig, c.Lease)
+	}
+	if c.SendTimeout > c.Lease/10 {
+		return fmt.Errorf("%w: SendTimeout (%s) must be at most a tenth of Lease (%s), or a slow send outlives its lease and is sent twice",
+			ErrInvalidConfig, c.SendTimeout, c.Lease)
+	}
+	if len(c.InstanceID) > maxInstanceIDLen {
+		return fmt.Errorf("%w: InstanceID is %d bytes, at most %d fit in claim_owner",
+			ErrInvalidConfig, len(c.InstanceID), maxInstanceIDLen)
+	}
+	if !utf8.ValidString(c.InstanceID) || strings.TrimSpace(c.InstanceID) != c.InstanceID {
+		return fmt.Errorf("%w: InstanceID %q must be valid UTF-8 without surrounding spaces", ErrInvalidConfig, c.InstanceID)
+	}
+	return nil
+}
+
+// DefaultInstanceID returns an instance id of the form host-pid-suffix, e.g.
+// order-7d9f-4811-a1b2c3: the host names the machine or pod, the pid the process, and the
+// random suffix tells apart two runs of the same process id.
+func DefaultInstanceID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "outbox"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == ' ' {
+			return '-'
+		}
+		return r
+	}, host)
+	if len(host) > 64 {
+		host = host[:64]
+	}
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + randomSuffix()
+}
+
+func randomSuffix() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,39 @@
+// Package outbox is a transactional-outbox publisher for services that write to MySQL and
+// publish to Apache RocketMQ.
+//
+// A service writes its business rows and an event row in one database transaction:
+//
+//	tx, err := store.BeginTx(ctx, nil)
+//	// ... INSERT INTO orders ... through tx ...
+//	_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: body})
+//	err = tx.Commit()
+//
+// If the transaction rolls back, so does the event; once it commits, the event can no longer
+// be lost. A [Publisher], started with [Publisher.Run] in every instance of the service, scans
+// the outbox table and sends each event through a [Sender].
+//
+// # Ownership
+//
+// Several instances scan the same table. The candidate SELECT takes no lock and grants
+// nothing: an instance owns a row only when its conditional claim
+//
+//	UPDATE ... SET status = 'SENDING', claim_owner = ? ... WHERE id = ? AND status = 'WAIT'
+//
+// changes that row. Every later write (success, retry, dead letter) is conditioned on
+// status = 'SENDING' AND claim_owner = the claimer, so an instance that lost its lease can
+// never overwrite the state another instance wrote. A claim whose holder died is a lease:
+// the reclaim loop returns SENDING rows whose claimed_at is older than [Config.Lease] to WAIT.
+//
+// # Guarantee
+//
+// Delivery is at least once. An event whose transaction committed is sent, unless it is
+// dead-lettered after [Config.MaxRetry] retries (and then [Config.OnDeadLetter] is told).
+// In normal operation it is sent once; after a crash, or a send that outlives the lease, it
+// may be sent twice, so consumers must be idempotent (deduplicate on the eventId property).
+//
+// # Clocks
+//
+// Every lease and retry time is computed by the database (UTC_TIMESTAMP(3), the database's
+// NOW() read in UTC so that sessions with different time_zone settings agree), never by the
+// application: instances whose clocks disagree still agree on who holds a lease.
+package outbox

@@ -1,0 +1,117 @@
+// Command quickstart writes orders and their events in one transaction and publishes the
+// events with three publishers, printing each send. It needs only a MySQL or MariaDB server:
+//
+//	bash scripts/mariadb.sh start
+//	go run ./examples/quickstart -dsn "$(bash scripts/mariadb.sh dsn)"
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/go-outbox/outbox"
+)
+
+func main() {
+	dsn := flag.String("dsn", "root@tcp(127.0.0.1:3306)/outbox_test?parseTime=true", "MySQL DSN")
+	orders := flag.Int("orders", 10, "orders to create")
+	flag.Parse()
+	if err := run(*dsn, *orders); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(dsn string, orders int) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: "quickstart_event_record"})
+	if err != nil {
+		return err
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS quickstart_orders (
+		order_no VARCHAR(64) PRIMARY KEY, amount INT NOT NULL)`); err != nil {
+		return err
+	}
+
+	runID := time.Now().UnixNano()
+	for i := range orders {
+		orderNo := fmt.Sprintf("ORD-%d-%d", runID, i)
+		tx, err := store.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO quickstart_orders (order_no, amount) VALUES (?, ?)", orderNo, 100+i); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if _, err := tx.InsertEvent(ctx, outbox.EventInput{
+			BizNo: orderNo, EventType: "ORDER_CREATED", Payload: fmt.Appendf(nil, `{"orderNo":%q,"amount":%d}`, orderNo, 100+i),
+		}); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("created %d orders with their events\n", orders)
+
+	var mu sync.Mutex
+	sent := 0
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		id := fmt.Sprintf("quickstart-%d-%d", os.Getpid(), i)
+		sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			sent++
+			fmt.Printf("%s sent event %d %s %s %s\n", id, ev.ID, ev.EventType, ev.BizNo, ev.Payload)
+			return nil
+		})
+		p, err := outbox.NewPublisher(store, sender, outbox.Config{
+			InstanceID: id, PollInterval: 200 * time.Millisecond, Logger: logger,
+		})
+		if err != nil {
+			cancel()
+			return err
+		}
+		wg.Go(func() { _ = p.Run(runCtx) })
+	}
+	for runCtx.Err() == nil {
+		var waiting int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM quickstart_event_record WHERE status <> 'SUCCESS' AND biz_no LIKE ?",
+			fmt.Sprintf("ORD-%d-%%", runID)).Scan(&waiting); err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		if waiting == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	fmt.Printf("published %d events, none pending\n", sent)
+	return nil
+}

@@ -1,0 +1,231 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/testsvc"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// bundle is what most tests need: a fresh outbox table and direct access to it.
+type bundle struct {
+	db    *sql.DB
+	store *outbox.MySQLStore
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := testsvc.OpenDB(t)
+	return &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{})}
+}
+
+// insert commits n events in one transaction through the library and returns their ids.
+func (b *bundle) insert(t testing.TB, n int) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.store.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	ids := make([]int64, n)
+	for i := range n {
+		ids[i], err = tx.InsertEvent(ctx, outbox.EventInput{
+			BizNo:     fmt.Sprintf("ORD-%d", i),
+			EventType: "ORDER_CREATED",
+			Payload:   fmt.Appendf(nil, `{"order":%d}`, i),
+		})
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit())
+	return ids
+}
+
+func (b *bundle) get(t testing.TB, id int64) outbox.Event {
+	t.Helper()
+	ev, err := b.store.Get(context.Background(), id)
+	require.NoError(t, err)
+	return ev
+}
+
+// exec runs a statement on the bundle's table; {t} stands for the table name.
+func (b *bundle) exec(t testing.TB, query string, args ...any) {
+	t.Helper()
+	_, err := b.db.Exec(strings.ReplaceAll(query, "{t}", "`"+b.store.Table()+"`"), args...)
+	require.NoError(t, err)
+}
+
+// makeDue moves an event's next_retry_time into the past, so a test need not wait out a backoff.
+func (b *bundle) makeDue(t testing.TB, id int64) {
+	b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 SECOND) WHERE id = ?", id)
+}
+
+// ageClaim moves an event's claimed_at d into the past.
+func (b *bundle) ageClaim(t testing.TB, id int64, d time.Duration) {
+	b.exec(t, "UPDATE {t} SET claimed_at = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND) WHERE id = ?", d.Microseconds(), id)
+}
+
+// secondsFromNow returns (column - the database's UTC now) in seconds, by the database clock.
+func (b *bundle) secondsFromNow(t testing.TB, id int64, column string) float64 {
+	t.Helper()
+	var us int64
+	err := b.db.QueryRow(strings.ReplaceAll(
+		"SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), "+column+") FROM {t} WHERE id = ?",
+		"{t}", "`"+b.store.Table()+"`"), id).Scan(&us)
+	require.NoError(t, err)
+	return float64(us) / 1e6
+}
+
+func (b *bundle) countStatus(t testing.TB, status outbox.Status) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE status = ?", string(status)).Scan(&n))
+	return n
+}
+
+// fastConfig is a publisher config for tests: quick loops, a short lease, and logs captured.
+func fastConfig(id string, logs *logSink) outbox.Config {
+	return outbox.Config{
+		InstanceID:      id,
+		PollInterval:    5 * time.Millisecond,
+		ReclaimInterval: 50 * time.Millisecond,
+		Lease:           10 * time.Second,
+		SendTimeout:     time.Second,
+		Logger:          slog.New(logs),
+	}
+}
+
+func newPublisher(t testing.TB, store outbox.Store, sender outbox.Sender, cfg outbox.Config) *outbox.Publisher {
+	t.Helper()
+	p, err := outbox.NewPublisher(store, sender, cfg)
+	require.NoError(t, err)
+	return p
+}
+
+// recorder is a Sender that records what it was given and answers with fail(ev).
+type recorder struct {
+	mu   sync.Mutex
+	sent map[int64]int
+	evs  []outbox.Event
+	fail func(ev outbox.Event) error
+}
+
+func newRecorder() *recorder { return &recorder{sent: map[int64]int{}} }
+
+func (r *recorder) Send(_ context.Context, ev outbox.Event) error {
+	if r.fail != nil {
+		if err := r.fail(ev); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent[ev.ID]++
+	r.evs = append(r.evs, ev)
+	return nil
+}
+
+func (r *recorder) count(id int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent[id]
+}
+
+func (r *recorder) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.evs)
+}
+
+// logSink is a slog.Handler that keeps every record, to assert on levels.
+type logSink struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (s *logSink) Enabled(context.Context, slog.Level) bool { return true }
+func (s *logSink) WithAttrs([]slog.Attr) slog.Handler       { return s }
+func (s *logSink) WithGroup(string) slog.Handler            { return s }
+func (s *logSink) Handle(_ context.Context, r slog.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs = append(s.recs, r.Clone())
+	return nil
+}
+
+// count returns how many records at level have a message containing msg.
+func (s *logSink) count(level slog.Level, msg string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.recs {
+		if r.Level == level && strings.Contains(r.Message, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+// atLeast counts records at level or above.
+func (s *logSink) atLeast(level slog.Level) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var msgs []string
+	for _, r := range s.recs {
+		if r.Level >= level {
+			msg := r.Message
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "error" {
+					msg += ": " + a.Value.String()
+				}
+				return true
+			})
+			msgs = append(msgs, msg)
+		}
+	}
+	return msgs
+}
+
+// hookStore wraps a real store and lets a test act at one step of the protocol.
+type hookStore struct {
+	outbox.Store
+	afterCandidates func(ctx context.Context, evs []outbox.Event)
+	beforeClaim     func(ctx context.Context, ev outbox.Event) error
+	afterClaim      func(ctx context.Context, ev outbox.Event, won bool)
+}
+
+func (h *hookStore) Candidates(ctx context.Context, limit int) ([]outbox.Event, error) {
+	evs, err := h.Store.Candidates(ctx, limit)
+	if err == nil && h.afterCandidates != nil {
+		h.afterCandidates(ctx, evs)
+	}
+	return evs, err
+}
+
+func (h *hookStore) Claim(ctx context.Context, ev outbox.Event, owner string) (bool, error) {
+	if h.beforeClaim != nil {
+		if err := h.beforeClaim(ctx, ev); err != nil {
+			return false, err
+		}
+	}
+	won, err := h.Store.Claim(ctx, ev, owner)
+	if err == nil && h.afterClaim != nil {
+		h.afterClaim(ctx, ev, won)
+	}
+	return won, err
+}

@@ -1,0 +1,217 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Status is the state of an event row.
+type Status string
+
+const (
+	// StatusWait: waiting to be claimed, once next_retry_time has passed.
+	StatusWait Status = "WAIT"
+	// StatusSending: claimed by claim_owner at claimed_at and being sent.
+	StatusSending Status = "SENDING"
+	// StatusSuccess: sent; final.
+	StatusSuccess Status = "SUCCESS"
+	// StatusFail: dead letter after the last retry, or an error no retry can fix. Automatic
+	// sending has stopped; a person decides (see [MySQLStore.Requeue]).
+	StatusFail Status = "FAIL"
+)
+
+// Event is one row of the outbox table.
+type Event struct {
+	ID        int64
+	BizNo     string
+	EventType string
+	Payload   []byte
+	Status    Status
+	// RetryCount is the number of failed send attempts so far.
+	RetryCount int
+	// NextRetryTime is when the event becomes due, by the database clock (UTC).
+	NextRetryTime time.Time
+	// ClaimOwner and ClaimedAt describe the current lease; empty and zero when there is none.
+	ClaimOwner string
+	ClaimedAt  time.Time
+	// LastError is the reason of the last failed attempt, if any.
+	LastError  string
+	CreateTime time.Time
+	UpdateTime time.Time
+}
+
+// EventInput is what a service writes inside its business transaction.
+type EventInput struct {
+	// BizNo is the business key, e.g. the order number. Required; at most 64 characters.
+	BizNo string
+	// EventType names the event, e.g. ORDER_CREATED. Required; at most 64 characters.
+	EventType string
+	// Payload is the message body, at most [MySQLConfig.MaxPayloadBytes].
+	Payload []byte
+}
+
+// Store is the outbox table as the [Publisher] sees it. Every method is one short statement
+// that holds no lock once it returns; the publisher never keeps a transaction open while it
+// sends. [MySQLStore] is the implementation for MySQL and MariaDB; StoreConformance in the
+// tests says what any other must do.
+//
+// All times are the store's own clock.
+type Store interface {
+	// Candidates returns up to limit WAIT events whose next_retry_time has passed, oldest
+	// first. It takes no lock and grants no ownership: other instances may see the same rows.
+	Candidates(ctx context.Context, limit int) ([]Event, error)
+
+	// Claim makes owner the holder of ev's lease, if ev is still WAIT, still due and still at
+	// ev.RetryCount. It reports whether the claim changed the row: false means another
+	// instance got there first, which is normal.
+	Claim(ctx context.Context, ev Event, owner string) (bool, error)
+
+	// MarkSuccess marks the event SUCCESS if owner still holds its lease. False means the
+	// lease was lost (reclaimed) and the row was left as it is.
+	MarkSuccess(ctx context.Context, id int64, owner string) (bool, error)
+
+	// ReleaseForRetry returns the event to WAIT with retryCount and a next_retry_time delay
+	// from now, recording reason, if owner still holds its lease.
+	ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error)
+
+	// MarkFail dead-letters the event with retryCount and reason, if owner still holds its lease.
+	MarkFail(ctx context.Context, id int64, owner string, retryCount int, reason string) (bool, error)
+
+	// ReclaimExpired returns to WAIT every SENDING event claimed more than lease ago, and
+	// reports how many it returned. Judged by claimed_at only.
+	ReclaimExpired(ctx context.Context, lease time.Duration) (int64, error)
+}
+
+// Sender publishes one event. It returns nil only once the broker has accepted the event.
+// An error marked with [Permanent] dead-letters the event at once; any other error is
+// retried with backoff. Send must respect ctx: the publisher bounds it with
+// [Config.SendTimeout].
+type Sender interface {
+	Send(ctx context.Context, ev Event) error
+}
+
+// SenderFunc adapts a function to [Sender].
+type SenderFunc func(ctx context.Context, ev Event) error
+
+// Send calls f.
+func (f SenderFunc) Send(ctx context.Context, ev Event) error { return f(ctx, ev) }
+
+var (
+	// ErrInvalidConfig is wrapped by every configuration error.
+	ErrInvalidConfig = errors.New("outbox: invalid config")
+	// ErrInvalidEvent is wrapped by every error for an event that cannot be written.
+	ErrInvalidEvent = errors.New("outbox: invalid event")
+	// ErrPayloadTooLarge is returned for a payload over [MySQLConfig.MaxPayloadBytes].
+	ErrPayloadTooLarge = fmt.Errorf("%w: payload too large", ErrInvalidEvent)
+	// ErrNotFound is returned when an event does not exist.
+	ErrNotFound = errors.New("outbox: event not found")
+	// ErrAlreadyRunning is returned by [Publisher.Run] when the publisher is already running.
+	ErrAlreadyRunning = errors.New("outbox: publisher already running")
+)
+
+// PermanentError marks a send error that no retry can fix.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as one that retrying cannot fix (a message the broker will always
+// refuse, say), so the publisher dead-letters the event at once instead of retrying it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err, or any error it wraps, was marked with [Permanent].
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// Publisher claims due events from a [Store] and sends them through a [Sender]. Run one in
+// every instance of the service; they share the work row by row without any other
+// coordination.
+type Publisher struct {
+	store   Store
+	sender  Sender
+	cfg     Config
+	log     *slog.Logger
+	running atomic.Bool
+}
+
+// NewPublisher returns a publisher for store and sender. Zero fields of cfg take their
+// defaults; an invalid cfg is reported here, never at run time.
+func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
+	}
+	if sender == nil {
+		return nil, fmt.Errorf("%w: sender is nil", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Publisher{
+		store:  store,
+		sender: sender,
+		cfg:    cfg,
+		log:    cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
+	}, nil
+}
+
+// InstanceID is the owner this publisher writes to claim_owner.
+func (p *Publisher) InstanceID() string { return p.cfg.InstanceID }
+
+// Run publishes until ctx is cancelled: a scan loop that runs a round
+// ([Publisher.PublishPending]) and then waits [Config.PollInterval] (fixed delay: rounds never
+// overlap), and beside it a reclaim loop that runs [Publisher.Reclaim] at start and then every
+// [Config.ReclaimInterval].
+//
+// When ctx is cancelled, Run stops claiming, lets the send in flight finish (it is bounded by
+// [Config.SendTimeout]) and records its outcome, returns to WAIT any event it claimed and did
+// not send, and returns nil once every goroutine it started has ended. Store errors are
+// logged and retried on the next round; they never end Run.
+func (p *Publisher) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer p.running.Store(false)
+
+	p.log.InfoContext(ctx, "outbox publisher started",
+		slog.Int("batch_size", p.cfg.BatchSize),
+		slog.Duration("poll_interval", p.cfg.PollInterval),
+		slog.Duration("lease", p.cfg.Lease))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		fixedDelay(ctx, p.cfg.PollInterval, func() { _, _ = p.PublishPending(ctx) })
+	})
+	wg.Go(func() {
+		fixedDelay(ctx, p.cfg.ReclaimInterval, func() { _, _ = p.Reclaim(ctx) })
+	})
+	wg.Wait()
+	p.log.Info("outbox publisher stopped")
+	return nil
+}
+
+// fixedDelay runs fn, then waits delay after it returned, until ctx is done.
+func fixedDelay(ctx context.Context, delay time.Duration, fn func()) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		fn()
+		timer.Reset(delay)
+	}
+}

@@ -1,0 +1,460 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	_ "embed"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+const (
+	// TableDefault is the outbox table's name unless [MySQLConfig.Table] says otherwise.
+	TableDefault = "t_event_record"
+	// MaxPayloadBytesDefault is RocketMQ's default message size limit.
+	MaxPayloadBytesDefault = 4 << 20
+	// maxPayloadColumn is what a MEDIUMBLOB holds.
+	maxPayloadColumn = 1<<24 - 1
+	maxKeyLen        = 64   // biz_no and event_type
+	maxReasonLen     = 1024 // last_error, in characters
+	reclaimPage      = 500  // rows per reclaim statement
+	maxLockAttempts  = 5    // tries of one statement that hits a deadlock or lock wait timeout
+)
+
+var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// MySQLConfig configures a [MySQLStore].
+type MySQLConfig struct {
+	// Table is the outbox table's name: letters, digits and underscores, at most 64.
+	// Defaults to "t_event_record".
+	Table string
+
+	// MaxPayloadBytes is the largest payload InsertEvent accepts, at most 16 MiB - 1 (what the
+	// payload column holds). Defaults to 4 MiB, RocketMQ's default message size limit.
+	MaxPayloadBytes int
+}
+
+// MySQLStore is the [Store] for MySQL 8 and MariaDB. It also writes events inside the
+// caller's transactions ([MySQLStore.BeginTx], [MySQLStore.WrapTx]) and gives people the
+// tools to look at and requeue them.
+//
+// The *sql.DB should be opened with parseTime=true and loc=UTC (the driver's default loc),
+// though the store reads time columns either way.
+type MySQLStore struct {
+	db         *sql.DB
+	table      string
+	maxPayload int
+	q          mysqlQueries
+
+	lockRetries atomic.Int64
+}
+
+// mysqlQueries holds every statement with the configured table name in place.
+type mysqlQueries struct {
+	schema, insert, candidates, claim, markSuccess, release, markFail, expired, reclaim, get, requeue string
+}
+
+// NewMySQLStore returns a store for the outbox table in db. It does not create the table;
+// see [MySQLStore.CreateSchema].
+func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
+	}
+	table := cmp.Or(cfg.Table, TableDefault)
+	if !tableNameRE.MatchString(table) {
+		return nil, fmt.Errorf("%w: table name %q must be letters, digits and underscores, at most 64, not starting with a digit",
+			ErrInvalidConfig, table)
+	}
+	maxPayload := cmp.Or(cfg.MaxPayloadBytes, MaxPayloadBytesDefault)
+	if maxPayload < 0 || maxPayload > maxPayloadColumn {
+		return nil, fmt.Errorf("%w: MaxPayloadBytes must be between 1 and %d (the payload column's size), got %d",
+			ErrInvalidConfig, maxPayloadColumn, cfg.MaxPayloadBytes)
+	}
+	return &MySQLStore{db: db, table: table, maxPayload: maxPayload, q: newMySQLQueries(table)}, nil
+}
+
+// The statements, written against t_event_record and renamed to the configured table.
+//
+// Every time is UTC_TIMESTAMP(3): the database's clock, the same for every session whatever
+// its time_zone. (NOW() returns session-local time, so two instances whose connections have
+// different time zones would disagree about every lease by hours.)
+func newMySQLQueries(table string) mysqlQueries {
+	r := strings.NewReplacer("t_event_record", "`"+table+"`")
+	return mysqlQueries{
+		schema: r.Replace(schemaSQL),
+
+		insert: r.Replace(`INSERT INTO t_event_record
+	(biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time)
+	VALUES (?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))`),
+
+		// Candidates only: no lock, no ownership. Several instances seeing the same row is
+		// expected. Served by idx_status_next_retry.
+		candidates: r.Replace(`SELECT id, biz_no, event_type, payload, retry_count, next_retry_time, create_time
+	FROM t_event_record
+	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
+	ORDER BY next_retry_time ASC LIMIT ?`),
+
+		// The claim. status = 'WAIT' is the gate: InnoDB serialises concurrent UPDATEs of the
+		// row, and once the first commits the others match nothing and affect 0 rows.
+		// retry_count = ? and next_retry_time <= now go beyond the article's claim: without
+		// them, a candidate read before another instance failed it and pushed it back (WAIT
+		// again, retry later) would be claimed early, with a stale retry count.
+		claim: r.Replace(`UPDATE t_event_record
+	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'WAIT' AND retry_count = ? AND next_retry_time <= UTC_TIMESTAMP(3)`),
+
+		// Success, only under our own lease: a late acknowledgement from an instance whose
+		// lease was reclaimed (and re-sent by another) affects 0 rows and cannot overwrite
+		// the true state.
+		markSuccess: r.Replace(`UPDATE t_event_record
+	SET status = 'SUCCESS', update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+
+		// Failure: release only our own lease, back to WAIT with a later retry time. Without
+		// claim_owner, A could push back into the queue an event B is sending right now.
+		release: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL, retry_count = ?,
+	    next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND),
+	    last_error = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+
+		// Past the retry limit: dead letter, under our own lease; automatic sending stops.
+		markFail: r.Replace(`UPDATE t_event_record
+	SET status = 'FAIL', retry_count = ?, last_error = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+
+		// Reclaim zombies, judged by claimed_at, never next_retry_time: a row just claimed
+		// and being sent has an old next_retry_time, and reclaiming it would send it twice.
+		//
+		// In two steps: a lock-free SELECT of expired ids (served by idx_status_claimed_at),
+		// then an UPDATE of those ids by primary key that checks the same condition again. A
+		// single range UPDATE takes next-key locks on idx_status_claimed_at, and under load
+		// those deadlock with the claims and acks that move rows in and out of that range.
+		expired: r.Replace(`SELECT id FROM t_event_record
+	WHERE status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	LIMIT ?`),
+		reclaim: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL, update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
+
+		get: r.Replace(`SELECT id, biz_no, event_type, payload, status, retry_count, next_retry_time,
+	       claim_owner, claimed_at, last_error, create_time, update_time
+	FROM t_event_record WHERE id = ?`),
+
+		// A person's re-send of a dead letter: a fresh start, due now.
+		requeue: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', retry_count = 0, next_retry_time = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'FAIL'`),
+	}
+}
+
+// Table is the outbox table's name.
+func (s *MySQLStore) Table() string { return s.table }
+
+// CreateSchema creates the outbox table and its indexes (schema.sql) if the table is missing.
+func (s *MySQLStore) CreateSchema(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, s.q.schema); err != nil {
+		return fmt.Errorf("outbox: could not create table %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Tx is a database transaction in which the service writes its business rows and its events.
+// It is a *sql.Tx: use it for the business statements, then Commit or Rollback it.
+type Tx struct {
+	*sql.Tx
+	store *MySQLStore
+}
+
+// BeginTx starts a transaction on the store's database.
+func (s *MySQLStore) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) {
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: could not begin transaction: %w", err)
+	}
+	return &Tx{Tx: tx, store: s}, nil
+}
+
+// WrapTx wraps a transaction the caller already has (from an ORM, say), so that events can be
+// written in it. The caller still commits or rolls it back.
+func (s *MySQLStore) WrapTx(tx *sql.Tx) *Tx {
+	return &Tx{Tx: tx, store: s}
+}
+
+// InsertEvent writes ev as a WAIT event due now, in the transaction, and returns its id. If
+// the transaction rolls back, so does the event; once it commits, the publisher will send it.
+// An invalid event is refused with an error wrapping [ErrInvalidEvent] and nothing is written.
+func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
+	if err := t.store.validateEvent(ev); err != nil {
+		return 0, err
+	}
+	payload := ev.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	res, err := t.ExecContext(ctx, t.store.q.insert, ev.BizNo, ev.EventType, payload)
+	if err != nil {
+		return 0, t.store.wrap("insert event", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("outbox: insert event: %w", err)
+	}
+	return id, nil
+}
+
+func (s *MySQLStore) validateEvent(ev EventInput) error {
+	if err := validateKey("BizNo", ev.BizNo); err != nil {
+		return err
+	}
+	if err := validateKey("EventType", ev.EventType); err != nil {
+		return err
+	}
+	if len(ev.Payload) > s.maxPayload {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPayloadTooLarge, len(ev.Payload), s.maxPayload)
+	}
+	return nil
+}
+
+// validateKey checks a biz no or event type: required, at most 64 characters, printable
+// UTF-8 (they become message keys, tags and properties, where control characters are
+// separators).
+func validateKey(name, v string) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("%w: %s is empty", ErrInvalidEvent, name)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidEvent, name)
+	case utf8.RuneCountInString(v) > maxKeyLen:
+		return fmt.Errorf("%w: %s is %d characters, at most %d", ErrInvalidEvent, name, utf8.RuneCountInString(v), maxKeyLen)
+	case strings.IndexFunc(v, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidEvent, name, v)
+	}
+	return nil
+}
+
+// Candidates implements [Store].
+func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.candidates, limit)
+	if err != nil {
+		return nil, s.wrap("select candidates", err)
+	}
+	defer rows.Close()
+	events := make([]Event, 0, limit)
+	for rows.Next() {
+		ev := Event{Status: StatusWait}
+		if err := rows.Scan(&ev.ID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
+			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}); err != nil {
+			return nil, s.wrap("scan candidate", err)
+		}
+		events = append(events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("select candidates", err)
+	}
+	return events, nil
+}
+
+// Claim implements [Store].
+func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, error) {
+	return s.execOne(ctx, "claim", s.q.claim, owner, ev.ID, ev.RetryCount)
+}
+
+// MarkSuccess implements [Store].
+func (s *MySQLStore) MarkSuccess(ctx context.Context, id int64, owner string) (bool, error) {
+	return s.execOne(ctx, "mark success", s.q.markSuccess, id, owner)
+}
+
+// ReleaseForRetry implements [Store].
+func (s *MySQLStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error) {
+	return s.execOne(ctx, "release for retry", s.q.release,
+		retryCount, delay.Microseconds(), truncateReason(reason), id, owner)
+}
+
+// MarkFail implements [Store].
+func (s *MySQLStore) MarkFail(ctx context.Context, id int64, owner string, retryCount int, reason string) (bool, error) {
+	return s.execOne(ctx, "mark fail", s.q.markFail, retryCount, truncateReason(reason), id, owner)
+}
+
+// ReclaimExpired implements [Store]. It works in pages of reclaimPage rows, so that no
+// statement locks many rows at once.
+func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration) (int64, error) {
+	var total int64
+	for {
+		ids, err := s.expiredIDs(ctx, lease)
+		if err != nil {
+			return total, err
+		}
+		if len(ids) == 0 {
+			return total, nil
+		}
+		args := make([]any, 0, len(ids)+1)
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		args = append(args, lease.Microseconds())
+		query := fmt.Sprintf(s.q.reclaim, strings.TrimSuffix(strings.Repeat("?,", len(ids)), ","))
+		n, err := s.exec(ctx, "reclaim expired leases", query, args...)
+		total += n
+		if err != nil || len(ids) < reclaimPage {
+			return total, err
+		}
+	}
+}
+
+func (s *MySQLStore) expiredIDs(ctx context.Context, lease time.Duration) ([]int64, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.expired, lease.Microseconds(), reclaimPage)
+	if err != nil {
+		return nil, s.wrap("select expired leases", err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.wrap("select expired leases", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("select expired leases", err)
+	}
+	return ids, nil
+}
+
+// Get returns the event with the given id, or an error wrapping [ErrNotFound].
+func (s *MySQLStore) Get(ctx context.Context, id int64) (Event, error) {
+	var (
+		ev                 Event
+		owner, lastErr     sql.NullString
+		status             string
+		payload            []byte
+		nextRetry, claimed time.Time
+	)
+	err := s.db.QueryRowContext(ctx, s.q.get, id).Scan(&ev.ID, &ev.BizNo, &ev.EventType, &payload, &status,
+		&ev.RetryCount, dbTime{&nextRetry}, &owner, dbTime{&claimed}, &lastErr,
+		dbTime{&ev.CreateTime}, dbTime{&ev.UpdateTime})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Event{}, fmt.Errorf("%w: id %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return Event{}, s.wrap("get event", err)
+	}
+	ev.Payload, ev.Status, ev.NextRetryTime, ev.ClaimedAt = payload, Status(status), nextRetry, claimed
+	ev.ClaimOwner, ev.LastError = owner.String, lastErr.String
+	return ev, nil
+}
+
+// Requeue returns a dead-lettered (FAIL) event to WAIT with its retry count reset, for a
+// person who has fixed the cause and wants it sent again. It reports false if the event is
+// not FAIL.
+func (s *MySQLStore) Requeue(ctx context.Context, id int64) (bool, error) {
+	return s.execOne(ctx, "requeue", s.q.requeue, id)
+}
+
+// LockRetries is how many statements were run again after a deadlock (1213) or a lock wait
+// timeout (1205) since the store was made. Such retries are normal under contention and
+// invisible to callers; a steady rise says the instances contend more than they should.
+func (s *MySQLStore) LockRetries() int64 { return s.lockRetries.Load() }
+
+// execOne runs a statement that targets one row and reports whether it changed it.
+func (s *MySQLStore) execOne(ctx context.Context, op, query string, args ...any) (bool, error) {
+	n, err := s.exec(ctx, op, query, args...)
+	return n == 1, err
+}
+
+// exec runs one autocommit statement and returns the rows it changed. A deadlock or lock
+// wait timeout rolls the statement back whole, so it is run again, up to maxLockAttempts
+// times; every statement here is conditional, so running it again is safe.
+func (s *MySQLStore) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := s.db.ExecContext(ctx, query, args...)
+		if err == nil {
+			n, err := res.RowsAffected()
+			if err != nil {
+				return 0, fmt.Errorf("outbox: %s: %w", op, err)
+			}
+			return n, nil
+		}
+		if attempt == maxLockAttempts || !isLockConflict(err) {
+			return 0, s.wrap(op, err)
+		}
+		s.lockRetries.Add(1)
+		// A short, jittered pause lets the transaction that won finish first.
+		pause := time.Duration(attempt) * time.Duration(1+mrand.IntN(4)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return 0, s.wrap(op, err)
+		case <-time.After(pause):
+		}
+	}
+}
+
+// isLockConflict reports a deadlock or lock wait timeout: the statement was rolled back and
+// may simply be run again.
+func isLockConflict(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// wrap names the operation, and the fix where the driver's error has an obvious one.
+func (s *MySQLStore) wrap(op string, err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1146 { // ER_NO_SUCH_TABLE
+		return fmt.Errorf("outbox: %s: table %s does not exist (create it with CreateSchema or schema.sql): %w", op, s.table, err)
+	}
+	return fmt.Errorf("outbox: %s: %w", op, err)
+}
+
+func truncateReason(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "?")
+	}
+	if utf8.RuneCountInString(s) <= maxReasonLen {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxReasonLen-3]) + "..."
+}
+
+// dbTime scans a DATETIME column whether or not the DSN has parseTime=true; NULL scans as the
+// zero time. The column holds UTC.
+type dbTime struct{ t *time.Time }
+
+func (d dbTime) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		*d.t = time.Time{}
+	case time.Time:
+		*d.t = x
+	case []byte:
+		return d.parse(string(x))
+	case string:
+		return d.parse(x)
+	default:
+		return fmt.Errorf("outbox: cannot scan %T into a time", v)
+	}
+	return nil
+}
+
+func (d dbTime) parse(s string) error {
+	t, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, time.UTC)
+	if err != nil {
+		return fmt.Errorf("outbox: cannot parse time %q: %w", s, err)
+	}
+	*d.t = t
+	return nil
+}

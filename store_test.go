@@ -1,0 +1,340 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/testsvc"
+)
+
+// storeHarness is what the conformance suite needs from a Store implementation: a fresh
+// store, a way to write events through its transaction, to read a row back, and to move a
+// row's times into the past (tests do not wait out leases and backoffs).
+type storeHarness struct {
+	new func(t *testing.T) (outbox.Store, *bundle)
+}
+
+// TestMySQLStoreConformance runs the Store contract against MySQLStore on a real server.
+func TestMySQLStoreConformance(t *testing.T) {
+	t.Parallel()
+	storeConformance(t, storeHarness{new: func(t *testing.T) (outbox.Store, *bundle) {
+		b := setup(t)
+		return b.store, b
+	}})
+}
+
+// storeConformance is the contract any Store must keep. Each boundary of the claim protocol
+// has a case: a write under someone else's lease, or from the wrong state, changes nothing.
+func storeConformance(t *testing.T, h storeHarness) {
+	ctx := context.Background()
+	const owner, other = "owner-a", "owner-b"
+
+	claimed := func(t *testing.T, s outbox.Store, b *bundle) outbox.Event {
+		t.Helper()
+		b.insert(t, 1)
+		evs, err := s.Candidates(ctx, 10)
+		require.NoError(t, err)
+		require.Len(t, evs, 1)
+		won, err := s.Claim(ctx, evs[0], owner)
+		require.NoError(t, err)
+		require.True(t, won)
+		return evs[0]
+	}
+
+	t.Run("CandidatesDueWaitOldestFirstLimited", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ids := b.insert(t, 6)
+		// Give each a distinct age so the order is by next_retry_time, not by id.
+		for i, id := range ids {
+			b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? SECOND) WHERE id = ?", 100-i*10, id)
+		}
+		b.exec(t, "UPDATE {t} SET status = 'SUCCESS' WHERE id = ?", ids[0])
+		b.exec(t, "UPDATE {t} SET status = 'FAIL' WHERE id = ?", ids[1])
+		b.exec(t, "UPDATE {t} SET status = 'SENDING', claim_owner = 'x', claimed_at = UTC_TIMESTAMP(3) WHERE id = ?", ids[2])
+		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 MINUTE) WHERE id = ?", ids[5])
+
+		evs, err := s.Candidates(ctx, 10)
+		require.NoError(t, err)
+		got := make([]int64, len(evs))
+		for i, ev := range evs {
+			got[i] = ev.ID
+			assert.Equal(t, outbox.StatusWait, ev.Status)
+			assert.Equal(t, "ORDER_CREATED", ev.EventType)
+			assert.NotEmpty(t, ev.Payload)
+		}
+		assert.Equal(t, []int64{ids[3], ids[4]}, got, "due WAIT rows only, oldest next_retry_time first")
+
+		evs, err = s.Candidates(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, evs, 1)
+		assert.Equal(t, ids[3], evs[0].ID)
+	})
+
+	t.Run("ClaimIsWonByExactlyOne", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		b.insert(t, 1)
+		evs, err := s.Candidates(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, evs, 1)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				won, err := s.Claim(ctx, evs[0], fmt.Sprintf("owner-%d", i))
+				assert.NoError(t, err)
+				if won {
+					wins.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, int32(1), wins.Load())
+		assert.Equal(t, outbox.StatusSending, b.get(t, evs[0].ID).Status)
+	})
+
+	t.Run("ClaimRecordsOwnerAndDatabaseTime", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ev := claimed(t, s, b)
+		got := b.get(t, ev.ID)
+		assert.Equal(t, owner, got.ClaimOwner)
+		assert.InDelta(t, 0, b.secondsFromNow(t, ev.ID, "claimed_at"), 1, "claimed_at is the database's now")
+	})
+
+	t.Run("ClaimWithStaleRetryCountLoses", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ids := b.insert(t, 1)
+		evs, err := s.Candidates(ctx, 1)
+		require.NoError(t, err)
+		// Meanwhile another instance claims, fails and releases it, due again at once.
+		won, err := s.Claim(ctx, evs[0], other)
+		require.NoError(t, err)
+		require.True(t, won)
+		ok, err := s.ReleaseForRetry(ctx, ids[0], other, 1, 0, "boom")
+		require.NoError(t, err)
+		require.True(t, ok)
+		b.makeDue(t, ids[0])
+
+		won, err = s.Claim(ctx, evs[0], owner)
+		require.NoError(t, err)
+		assert.False(t, won, "a candidate read at retry_count 0 must not claim the row at retry_count 1")
+	})
+
+	t.Run("ClaimOfRowNotYetDueLoses", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ids := b.insert(t, 1)
+		evs, err := s.Candidates(ctx, 1)
+		require.NoError(t, err)
+		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 MINUTE) WHERE id = ?", ids[0])
+		won, err := s.Claim(ctx, evs[0], owner)
+		require.NoError(t, err)
+		assert.False(t, won)
+		assert.Equal(t, outbox.StatusWait, b.get(t, ids[0]).Status)
+	})
+
+	t.Run("MarkSuccessByOwner", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ev := claimed(t, s, b)
+		ok, err := s.MarkSuccess(ctx, ev.ID, owner)
+		require.NoError(t, err)
+		assert.True(t, ok)
+		got := b.get(t, ev.ID)
+		assert.Equal(t, outbox.StatusSuccess, got.Status)
+		assert.Equal(t, owner, got.ClaimOwner, "claim_owner keeps who sent it")
+	})
+
+	t.Run("MarkSuccessUnderAnotherOwnerChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ev := claimed(t, s, b)
+		ok, err := s.MarkSuccess(ctx, ev.ID, other)
+		require.NoError(t, err)
+		assert.False(t, ok)
+		got := b.get(t, ev.ID)
+		assert.Equal(t, outbox.StatusSending, got.Status)
+		assert.Equal(t, owner, got.ClaimOwner)
+	})
+
+	t.Run("MarkSuccessOfWaitRowChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ids := b.insert(t, 1)
+		ok, err := s.MarkSuccess(ctx, ids[0], owner)
+		require.NoError(t, err)
+		assert.False(t, ok)
+		assert.Equal(t, outbox.StatusWait, b.get(t, ids[0]).Status)
+	})
+
+	t.Run("ReleaseForRetryByOwner", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ev := claimed(t, s, b)
+		ok, err := s.ReleaseForRetry(ctx, ev.ID, owner, 2, 20*time.Second, "broker busy")
+		require.NoError(t, err)
+		assert.True(t, ok)
+		got := b.get(t, ev.ID)
+		assert.Equal(t, outbox.StatusWait, got.Status)
+		assert.Equal(t, 2, got.RetryCount)
+		assert.Empty(t, got.ClaimOwner)
+		assert.True(t, got.ClaimedAt.IsZero())
+		assert.Equal(t, "broker busy", got.LastError)
+		assert.InDelta(t, 20, b.secondsFromNow(t, ev.ID, "next_retry_time"), 1)
+	})
+
+	t.Run("ReleaseForRetryUnderAnotherOwnerChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ev := claimed(t, s, b)
+		ok, err := s.ReleaseForRetry(ctx, ev.ID, other, 1, 0, "boom")
+		require.NoError(t, err)
+		assert.False(t, ok)
+		got := b.get(t, ev.ID)
+		assert.Equal(t, outbox.StatusSending, got.Status)
+		assert.Equal(t, owner, got.ClaimOwner)
+		assert.Equal(t, 0, got.RetryCount)
+		assert.Empty(t, got.LastError)
+	})
+
+	t.Run("MarkFailByOwner", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ev := claimed(t, s, b)
+		ok, err := s.MarkFail(ctx, ev.ID, owner, 4, "too many retries")
+		require.NoError(t, err)
+		assert.True(t, ok)
+		got := b.get(t, ev.ID)
+		assert.Equal(t, outbox.StatusFail, got.Status)
+		assert.Equal(t, 4, got.RetryCount)
+		assert.Equal(t, "too many retries", got.LastError)
+	})
+
+	t.Run("MarkFailUnderAnotherOwnerChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ev := claimed(t, s, b)
+		ok, err := s.MarkFail(ctx, ev.ID, other, 4, "boom")
+		require.NoError(t, err)
+		assert.False(t, ok)
+		got := b.get(t, ev.ID)
+		assert.Equal(t, outbox.StatusSending, got.Status)
+		assert.Equal(t, 0, got.RetryCount)
+	})
+
+	t.Run("ReclaimJudgedByClaimedAtOnly", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ids := b.insert(t, 4)
+		for _, id := range ids[:3] {
+			evs, err := s.Candidates(ctx, 10)
+			require.NoError(t, err)
+			for _, ev := range evs {
+				if ev.ID == id {
+					won, err := s.Claim(ctx, ev, owner)
+					require.NoError(t, err)
+					require.True(t, won)
+				}
+			}
+		}
+		// ids[0]: fresh claim, but next_retry_time an hour old: in flight, must stay.
+		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", ids[0])
+		// ids[1]: claimed 11 minutes ago: the holder is presumed dead.
+		b.ageClaim(t, ids[1], 11*time.Minute)
+		// ids[2]: claimed 9 minutes ago: still within its lease.
+		b.ageClaim(t, ids[2], 9*time.Minute)
+		// ids[3]: WAIT with an old next_retry_time: not SENDING, not a reclaim's business.
+		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", ids[3])
+
+		n, err := s.ReclaimExpired(ctx, 10*time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+		assert.Equal(t, outbox.StatusSending, b.get(t, ids[0]).Status)
+		got := b.get(t, ids[1])
+		assert.Equal(t, outbox.StatusWait, got.Status)
+		assert.Empty(t, got.ClaimOwner)
+		assert.True(t, got.ClaimedAt.IsZero())
+		assert.Equal(t, 0, got.RetryCount, "a reclaim is not a failed attempt")
+		assert.Equal(t, outbox.StatusSending, b.get(t, ids[2]).Status)
+		assert.Equal(t, outbox.StatusWait, b.get(t, ids[3]).Status)
+
+		// The reclaimed row is a candidate again, and the old owner can no longer ack it.
+		ok, err := s.MarkSuccess(ctx, ids[1], owner)
+		require.NoError(t, err)
+		assert.False(t, ok)
+	})
+}
+
+func TestMySQLStoreRequeueDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	ids := b.insert(t, 2)
+	b.exec(t, "UPDATE {t} SET status = 'FAIL', retry_count = 4, next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", ids[0])
+
+	ok, err := b.store.Requeue(ctx, ids[0])
+	require.NoError(t, err)
+	assert.True(t, ok)
+	got := b.get(t, ids[0])
+	assert.Equal(t, outbox.StatusWait, got.Status)
+	assert.Equal(t, 0, got.RetryCount)
+	assert.LessOrEqual(t, b.secondsFromNow(t, ids[0], "next_retry_time"), 0.0, "due now")
+
+	ok, err = b.store.Requeue(ctx, ids[1])
+	require.NoError(t, err)
+	assert.False(t, ok, "only FAIL rows are requeued")
+}
+
+func TestMySQLStoreGetNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.store.Get(context.Background(), 424242)
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+}
+
+func TestMySQLStoreMissingTableNamesTheFix(t *testing.T) {
+	t.Parallel()
+	db := testsvc.OpenDB(t)
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: testsvc.UniqueTable("t_missing")})
+	require.NoError(t, err)
+	_, err = store.Candidates(context.Background(), 1)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "CreateSchema")
+}
+
+func TestMySQLStoreCreateSchemaIsIdempotentAndIndexed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.NoError(t, b.store.CreateSchema(context.Background()), "a second CreateSchema is a no-op")
+
+	rows, err := b.db.Query("SELECT index_name, column_name, seq_in_index FROM information_schema.statistics "+
+		"WHERE table_schema = DATABASE() AND table_name = ? ORDER BY index_name, seq_in_index", b.store.Table())
+	require.NoError(t, err)
+	defer rows.Close()
+	got := map[string][]string{}
+	for rows.Next() {
+		var idx, col string
+		var seq int
+		require.NoError(t, rows.Scan(&idx, &col, &seq))
+		got[idx] = append(got[idx], col)
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []string{"status", "next_retry_time"}, got["idx_status_next_retry"])
+	assert.Equal(t, []string{"status", "claimed_at"}, got["idx_status_claimed_at"])
+
+	var precision int
+	require.NoError(t, b.db.QueryRow("SELECT datetime_precision FROM information_schema.columns "+
+		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'claimed_at'", b.store.Table()).Scan(&precision))
+	assert.Equal(t, 3, precision, "millisecond time columns")
+}
