@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up MariaDB and RocketMQ on this machine (installing what is missing) and runs the
+# order-service example. Flags go to the example, e.g. -orders 1000 -instances 3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dsn="$(bash scripts/mariadb.sh start)"
+eval "$(bash scripts/rocketmq.sh start)" # exports OUTBOX_TEST_ROCKETMQ_NAMESRV
+go run ./examples/order-service -dsn "$dsn" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV" "$@"
