@@ -2,9 +2,11 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 )
 
 // RoundStats counts what one round of [Publisher.PublishPending] did.
@@ -55,20 +57,54 @@ func (s *RoundStats) add(o outcome) {
 	s.Claimed++
 }
 
-// PublishPending runs one round: it reads up to [Config.BatchSize] due candidates, and for
-// each one claims it and, if the claim was won, sends it and records the outcome. One
-// event's error or panic is logged and never aborts the round. The returned error is the
-// candidate SELECT's; once ctx is cancelled the round stops claiming and returns.
+// drained reports whether a round claimed all it could and recorded every claim as sent (or
+// lost to another instance): there is likely more waiting, so the next round should not
+// wait for the poll interval. A round with any failure waits, as back-pressure.
+func (s RoundStats) drained(limit int) bool {
+	return s.Candidates > 0 && s.Candidates >= limit &&
+		s.Retried+s.DeadLettered+s.Released+s.LeaseLost+s.Errors == 0
+}
+
+// PublishPending runs one round and reports what it did. In per-row mode it reads up to
+// [Config.BatchSize] due candidates and, for each one, claims it and, if the claim was won,
+// sends it and records the outcome. In batch mode it claims a batch of due events at once,
+// sends them, and records the successes with one statement. One event's error or panic is
+// logged and never aborts the round; once ctx is cancelled the round stops claiming, and
+// returns to WAIT what it claimed and did not send. The returned error is the claim's (or
+// the candidate SELECT's).
 func (p *Publisher) PublishPending(ctx context.Context) (RoundStats, error) {
+	stats, _, err := p.round(ctx)
+	return stats, err
+}
+
+// round is PublishPending that also returns its claim limit, with a panic in the store
+// turned into a logged error.
+func (p *Publisher) round(ctx context.Context) (stats RoundStats, limit int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.ErrorContext(ctx, "outbox: panic in a publishing round",
+				slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			stats.Errors++
+			err = fmt.Errorf("outbox: panic in a publishing round: %v", r)
+		}
+	}()
+	if p.cfg.ClaimMode == ClaimPerRow {
+		return p.publishPerRow(ctx)
+	}
+	return p.publishBatch(ctx)
+}
+
+func (p *Publisher) publishPerRow(ctx context.Context) (RoundStats, int, error) {
 	var stats RoundStats
+	limit := p.cfg.BatchSize
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
-	candidates, err := p.store.Candidates(sctx, p.cfg.BatchSize)
+	candidates, err := p.store.Candidates(sctx, limit)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "outbox: select candidates", slog.Any("error", err))
 		}
-		return stats, fmt.Errorf("outbox: select candidates: %w", err)
+		return stats, limit, fmt.Errorf("outbox: select candidates: %w", err)
 	}
 	stats.Candidates = len(candidates)
 	for _, ev := range candidates {
@@ -77,12 +113,130 @@ func (p *Publisher) PublishPending(ctx context.Context) (RoundStats, error) {
 		}
 		stats.add(p.claimAndPublishSafe(ctx, ev))
 	}
-	return stats, nil
+	return stats, limit, nil
 }
 
-// claimAndPublishSafe is claimAndPublish with a panic turned into a logged error, so that
-// one event never aborts the round.
-func (p *Publisher) claimAndPublishSafe(ctx context.Context, ev Event) (o outcome) {
+func (p *Publisher) publishBatch(ctx context.Context) (RoundStats, int, error) {
+	var stats RoundStats
+	owner := p.cfg.InstanceID
+	limit := int(p.limit.Load())
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+	evs, err := p.store.ClaimDue(sctx, owner, limit)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.ErrorContext(ctx, "outbox: claim due events", slog.Any("error", err))
+		}
+		return stats, limit, fmt.Errorf("outbox: claim due events: %w", err)
+	}
+	stats.Candidates = len(evs)
+	if len(evs) == 0 {
+		return stats, limit, nil
+	}
+
+	// From here this instance holds the leases; their outcomes are recorded even if ctx is
+	// cancelled.
+	held := context.WithoutCancel(ctx)
+	if ctx.Err() != nil {
+		for _, ev := range evs {
+			stats.add(p.outcomeSafe(ctx, ev, func() outcome { return p.release(held, ev, "publisher stopped before sending") }))
+		}
+		return stats, limit, nil
+	}
+	start := time.Now()
+	errs := p.sendBatch(held, evs)
+	p.adaptLimit(len(evs), limit, time.Since(start))
+
+	sent := make([]int64, 0, len(evs))
+	for i, ev := range evs {
+		switch err := errs[i]; {
+		case err == nil:
+			sent = append(sent, ev.ID)
+		case errors.Is(err, errNotSent):
+			stats.add(p.outcomeSafe(ctx, ev, func() outcome { return p.release(held, ev, err.Error()) }))
+		default:
+			stats.add(p.outcomeSafe(ctx, ev, func() outcome { return p.handleFailure(held, ev, err) }))
+		}
+	}
+	if len(sent) == 0 {
+		return stats, limit, nil
+	}
+	sctx, cancel = context.WithTimeout(held, p.cfg.StoreTimeout)
+	n, err := p.store.MarkSuccessBatch(sctx, sent, owner)
+	cancel()
+	stats.Claimed += len(sent)
+	if err != nil {
+		// Sent, but the rows stay SENDING: they will be sent again after the lease.
+		p.log.ErrorContext(ctx, "outbox: events sent but not marked SUCCESS; they will be sent again after the lease",
+			slog.Int("count", len(sent)), slog.Any("error", err))
+		stats.Errors += len(sent)
+		return stats, limit, nil
+	}
+	stats.Sent += int(n)
+	if lost := len(sent) - int(n); lost > 0 {
+		stats.LeaseLost += lost
+		p.log.WarnContext(ctx, "outbox: events sent after their lease was reclaimed; their rows keep the new owner's state",
+			slog.Int("count", lost))
+	}
+	p.log.InfoContext(ctx, "outbox: events sent", slog.Int64("count", n),
+		slog.Int64("first_event_id", sent[0]), slog.Int64("last_event_id", sent[len(sent)-1]))
+	return stats, limit, nil
+}
+
+// errNotSent marks an event of a batch whose turn never came before the batch's send
+// deadline: it is released, not counted as a failed attempt.
+var errNotSent = errors.New("not sent: the batch's send timeout passed before its turn")
+
+// sendBatch sends a claimed batch within one SendTimeout, so that no event of the batch is
+// sent late in its lease: through the sender's SendBatch if it has one, else one by one.
+func (p *Publisher) sendBatch(ctx context.Context, evs []Event) (errs []error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
+	defer cancel()
+	if bs, ok := p.sender.(BatchSender); ok {
+		defer func() {
+			if r := recover(); r != nil {
+				errs = repeatErr(fmt.Errorf("sender panicked: %v", r), len(evs))
+			}
+		}()
+		errs = bs.SendBatch(ctx, evs)
+		if len(errs) != len(evs) {
+			return repeatErr(fmt.Errorf("sender returned %d results for %d events", len(errs), len(evs)), len(evs))
+		}
+		return errs
+	}
+	errs = make([]error, len(evs))
+	for i, ev := range evs {
+		if ctx.Err() != nil {
+			errs[i] = errNotSent
+			continue
+		}
+		errs[i] = p.send(ctx, ev)
+	}
+	return errs
+}
+
+func repeatErr(err error, n int) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// adaptLimit sizes the next batch claim so that a batch is sent well within SendTimeout:
+// halved when a batch took more than half of it, doubled (up to BatchSize) when a full batch
+// took less than a quarter.
+func (p *Publisher) adaptLimit(claimed, limit int, took time.Duration) {
+	switch {
+	case took > p.cfg.SendTimeout/2 && limit > 1:
+		p.limit.Store(int64(max(limit/2, 1)))
+	case claimed == limit && took < p.cfg.SendTimeout/4 && limit < p.cfg.BatchSize:
+		p.limit.Store(int64(min(limit*2, p.cfg.BatchSize)))
+	}
+}
+
+// outcomeSafe runs one event's outcome with a panic turned into a logged error.
+func (p *Publisher) outcomeSafe(ctx context.Context, ev Event, fn func() outcome) (o outcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.ErrorContext(ctx, "outbox: panic while publishing event",
@@ -90,7 +244,13 @@ func (p *Publisher) claimAndPublishSafe(ctx context.Context, ev Event) (o outcom
 			o = outcomeError
 		}
 	}()
-	return p.claimAndPublish(ctx, ev)
+	return fn()
+}
+
+// claimAndPublishSafe is claimAndPublish with a panic turned into a logged error, so that
+// one event never aborts the round.
+func (p *Publisher) claimAndPublishSafe(ctx context.Context, ev Event) outcome {
+	return p.outcomeSafe(ctx, ev, func() outcome { return p.claimAndPublish(ctx, ev) })
 }
 
 func (p *Publisher) claimAndPublish(ctx context.Context, ev Event) outcome {

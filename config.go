@@ -14,9 +14,37 @@ import (
 	"unicode/utf8"
 )
 
-// Defaults, as the design article sets them.
+// ClaimMode says how a publisher claims events. Both give the same guarantees: an event is
+// sent only by the instance whose claim changed its row, and every outcome is written under
+// that claim.
+type ClaimMode int
+
 const (
-	BatchSizeDefault       = 20
+	// ClaimBatch claims up to BatchSize due events in one short transaction (SELECT ... FOR
+	// UPDATE SKIP LOCKED, then one UPDATE), sends them (in batches, when the Sender is a
+	// [BatchSender]), and records every success with one UPDATE. Instances skip each other's
+	// rows instead of contending for them. The default.
+	ClaimBatch ClaimMode = iota
+	// ClaimPerRow is the design article's loop: a lock-free SELECT of candidates, then one
+	// conditional UPDATE per candidate whose affected-row count decides ownership, and one
+	// UPDATE per outcome.
+	ClaimPerRow
+)
+
+func (m ClaimMode) String() string {
+	switch m {
+	case ClaimBatch:
+		return "batch"
+	case ClaimPerRow:
+		return "per-row"
+	}
+	return "ClaimMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Defaults, as the design article sets them, and for the batch claim.
+const (
+	BatchSizeDefault       = 20  // per-row mode, as the article
+	BatchSizeBatchDefault  = 500 // batch mode
 	PollIntervalDefault    = 5 * time.Second
 	ReclaimIntervalDefault = 60 * time.Second
 	LeaseDefault           = 10 * time.Minute
@@ -36,11 +64,20 @@ type Config struct {
 	// Defaults to [DefaultInstanceID]().
 	InstanceID string
 
-	// BatchSize is how many candidates one round reads. Defaults to 20.
+	// ClaimMode is how events are claimed. Defaults to ClaimBatch.
+	ClaimMode ClaimMode
+
+	// BatchSize is how many events one round claims at most: the candidates the SELECT reads
+	// in per-row mode, the rows one claim takes in batch mode (where the publisher claims
+	// fewer when a batch took more than half of SendTimeout to send, so that it never claims
+	// more than it can send in time). Defaults to 20 in per-row mode, 500 in batch mode.
 	BatchSize int
 
 	// PollInterval is the pause between the end of one round and the start of the next
-	// (fixed delay, not fixed rate, so slow rounds never pile up). Defaults to 5 seconds.
+	// (fixed delay, not fixed rate, so slow rounds never pile up). A round that claimed all it
+	// could and sent everything is followed at once by the next, to drain a backlog; a
+	// commit through this process's store (Tx.Commit) ends the pause early. Defaults to 5
+	// seconds.
 	PollInterval time.Duration
 
 	// ReclaimInterval is the pause between reclaim runs. Defaults to 60 seconds.
@@ -79,7 +116,11 @@ type Config struct {
 
 // withDefaults fills the zero fields and validates the result.
 func (c Config) withDefaults() (Config, error) {
-	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	if c.ClaimMode == ClaimPerRow {
+		c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	} else {
+		c.BatchSize = cmp.Or(c.BatchSize, BatchSizeBatchDefault)
+	}
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, ReclaimIntervalDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
@@ -115,6 +156,9 @@ func (c Config) validate() error {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, f.name, f.v)
 		}
+	}
+	if c.ClaimMode != ClaimBatch && c.ClaimMode != ClaimPerRow {
+		return fmt.Errorf("%w: unknown ClaimMode %d", ErrInvalidConfig, c.ClaimMode)
 	}
 	if c.Lease < time.Second {
 		return fmt.Errorf("%w: Lease must be at least 1s, got %s", ErrInvalidConfig, c.Lease)

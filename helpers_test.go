@@ -147,9 +147,27 @@ func (b *bundle) countStatus(t testing.TB, status outbox.Status) int {
 	return n
 }
 
-// fastConfig is a publisher config for tests: quick loops, a short lease, and logs captured.
+// claimModeEnv selects the claim mode the whole suite runs with: "batch" (the default) or
+// "per-row". CI runs the suite once in each.
+const claimModeEnv = "OUTBOX_TEST_CLAIM_MODE"
+
+// testClaimMode is the claim mode of this run.
+var testClaimMode = func() outbox.ClaimMode {
+	switch m := os.Getenv(claimModeEnv); m {
+	case "", "batch":
+		return outbox.ClaimBatch
+	case "per-row":
+		return outbox.ClaimPerRow
+	default:
+		panic(claimModeEnv + " must be batch or per-row, not " + m)
+	}
+}()
+
+// fastConfig is a publisher config for tests: quick loops, a short lease, logs captured,
+// and this run's claim mode.
 func fastConfig(id string, logs *logSink) outbox.Config {
 	return outbox.Config{
+		ClaimMode:       testClaimMode,
 		InstanceID:      id,
 		PollInterval:    5 * time.Millisecond,
 		ReclaimInterval: 50 * time.Millisecond,
@@ -250,12 +268,43 @@ func (s *logSink) atLeast(level slog.Level) []string {
 	return msgs
 }
 
-// hookStore wraps a real store and lets a test act at one step of the protocol.
+// hookStore wraps a real store and lets a test act at one step of the protocol, in either
+// claim mode: afterCandidates runs after the per-row SELECT, or just before a batch claim
+// (with no events); beforeClaim before a per-row claim, or before a batch claim (with a
+// zero Event); afterClaim after each claim won (per row, or for each event of a batch).
 type hookStore struct {
 	outbox.Store
 	afterCandidates func(ctx context.Context, evs []outbox.Event)
 	beforeClaim     func(ctx context.Context, ev outbox.Event) error
 	afterClaim      func(ctx context.Context, ev outbox.Event, won bool)
+	beforeRelease   func(ctx context.Context, id int64) error
+}
+
+func (h *hookStore) ClaimDue(ctx context.Context, owner string, limit int) ([]outbox.Event, error) {
+	if h.afterCandidates != nil {
+		h.afterCandidates(ctx, nil)
+	}
+	if h.beforeClaim != nil {
+		if err := h.beforeClaim(ctx, outbox.Event{}); err != nil {
+			return nil, err
+		}
+	}
+	evs, err := h.Store.ClaimDue(ctx, owner, limit)
+	if err == nil && h.afterClaim != nil {
+		for _, ev := range evs {
+			h.afterClaim(ctx, ev, true)
+		}
+	}
+	return evs, err
+}
+
+func (h *hookStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error) {
+	if h.beforeRelease != nil {
+		if err := h.beforeRelease(ctx, id); err != nil {
+			return false, err
+		}
+	}
+	return h.Store.ReleaseForRetry(ctx, id, owner, retryCount, delay, reason)
 }
 
 func (h *hookStore) Candidates(ctx context.Context, limit int) ([]outbox.Event, error) {

@@ -66,6 +66,11 @@ type Store interface {
 	// first. It takes no lock and grants no ownership: other instances may see the same rows.
 	Candidates(ctx context.Context, limit int) ([]Event, error)
 
+	// ClaimDue claims up to limit due WAIT events for owner at once, oldest first, and returns
+	// them as claimed. Rows another instance is claiming at the same moment are skipped, not
+	// waited for. Used by [ClaimBatch].
+	ClaimDue(ctx context.Context, owner string, limit int) ([]Event, error)
+
 	// Claim makes owner the holder of ev's lease, if ev is still WAIT, still due and still at
 	// ev.RetryCount. It reports whether the claim changed the row: false means another
 	// instance got there first, which is normal.
@@ -74,6 +79,10 @@ type Store interface {
 	// MarkSuccess marks the event SUCCESS if owner still holds its lease. False means the
 	// lease was lost (reclaimed) and the row was left as it is.
 	MarkSuccess(ctx context.Context, id int64, owner string) (bool, error)
+
+	// MarkSuccessBatch marks SUCCESS every event of ids whose lease owner still holds, and
+	// reports how many it marked; the others were reclaimed and are left as they are.
+	MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error)
 
 	// ReleaseForRetry returns the event to WAIT with retryCount and a next_retry_time delay
 	// from now, recording reason, if owner still holds its lease.
@@ -93,6 +102,21 @@ type Store interface {
 // [Config.SendTimeout].
 type Sender interface {
 	Send(ctx context.Context, ev Event) error
+}
+
+// BatchSender is a [Sender] that can also send many events at once, as a RocketMQ batch does.
+// In batch mode the publisher hands it each claimed batch. It returns one error per event,
+// in order: nil for each event the broker accepted.
+type BatchSender interface {
+	Sender
+	SendBatch(ctx context.Context, evs []Event) []error
+}
+
+// Notifier is implemented by a store that can tell the publishers of this process that
+// events were committed, so that they send them at once rather than at the next poll.
+// [MySQLStore] is one: its [Tx.Commit] notifies.
+type Notifier interface {
+	Subscribe() (wake <-chan struct{}, unsubscribe func())
 }
 
 // SenderFunc adapts a function to [Sender].
@@ -144,6 +168,7 @@ type Publisher struct {
 	cfg     Config
 	log     *slog.Logger
 	running atomic.Bool
+	limit   atomic.Int64 // batch mode: how many events the next claim takes
 }
 
 // NewPublisher returns a publisher for store and sender. Zero fields of cfg take their
@@ -159,13 +184,19 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Publisher{
+	p := &Publisher{
 		store:  store,
 		sender: sender,
 		cfg:    cfg,
 		log:    cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
-	}, nil
+	}
+	p.limit.Store(int64(min(cfg.BatchSize, initialClaimLimit)))
+	return p, nil
 }
+
+// initialClaimLimit is the first batch claim's size; it doubles up to BatchSize while
+// batches send quickly.
+const initialClaimLimit = 64
 
 // InstanceID is the owner this publisher writes to claim_owner.
 func (p *Publisher) InstanceID() string { return p.cfg.InstanceID }
@@ -189,20 +220,36 @@ func (p *Publisher) Run(ctx context.Context) error {
 		slog.Int("batch_size", p.cfg.BatchSize),
 		slog.Duration("poll_interval", p.cfg.PollInterval),
 		slog.Duration("lease", p.cfg.Lease))
+	var wake <-chan struct{}
+	if n, ok := p.store.(Notifier); ok {
+		ch, unsubscribe := n.Subscribe()
+		defer unsubscribe()
+		wake = ch
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		fixedDelay(ctx, p.cfg.PollInterval, func() { _, _ = p.PublishPending(ctx) })
+		loop(ctx, wake, func() time.Duration {
+			stats, limit, err := p.round(ctx)
+			if err == nil && stats.drained(limit) {
+				return 0 // a backlog: go on at once
+			}
+			return p.cfg.PollInterval
+		})
 	})
 	wg.Go(func() {
-		fixedDelay(ctx, p.cfg.ReclaimInterval, func() { _, _ = p.Reclaim(ctx) })
+		loop(ctx, nil, func() time.Duration {
+			_, _ = p.Reclaim(ctx)
+			return p.cfg.ReclaimInterval
+		})
 	})
 	wg.Wait()
 	p.log.Info("outbox publisher stopped")
 	return nil
 }
 
-// fixedDelay runs fn, then waits delay after it returned, until ctx is done.
-func fixedDelay(ctx context.Context, delay time.Duration, fn func()) {
+// loop runs fn, then waits the delay it returned (or until wake), until ctx is done: a
+// fixed delay, so runs never overlap.
+func loop(ctx context.Context, wake <-chan struct{}, fn func() time.Duration) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -210,8 +257,8 @@ func fixedDelay(ctx context.Context, delay time.Duration, fn func()) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+		case <-wake:
 		}
-		fn()
-		timer.Reset(delay)
+		timer.Reset(fn())
 	}
 }

@@ -269,7 +269,11 @@ func TestPublishPendingSendsEachEventOnce(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("ORD-%d", i), rec.evs[i].BizNo)
 		assert.Equal(t, fmt.Appendf(nil, `{"order":%d}`, i), rec.evs[i].Payload)
 	}
-	assert.Equal(t, 5, logs.count(slog.LevelInfo, "event sent"))
+	if testClaimMode == outbox.ClaimPerRow {
+		assert.Equal(t, 5, logs.count(slog.LevelInfo, "event sent"), "one info line per send")
+	} else {
+		assert.Equal(t, 1, logs.count(slog.LevelInfo, "events sent"), "one info line per batch")
+	}
 	assert.Empty(t, logs.atLeast(slog.LevelWarn))
 
 	stats, err = p.PublishPending(context.Background())
@@ -282,7 +286,7 @@ func TestPublishPendingRespectsBatchSize(t *testing.T) {
 	b := setup(t)
 	b.insert(t, 25)
 	cfg := fastConfig("p", &logSink{})
-	cfg.BatchSize = 0 // the article's 20
+	cfg.BatchSize = 20
 	p := newPublisher(t, b.store, newRecorder(), cfg)
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
@@ -396,7 +400,7 @@ func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
 	assert.Equal(t, int32(1), calls.Load())
 }
 
-// One event's panic, or a store error on one event, is logged and the round goes on.
+// One event's panic, or a store error on one event's outcome, is logged and the round goes on.
 func TestOneEventNeverAbortsTheRound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -404,13 +408,16 @@ func TestOneEventNeverAbortsTheRound(t *testing.T) {
 	logs := &logSink{}
 	rec := newRecorder()
 	rec.fail = func(ev outbox.Event) error {
-		if ev.ID == ids[1] {
+		switch ev.ID {
+		case ids[1]:
 			panic("sender bug")
+		case ids[2]:
+			return errBroker
 		}
 		return nil
 	}
-	store := &hookStore{Store: b.store, beforeClaim: func(_ context.Context, ev outbox.Event) error {
-		if ev.ID == ids[2] {
+	store := &hookStore{Store: b.store, beforeRelease: func(_ context.Context, id int64) error {
+		if id == ids[2] {
 			return errors.New("connection reset")
 		}
 		return nil
@@ -425,29 +432,88 @@ func TestOneEventNeverAbortsTheRound(t *testing.T) {
 	panicked := b.get(t, ids[1])
 	assert.Equal(t, outbox.StatusWait, panicked.Status)
 	assert.Contains(t, panicked.LastError, "sender bug")
-	assert.Equal(t, outbox.StatusWait, b.get(t, ids[2]).Status)
+	assert.Equal(t, outbox.StatusSending, b.get(t, ids[2]).Status, "unrecorded: left for the reclaim")
 	assert.Equal(t, outbox.StatusSuccess, b.get(t, ids[3]).Status)
-	assert.Equal(t, 1, logs.count(slog.LevelError, "claim"))
+	assert.Equal(t, 1, logs.count(slog.LevelError, "could not record retry"))
 }
 
-// A panic in the store itself (here, in the claim) is caught too.
-func TestStorePanicIsCaught(t *testing.T) {
+// A failed claim is logged, and the next round claims and sends as usual.
+func TestClaimErrorIsLoggedAndTheNextRoundRecovers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ids := b.insert(t, 2)
+	b.insert(t, 3)
 	logs := &logSink{}
-	store := &hookStore{Store: b.store, beforeClaim: func(_ context.Context, ev outbox.Event) error {
-		if ev.ID == ids[0] {
-			panic("store bug")
+	var fail atomic.Bool
+	fail.Store(true)
+	store := &hookStore{Store: b.store, beforeClaim: func(context.Context, outbox.Event) error {
+		if fail.Load() {
+			return errors.New("connection reset")
 		}
 		return nil
 	}}
 	p := newPublisher(t, store, newRecorder(), fastConfig("p", logs))
 	stats, err := p.PublishPending(context.Background())
+	assert.Zero(t, stats.Sent)
+	if testClaimMode == outbox.ClaimPerRow {
+		require.NoError(t, err, "per row, a claim error is one event's")
+		assert.Equal(t, 3, stats.Errors)
+	} else {
+		require.ErrorContains(t, err, "connection reset", "a batch claim error is the round's")
+	}
+	assert.Positive(t, logs.count(slog.LevelError, "claim"))
+	assert.Equal(t, 3, b.countStatus(t, outbox.StatusWait), "nothing was claimed")
+
+	fail.Store(false)
+	stats, err = p.PublishPending(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 1, stats.Errors)
+	assert.Equal(t, 3, stats.Sent)
+}
+
+// A panic in the store, in the claim or in recording an outcome, is caught and logged.
+func TestStorePanicIsCaught(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 3)
+	logs := &logSink{}
+	var claimPanics atomic.Bool
+	claimPanics.Store(true)
+	store := &hookStore{
+		Store: b.store,
+		beforeClaim: func(context.Context, outbox.Event) error {
+			if claimPanics.Load() {
+				panic("store bug in claim")
+			}
+			return nil
+		},
+		beforeRelease: func(_ context.Context, id int64) error {
+			if id == ids[0] {
+				panic("store bug in release")
+			}
+			return nil
+		},
+	}
+	rec := newRecorder()
+	rec.fail = func(ev outbox.Event) error {
+		if ev.ID == ids[0] || ev.ID == ids[1] {
+			return errBroker
+		}
+		return nil
+	}
+	p := newPublisher(t, store, rec, fastConfig("p", logs))
+	stats, _ := p.PublishPending(context.Background())
+	assert.Positive(t, stats.Errors)
+	assert.Zero(t, rec.total())
+
+	claimPanics.Store(false)
+	stats, err := p.PublishPending(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, stats.Errors, "the release that panicked")
+	assert.Equal(t, 1, stats.Retried)
 	assert.Equal(t, 1, stats.Sent)
-	assert.Equal(t, 1, logs.count(slog.LevelError, "panic"))
+	assert.Equal(t, outbox.StatusSending, b.get(t, ids[0]).Status)
+	assert.Equal(t, outbox.StatusWait, b.get(t, ids[1]).Status)
+	assert.Equal(t, outbox.StatusSuccess, b.get(t, ids[2]).Status)
+	assert.Positive(t, logs.count(slog.LevelError, "panic"))
 }
 
 // A claim lost to another instance is normal: a debug line, nothing louder.
@@ -466,9 +532,14 @@ func TestLostClaimIsQuiet(t *testing.T) {
 	p := newPublisher(t, store, rec, fastConfig("p", logs))
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, outbox.RoundStats{Candidates: 3, Lost: 3}, stats)
+	if testClaimMode == outbox.ClaimPerRow {
+		assert.Equal(t, outbox.RoundStats{Candidates: 3, Lost: 3}, stats)
+		assert.Equal(t, 3, logs.count(slog.LevelDebug, "taken by another instance"))
+	} else {
+		// A batch claim skips rows others hold or have taken: there is no conflict at all.
+		assert.Equal(t, outbox.RoundStats{}, stats)
+	}
 	assert.Zero(t, rec.total())
-	assert.Equal(t, 3, logs.count(slog.LevelDebug, "taken by another instance"))
 	assert.Empty(t, logs.atLeast(slog.LevelInfo))
 	for _, id := range ids {
 		assert.Equal(t, "rival", b.get(t, id).ClaimOwner)
@@ -685,39 +756,27 @@ func TestRunTwiceIsAnError(t *testing.T) {
 	require.NoError(t, p.Run(ctx2))
 }
 
-// timedStore records when each round started (its candidate SELECT) and when each outcome was
-// written, to check that rounds never overlap and the pause is taken after a round ends.
-type timedStore struct {
-	outbox.Store
-	mu     sync.Mutex
-	starts []time.Time
-	ends   []time.Time
-	active atomic.Int32
-	overl  atomic.Bool
+// roundClock records when each round's claim started and when each failure was written.
+type roundClock struct {
+	mu       sync.Mutex
+	starts   []time.Time
+	releases []time.Time
 }
 
-func (s *timedStore) Candidates(ctx context.Context, limit int) ([]outbox.Event, error) {
-	s.mu.Lock()
-	s.starts = append(s.starts, time.Now())
-	s.mu.Unlock()
-	return s.Store.Candidates(ctx, limit)
+func (c *roundClock) stamp(list *[]time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*list = append(*list, time.Now())
 }
 
-func (s *timedStore) MarkSuccess(ctx context.Context, id int64, owner string) (bool, error) {
-	ok, err := s.Store.MarkSuccess(ctx, id, owner)
-	s.mu.Lock()
-	s.ends = append(s.ends, time.Now())
-	s.mu.Unlock()
-	return ok, err
-}
-
-// Fixed delay: the next round starts no sooner than PollInterval after the previous round's
-// last write. (A lower bound only: sleeping is never shorter than asked.)
+// Fixed delay: a round that did not drain cleanly (here every send fails) is followed by the
+// next no sooner than PollInterval after its last write, and rounds never overlap. (A lower
+// bound only: sleeping is never shorter than asked.)
 func TestRunIsFixedDelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.insert(t, 6)
-	store := &timedStore{Store: b.store}
+	b.insert(t, 2)
+	clock := &roundClock{}
 	var inSend atomic.Int32
 	var overlapped atomic.Bool
 	sender := outbox.SenderFunc(func(context.Context, outbox.Event) error {
@@ -725,30 +784,102 @@ func TestRunIsFixedDelay(t *testing.T) {
 			overlapped.Store(true)
 		}
 		defer inSend.Add(-1)
-		time.Sleep(20 * time.Millisecond)
-		return nil
+		return errBroker
 	})
+	store := &hookStore{
+		Store:           b.store,
+		afterCandidates: func(context.Context, []outbox.Event) { clock.stamp(&clock.starts) },
+	}
 	cfg := fastConfig("p", &logSink{})
 	cfg.BatchSize = 2
+	cfg.MaxRetry = 1000
+	cfg.Backoff = outbox.ConstantBackoff(0) // due again at once: only the poll delay spaces rounds
 	cfg.PollInterval = 100 * time.Millisecond
-	p := newPublisher(t, store, sender, cfg)
+	p := newPublisher(t, &releaseClock{hookStore: store, clock: clock}, sender, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx) }()
-	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == 6 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		return len(clock.starts) >= 4
+	}, 10*time.Second, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
 
 	assert.False(t, overlapped.Load(), "rounds never overlap")
-	store.mu.Lock()
-	defer store.mu.Unlock()
-	require.GreaterOrEqual(t, len(store.starts), 3)
-	// Round k (k >= 1) ends with its 2nd success, at ends[2k-1]; round k+1 starts at starts[k].
-	for k := 1; k < 3; k++ {
-		gap := store.starts[k].Sub(store.ends[2*k-1])
-		assert.GreaterOrEqual(t, gap, cfg.PollInterval, "round %d started %s after round %d ended", k+1, gap, k)
+	clock.mu.Lock()
+	defer clock.mu.Unlock()
+	// Round k ends with its 2nd release, at releases[2k+1]; round k+1 starts at starts[k+1].
+	for k := 0; k < 3; k++ {
+		gap := clock.starts[k+1].Sub(clock.releases[2*k+1])
+		assert.GreaterOrEqual(t, gap, cfg.PollInterval, "round %d started %s after round %d ended", k+2, gap, k+1)
 	}
 }
+
+// releaseClock stamps every release for TestRunIsFixedDelay.
+type releaseClock struct {
+	*hookStore
+	clock *roundClock
+}
+
+func (r *releaseClock) ReleaseForRetry(ctx context.Context, id int64, owner string, n int, d time.Duration, reason string) (bool, error) {
+	ok, err := r.hookStore.ReleaseForRetry(ctx, id, owner, n, d, reason)
+	r.clock.stamp(&r.clock.releases)
+	return ok, err
+}
+
+// A round that claimed all it could and sent it all is followed at once by the next, so a
+// backlog drains without waiting out the poll interval (an hour here).
+func TestRunDrainsBacklogWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, 50)
+	cfg := fastConfig("p", &logSink{})
+	cfg.BatchSize = 10
+	cfg.PollInterval = time.Hour
+	p := newPublisher(t, b.store, newRecorder(), cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == 50 }, 30*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// An event committed through the store's Tx wakes the publisher of this process: it is sent
+// long before the poll interval (an hour here) would have found it.
+func TestCommitWakesThePublisher(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	store := &hookStore{Store: b.store, afterCandidates: func(context.Context, []outbox.Event) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	}}
+	cfg := fastConfig("p", &logSink{})
+	cfg.PollInterval = time.Hour
+	rec := newRecorder()
+	p := newPublisher(t, &notifyingStore{hookStore: store, n: b.store}, rec, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	<-started // the first round found nothing; the next would be an hour away
+	id := b.insert(t, 1)[0]
+	require.Eventually(t, func() bool { return rec.count(id) == 1 }, 30*time.Second, time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// notifyingStore passes the store's commit notifications through a hookStore.
+type notifyingStore struct {
+	*hookStore
+	n outbox.Notifier
+}
+
+func (s *notifyingStore) Subscribe() (<-chan struct{}, func()) { return s.n.Subscribe() }
 
 // Three publishers, each with its own connection pool, drain 10,000 events: each sent exactly
 // once, every row SUCCESS with its sender's id in claim_owner.

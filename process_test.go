@@ -47,6 +47,7 @@ func runChild() int {
 		_ = out.Flush()
 	}
 	cfg := outbox.Config{
+		ClaimMode:       testClaimMode,
 		InstanceID:      os.Getenv("OUTBOX_CHILD_ID"),
 		PollInterval:    20 * time.Millisecond,
 		ReclaimInterval: 100 * time.Millisecond,

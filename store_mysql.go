@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -60,11 +61,15 @@ type MySQLStore struct {
 	q          mysqlQueries
 
 	lockRetries atomic.Int64
+
+	subsMu sync.Mutex
+	subs   map[chan struct{}]struct{}
 }
 
 // mysqlQueries holds every statement with the configured table name in place.
 type mysqlQueries struct {
 	schema, insert, candidates, claim, markSuccess, release, markFail, expired, reclaim, get, requeue string
+	lockDue, claimLocked, markSuccessBatch                                                            string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;
@@ -115,6 +120,23 @@ func newMySQLQueries(table string) mysqlQueries {
 		claim: r.Replace(`UPDATE t_event_record
 	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'WAIT' AND retry_count = ? AND next_retry_time <= UTC_TIMESTAMP(3)`),
+
+		// The batch claim, in one short transaction: lock up to n due WAIT rows, skipping rows
+		// another instance has locked (so instances never wait on each other), then claim
+		// exactly those rows. Served by idx_status_next_retry.
+		lockDue: r.Replace(`SELECT id, biz_no, event_type, payload, retry_count, next_retry_time, create_time
+	FROM t_event_record
+	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
+	ORDER BY next_retry_time ASC LIMIT ?
+	FOR UPDATE SKIP LOCKED`),
+		claimLocked: r.Replace(`UPDATE t_event_record
+	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'WAIT'`),
+
+		// Success for a whole batch, only for the rows whose lease is still ours.
+		markSuccessBatch: r.Replace(`UPDATE t_event_record
+	SET status = 'SUCCESS', update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
 
 		// Success, only under our own lease: a late acknowledgement from an instance whose
 		// lease was reclaimed (and re-sent by another) affects 0 rows and cannot overwrite
@@ -177,6 +199,51 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 type Tx struct {
 	*sql.Tx
 	store *MySQLStore
+	wrote bool
+}
+
+// Commit commits the transaction and, if it wrote events, wakes the publishers of this
+// process that use the same store, so the events are sent at once rather than at the next
+// poll.
+func (t *Tx) Commit() error {
+	if err := t.Tx.Commit(); err != nil {
+		return err
+	}
+	if t.wrote {
+		t.store.Notify()
+	}
+	return nil
+}
+
+// Subscribe returns a channel that receives a signal (coalesced: at most one waits) whenever
+// events committed through this store may be due, and a function that ends the subscription.
+// [Publisher.Run] subscribes when its store offers this.
+func (s *MySQLStore) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.subsMu.Lock()
+	if s.subs == nil {
+		s.subs = map[chan struct{}]struct{}{}
+	}
+	s.subs[ch] = struct{}{}
+	s.subsMu.Unlock()
+	return ch, func() {
+		s.subsMu.Lock()
+		delete(s.subs, ch)
+		s.subsMu.Unlock()
+	}
+}
+
+// Notify wakes the subscribed publishers. [Tx.Commit] calls it; call it yourself after
+// committing a transaction wrapped with WrapTx that you committed directly. It never blocks.
+func (s *MySQLStore) Notify() {
+	s.subsMu.Lock()
+	defer s.subsMu.Unlock()
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // BeginTx starts a transaction on the store's database.
@@ -189,7 +256,9 @@ func (s *MySQLStore) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, err
 }
 
 // WrapTx wraps a transaction the caller already has (from an ORM, say), so that events can be
-// written in it. The caller still commits or rolls it back.
+// written in it. The caller still commits or rolls it back: through the returned Tx's Commit
+// to wake this process's publishers at once, or directly (then the next poll, or a call to
+// Notify, picks the events up).
 func (s *MySQLStore) WrapTx(tx *sql.Tx) *Tx {
 	return &Tx{Tx: tx, store: s}
 }
@@ -209,6 +278,7 @@ func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
 	if err != nil {
 		return 0, t.store.wrap("insert event", err)
 	}
+	t.wrote = true
 	id, err := res.LastInsertId()
 	if err != nil {
 		return 0, fmt.Errorf("outbox: insert event: %w", err)
@@ -248,29 +318,102 @@ func validateKey(name, v string) error {
 
 // Candidates implements [Store].
 func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.candidates, limit)
+	evs, err := scanEvents(s.db.QueryContext(ctx, s.q.candidates, limit))
 	if err != nil {
 		return nil, s.wrap("select candidates", err)
 	}
+	return evs, nil
+}
+
+// scanEvents reads the rows of the candidates and lockDue queries: WAIT events.
+func scanEvents(rows *sql.Rows, err error) ([]Event, error) {
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	events := make([]Event, 0, limit)
+	var events []Event
 	for rows.Next() {
 		ev := Event{Status: StatusWait}
 		if err := rows.Scan(&ev.ID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
 			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}); err != nil {
-			return nil, s.wrap("scan candidate", err)
+			return nil, err
 		}
 		events = append(events, ev)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("select candidates", err)
-	}
-	return events, nil
+	return events, rows.Err()
 }
 
 // Claim implements [Store].
 func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, error) {
 	return s.execOne(ctx, "claim", s.q.claim, owner, ev.ID, ev.RetryCount)
+}
+
+// ClaimDue implements [Store]: SELECT ... FOR UPDATE SKIP LOCKED and an UPDATE of the rows
+// it locked, in one READ COMMITTED transaction (no gap locks, so the business transactions'
+// inserts never wait on a claim). A deadlock or lock wait timeout runs it again.
+func (s *MySQLStore) ClaimDue(ctx context.Context, owner string, limit int) ([]Event, error) {
+	for attempt := 1; ; attempt++ {
+		evs, err := s.claimDue(ctx, owner, limit)
+		if err == nil || attempt == maxLockAttempts || !isLockConflict(err) {
+			return evs, err
+		}
+		s.lockRetries.Add(1)
+		if err := pauseAfterConflict(ctx, attempt); err != nil {
+			return nil, s.wrap("claim due events", err)
+		}
+	}
+}
+
+func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs []Event, err error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, s.wrap("claim due events", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, ignoreDone(tx.Rollback()))
+		}
+	}()
+	evs, err = scanEvents(tx.QueryContext(ctx, s.q.lockDue, limit))
+	if err != nil {
+		return nil, s.wrap("lock due events", err)
+	}
+	if len(evs) == 0 {
+		return nil, s.wrap("claim due events", tx.Commit())
+	}
+	args := make([]any, 0, len(evs)+1)
+	args = append(args, owner)
+	for _, ev := range evs {
+		args = append(args, ev.ID)
+	}
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.claimLocked, placeholders(len(evs))), args...)
+	if err != nil {
+		return nil, s.wrap("claim due events", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(evs)) {
+		// The rows were locked by this transaction: anything else is a broken invariant.
+		return nil, fmt.Errorf("outbox: claim due events: claimed %d of %d locked rows (%v)", n, len(evs), err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, s.wrap("claim due events", err)
+	}
+	for i := range evs {
+		evs[i].Status, evs[i].ClaimOwner = StatusSending, owner
+	}
+	return evs, nil
+}
+
+// MarkSuccessBatch implements [Store].
+func (s *MySQLStore) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, len(ids)+1)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, owner)
+	return s.exec(ctx, "mark success", fmt.Sprintf(s.q.markSuccessBatch, placeholders(len(ids))), args...)
 }
 
 // MarkSuccess implements [Store].
@@ -306,7 +449,7 @@ func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration) (i
 			args = append(args, id)
 		}
 		args = append(args, lease.Microseconds())
-		query := fmt.Sprintf(s.q.reclaim, strings.TrimSuffix(strings.Repeat("?,", len(ids)), ","))
+		query := fmt.Sprintf(s.q.reclaim, placeholders(len(ids)))
 		n, err := s.exec(ctx, "reclaim expired leases", query, args...)
 		total += n
 		if err != nil || len(ids) < reclaimPage {
@@ -393,14 +536,36 @@ func (s *MySQLStore) exec(ctx context.Context, op, query string, args ...any) (i
 			return 0, s.wrap(op, err)
 		}
 		s.lockRetries.Add(1)
-		// A short, jittered pause lets the transaction that won finish first.
-		pause := time.Duration(attempt) * time.Duration(1+mrand.IntN(4)) * time.Millisecond
-		select {
-		case <-ctx.Done():
+		if perr := pauseAfterConflict(ctx, attempt); perr != nil {
 			return 0, s.wrap(op, err)
-		case <-time.After(pause):
 		}
 	}
+}
+
+// pauseAfterConflict waits a short, jittered while, so that the transaction that won the
+// lock finishes first.
+func pauseAfterConflict(ctx context.Context, attempt int) error {
+	t := time.NewTimer(time.Duration(attempt) * time.Duration(1+mrand.IntN(4)) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// placeholders returns "?,?,...,?" with n marks.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+// ignoreDone drops the error of a rollback on a transaction that has already ended.
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
 }
 
 // isLockConflict reports a deadlock or lock wait timeout: the statement was rolled back and
@@ -412,6 +577,9 @@ func isLockConflict(err error) bool {
 
 // wrap names the operation, and the fix where the driver's error has an obvious one.
 func (s *MySQLStore) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1146 { // ER_NO_SUCH_TABLE
 		return fmt.Errorf("outbox: %s: table %s does not exist (create it with CreateSchema or schema.sql): %w", op, s.table, err)
