@@ -606,6 +606,37 @@ func TestLateOutcomeAfterReclaimKeepsNewOwnersState(t *testing.T) {
 	}
 }
 
+// Batch mode never claims more than it can send within SendTimeout: events whose turn has not
+// come when the batch's send deadline passes are released unsent (no retry counted), and the
+// next claim is smaller.
+func TestBatchClaimShrinksToWhatCanBeSentInTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, 40)
+	cfg := fastConfig("p", &logSink{})
+	cfg.ClaimMode = outbox.ClaimBatch // this test is about the batch claim, in either run
+	cfg.BatchSize = 32
+	cfg.SendTimeout = 200 * time.Millisecond
+	slow := outbox.SenderFunc(func(context.Context, outbox.Event) error {
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	p := newPublisher(t, b.store, slow, cfg)
+	first, err := p.PublishPending(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 32, first.Candidates)
+	assert.Positive(t, first.Released, "the send deadline came before every event's turn")
+	assert.Equal(t, first.Candidates, first.Sent+first.Released)
+	assert.Zero(t, b.countStatus(t, outbox.StatusSending))
+	var retried int
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE retry_count > 0").Scan(&retried))
+	assert.Zero(t, retried, "a release for lack of time is not a failed attempt")
+
+	second, err := p.PublishPending(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 16, second.Candidates, "the claim halved")
+}
+
 // SendTimeout bounds a send that honours its context; the timeout is a failed attempt.
 func TestSendTimeoutBoundsTheSend(t *testing.T) {
 	t.Parallel()

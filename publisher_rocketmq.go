@@ -25,6 +25,10 @@ const (
 	ProducerGroupDefault = "outbox_publisher"
 	// SendAttemptsDefault is how many times the client tries one send, across brokers.
 	SendAttemptsDefault = 3
+	// MaxBatchBytesDefault is the encoded size one batch send stays under.
+	MaxBatchBytesDefault = 1 << 20
+	// maxBatchMessages bounds the messages of one batch send.
+	maxBatchMessages = 1000
 
 	// Message properties set on every event, for consumers to deduplicate and route on.
 	PropertyEventID   = "eventId"
@@ -64,6 +68,10 @@ type RocketMQConfig struct {
 	// to another broker between tries). Defaults to 3.
 	SendAttempts int
 
+	// MaxBatchBytes bounds the encoded size of one batch send (the broker refuses a batch over
+	// its 4 MiB message limit whole). Defaults to 1 MiB.
+	MaxBatchBytes int
+
 	// Producer, if set, is a started producer the caller built and owns: the sender uses it
 	// and never shuts it down, and the fields above but Topic are ignored.
 	Producer rocketmq.Producer
@@ -87,6 +95,7 @@ type RocketMQSender struct {
 	producer  rocketmq.Producer
 	topic     string
 	timeout   time.Duration
+	maxBatch  int
 	owned     bool
 	closeOnce sync.Once
 	closeErr  error
@@ -101,7 +110,10 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	}
 	timeout := cmp.Or(cfg.SendTimeout, SendTimeoutDefault)
 	attempts := cmp.Or(cfg.SendAttempts, SendAttemptsDefault)
+	maxBatch := cmp.Or(cfg.MaxBatchBytes, MaxBatchBytesDefault)
 	switch {
+	case maxBatch < 0 || maxBatch > 4<<20:
+		return nil, fmt.Errorf("%w: MaxBatchBytes must be between 1 and 4 MiB (the broker's limit), got %d", ErrInvalidConfig, maxBatch)
 	case timeout < 0:
 		return nil, fmt.Errorf("%w: SendTimeout must be positive, got %s", ErrInvalidConfig, timeout)
 	case attempts < 0:
@@ -111,7 +123,7 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 		clientLogs.Store(cfg.Logger)
 	}
 
-	s := &RocketMQSender{producer: cfg.Producer, topic: topic, timeout: timeout}
+	s := &RocketMQSender{producer: cfg.Producer, topic: topic, timeout: timeout, maxBatch: maxBatch}
 	if s.producer != nil {
 		return s, nil
 	}
@@ -165,6 +177,67 @@ func (s *RocketMQSender) Send(ctx context.Context, ev Event) error {
 		return fmt.Errorf("rocketmq: send not confirmed: status %d (%s)", res.Status, sendStatusName(res.Status))
 	}
 	return nil
+}
+
+// SendBatch implements [BatchSender]: the events go in as few sends as fit under
+// MaxBatchBytes, each confirmed as a whole. If the broker refuses a batch as illegal (one of
+// its messages is), its events are sent one by one, so that only the illegal one is
+// dead-lettered. Messages of a batch carry no client message id: consumers deduplicate on the
+// eventId property, as they should anyway.
+func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	errs := make([]error, len(evs))
+	for start := 0; start < len(evs); {
+		end, size := start, 0
+		for end < len(evs) && end-start < maxBatchMessages {
+			n := messageSize(evs[end])
+			if end > start && size+n > s.maxBatch {
+				break
+			}
+			size += n
+			end++
+		}
+		chunk := evs[start:end]
+		if ctx.Err() != nil {
+			fill(errs[start:end], errNotSent)
+		} else if err := s.sendChunk(ctx, chunk); err != nil && IsPermanent(err) && len(chunk) > 1 {
+			for i, ev := range chunk {
+				errs[start+i] = s.Send(ctx, ev)
+			}
+		} else {
+			fill(errs[start:end], err)
+		}
+		start = end
+	}
+	return errs
+}
+
+func (s *RocketMQSender) sendChunk(ctx context.Context, evs []Event) error {
+	msgs := make([]*primitive.Message, len(evs))
+	for i, ev := range evs {
+		msgs[i] = s.Message(ev)
+	}
+	res, err := s.producer.SendSync(ctx, msgs...)
+	if err != nil {
+		return classifySendError(err)
+	}
+	if res.Status != primitive.SendOK {
+		return fmt.Errorf("rocketmq: batch send not confirmed: status %d (%s)", res.Status, sendStatusName(res.Status))
+	}
+	return nil
+}
+
+// messageSize estimates an event's encoded size in a batch: body, properties, and the
+// per-message header.
+func messageSize(ev Event) int {
+	return len(ev.Payload) + 2*len(ev.BizNo) + 2*len(ev.EventType) + 20 + 128
+}
+
+func fill(errs []error, err error) {
+	for i := range errs {
+		errs[i] = err
+	}
 }
 
 // Close shuts down the producer if the sender built it. It is safe to call more than once.

@@ -161,6 +161,7 @@ func TestRocketMQSenderRejectsBadConfig(t *testing.T) {
 		{"NegativeSendTimeout", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendTimeout: -time.Second}, "SendTimeout"},
 		{"NegativeAttempts", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendAttempts: -1}, "SendAttempts"},
 		{"BadNameServer", outbox.RocketMQConfig{NameServers: []string{"not an address"}}, "NameServers"},
+		{"BatchOverBrokerLimit", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, MaxBatchBytes: 5 << 20}, "MaxBatchBytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -231,17 +232,76 @@ func TestRocketMQNoRouteIsTransient(t *testing.T) {
 	assert.NotEmpty(t, clientLogs.atLeast(slog.LevelDebug), "the client's logs were routed to the sender's logger")
 }
 
-// fakeProducer answers SendSync with a fixed result, for the classification logic alone.
+// fakeProducer answers SendSync with a fixed result (or respond's), for the classification
+// and batching logic alone.
 type fakeProducer struct {
 	rocketmq.Producer
-	res  *primitive.SendResult
-	err  error
-	msgs []*primitive.Message
+	res     *primitive.SendResult
+	err     error
+	respond func(msgs []*primitive.Message) (*primitive.SendResult, error)
+	msgs    []*primitive.Message
+	calls   []int // messages per call
 }
 
 func (f *fakeProducer) SendSync(_ context.Context, msgs ...*primitive.Message) (*primitive.SendResult, error) {
 	f.msgs = append(f.msgs, msgs...)
+	f.calls = append(f.calls, len(msgs))
+	if f.respond != nil {
+		return f.respond(msgs)
+	}
 	return f.res, f.err
+}
+
+// SendBatch packs events into as few sends as fit under MaxBatchBytes.
+func TestRocketMQSendBatchChunksBySize(t *testing.T) {
+	t.Parallel()
+	fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
+	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: fp, Topic: "T", MaxBatchBytes: 1 << 20})
+	require.NoError(t, err)
+	evs := make([]outbox.Event, 5)
+	for i := range evs {
+		evs[i] = outbox.Event{ID: int64(i + 1), BizNo: "ORD", EventType: "E", Payload: make([]byte, 400<<10)}
+	}
+	errs := s.SendBatch(context.Background(), evs)
+	assert.Equal(t, []error{nil, nil, nil, nil, nil}, errs)
+	assert.Equal(t, []int{2, 2, 1}, fp.calls, "400 KiB events, 1 MiB batches")
+	for i, m := range fp.msgs {
+		assert.Equal(t, strconv.Itoa(i+1), m.GetProperty(outbox.PropertyEventID), "order kept")
+	}
+}
+
+// A batch the broker refuses as illegal is sent again one by one, so that only the illegal
+// event is dead-lettered; a transient error fails the whole batch, to be retried.
+func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
+	t.Parallel()
+	illegal := errors.New("CODE: 13, DESC: the message is illegal")
+	fp := &fakeProducer{respond: func(msgs []*primitive.Message) (*primitive.SendResult, error) {
+		for _, m := range msgs {
+			if m.GetProperty(outbox.PropertyEventID) == "2" {
+				return &primitive.SendResult{Status: primitive.SendUnknownError}, illegal
+			}
+		}
+		return &primitive.SendResult{Status: primitive.SendOK}, nil
+	}}
+	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: fp, Topic: "T"})
+	require.NoError(t, err)
+	evs := []outbox.Event{{ID: 1, BizNo: "A", EventType: "E"}, {ID: 2, BizNo: "B", EventType: "E"}, {ID: 3, BizNo: "C", EventType: "E"}}
+	errs := s.SendBatch(context.Background(), evs)
+	require.Len(t, errs, 3)
+	assert.NoError(t, errs[0])
+	assert.True(t, outbox.IsPermanent(errs[1]))
+	assert.NoError(t, errs[2])
+	assert.Equal(t, []int{3, 1, 1, 1}, fp.calls)
+
+	fp = &fakeProducer{err: errors.New("CODE: 14, DESC: service not available now")}
+	s, err = outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: fp, Topic: "T"})
+	require.NoError(t, err)
+	errs = s.SendBatch(context.Background(), evs)
+	for _, err := range errs {
+		require.ErrorContains(t, err, "CODE: 14")
+		assert.False(t, outbox.IsPermanent(err))
+	}
+	assert.Equal(t, []int{3}, fp.calls, "transient: no one-by-one resend")
 }
 
 func TestRocketMQSendOutcomes(t *testing.T) {

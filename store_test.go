@@ -233,6 +233,88 @@ func storeConformance(t *testing.T, h storeHarness) {
 		assert.Equal(t, 0, got.RetryCount)
 	})
 
+	t.Run("ClaimDueTakesDueWaitRowsOldestFirst", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ids := b.insert(t, 5)
+		for i, id := range ids {
+			b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? SECOND) WHERE id = ?", 100-i*10, id)
+		}
+		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 MINUTE) WHERE id = ?", ids[4])
+		b.exec(t, "UPDATE {t} SET status = 'FAIL' WHERE id = ?", ids[0])
+
+		evs, err := s.ClaimDue(ctx, owner, 2)
+		require.NoError(t, err)
+		require.Len(t, evs, 2)
+		assert.Equal(t, []int64{ids[1], ids[2]}, []int64{evs[0].ID, evs[1].ID})
+		for _, ev := range evs {
+			assert.Equal(t, outbox.StatusSending, ev.Status)
+			assert.NotEmpty(t, ev.Payload)
+			got := b.get(t, ev.ID)
+			assert.Equal(t, outbox.StatusSending, got.Status)
+			assert.Equal(t, owner, got.ClaimOwner)
+			assert.InDelta(t, 0, b.secondsFromNow(t, ev.ID, "claimed_at"), 1)
+		}
+		evs, err = s.ClaimDue(ctx, other, 10)
+		require.NoError(t, err)
+		require.Len(t, evs, 1, "the FAIL row and the row not yet due are not claimed")
+		assert.Equal(t, ids[3], evs[0].ID)
+	})
+
+	t.Run("ConcurrentClaimDueNeverOverlaps", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ids := b.insert(t, 400)
+		var mu sync.Mutex
+		claimedBy := map[int64]string{}
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				me := fmt.Sprintf("owner-%d", i)
+				for {
+					evs, err := s.ClaimDue(ctx, me, 7)
+					if !assert.NoError(t, err) || len(evs) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, ev := range evs {
+						if prev, dup := claimedBy[ev.ID]; dup {
+							t.Errorf("event %d claimed by %s and %s", ev.ID, prev, me)
+						}
+						claimedBy[ev.ID] = me
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		assert.Len(t, claimedBy, len(ids), "every row claimed exactly once")
+		for id, me := range claimedBy {
+			if got := b.get(t, id); got.ClaimOwner != me {
+				t.Fatalf("event %d: claim_owner %q, claimed by %q", id, got.ClaimOwner, me)
+			}
+		}
+	})
+
+	t.Run("MarkSuccessBatchOnlyUnderOwnLease", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		b.insert(t, 3)
+		mine, err := s.ClaimDue(ctx, owner, 2)
+		require.NoError(t, err)
+		theirs, err := s.ClaimDue(ctx, other, 1)
+		require.NoError(t, err)
+		n, err := s.MarkSuccessBatch(ctx, []int64{mine[0].ID, mine[1].ID, theirs[0].ID}, owner)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), n)
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, mine[0].ID).Status)
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, mine[1].ID).Status)
+		assert.Equal(t, outbox.StatusSending, b.get(t, theirs[0].ID).Status, "another owner's lease is left alone")
+		n, err = s.MarkSuccessBatch(ctx, nil, owner)
+		require.NoError(t, err)
+		assert.Zero(t, n)
+	})
+
 	t.Run("ReclaimJudgedByClaimedAtOnly", func(t *testing.T) {
 		t.Parallel()
 		s, b := h.new(t)
