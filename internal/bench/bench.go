@@ -1,0 +1,490 @@
+// Package bench measures the publisher on real servers: how fast K instances drain a backlog
+// in each claim mode, and how long an event waits between its commit and its send. The
+// benchmark program (cmd/outbox-bench) prints its results as a table; the package's go test
+// benchmarks run the same code.
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/go-outbox/outbox"
+)
+
+// Env is the database a run uses.
+type Env struct {
+	DSN string
+}
+
+// open returns a new pool, as a separate instance would have.
+func (e Env) open() (*sql.DB, error) {
+	cfg, err := mysql.ParseDSN(e.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("parse DSN: %w", err)
+	}
+	cfg.ParseTime = true
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxIdleConns(16)
+	return db, nil
+}
+
+// SenderFactory makes instance i's sender and a function that closes it.
+type SenderFactory func(i int) (outbox.Sender, func(), error)
+
+// NopSender is a sender that does nothing: it measures the publisher and the database alone.
+func NopSender(int) (outbox.Sender, func(), error) {
+	return outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), func() {}, nil
+}
+
+// Drain is one drain measurement.
+type Drain struct {
+	Mode      outbox.ClaimMode
+	Instances int
+	Events    int
+	Sender    SenderFactory
+	BatchSize int // 0: the mode's default
+}
+
+// DrainResult is what a drain measured.
+type DrainResult struct {
+	Elapsed     time.Duration
+	Statements  int64 // statements the server ran for the publishers (its Questions counter)
+	LockRetries int64 // statements run again after a deadlock or lock wait timeout
+	Errors      int64 // error-level log records: what the user would see
+}
+
+// EventsPerSecond is the drain rate.
+func (r DrainResult) EventsPerSecond(events int) float64 {
+	return float64(events) / r.Elapsed.Seconds()
+}
+
+// table is a fresh outbox table, dropped by drop.
+type table struct {
+	db    *sql.DB
+	store *outbox.MySQLStore
+	name  string
+}
+
+var tableSeq atomic.Int64
+
+func newTable(ctx context.Context, env Env) (*table, error) {
+	db, err := env.open()
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("bench_event_%d_%d", time.Now().UnixNano()%1e9, tableSeq.Add(1))
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name})
+	if err == nil {
+		err = store.CreateSchema(ctx)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &table{db: db, store: store, name: name}, nil
+}
+
+func (t *table) drop() {
+	_, _ = t.db.Exec("DROP TABLE IF EXISTS `" + t.name + "`")
+	_ = t.db.Close()
+}
+
+// fill inserts n due WAIT events with 100-byte payloads, 1,000 rows a statement.
+func (t *table) fill(ctx context.Context, n int) error {
+	const chunk = 1000
+	payload := strings.Repeat("x", 100)
+	for done := 0; done < n; done += chunk {
+		rows := min(chunk, n-done)
+		var q strings.Builder
+		q.WriteString("INSERT INTO `" + t.name + "` (biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) VALUES ")
+		args := make([]any, 0, rows*2)
+		for i := range rows {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteString("(?, 'BENCH', ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))")
+			args = append(args, fmt.Sprint("ORD-", done+i), payload)
+		}
+		if _, err := t.db.ExecContext(ctx, q.String(), args...); err != nil {
+			return fmt.Errorf("fill: %w", err)
+		}
+	}
+	return nil
+}
+
+// pending counts the rows not yet SUCCESS (cheap once few are left: idx_status_next_retry).
+func (t *table) pending(ctx context.Context) (int, error) {
+	var n int
+	err := t.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+t.name+"` WHERE status IN ('WAIT', 'SENDING')").Scan(&n)
+	return n, err
+}
+
+func questions(ctx context.Context, db *sql.DB) (int64, error) {
+	var name string
+	var n int64
+	err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n)
+	return n, err
+}
+
+// errorCounter is a slog handler that counts error records and drops the rest.
+type errorCounter struct{ n atomic.Int64 }
+
+func (c *errorCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+func (c *errorCounter) Handle(context.Context, slog.Record) error    { c.n.Add(1); return nil }
+func (c *errorCounter) WithAttrs([]slog.Attr) slog.Handler           { return c }
+func (c *errorCounter) WithGroup(string) slog.Handler                { return c }
+
+// instance is one running publisher with its own pool and sender.
+type instance struct {
+	db    *sql.DB
+	store *outbox.MySQLStore
+	pub   *outbox.Publisher
+	close func()
+}
+
+func startInstances(env Env, name string, k int, mode outbox.ClaimMode, batch int, poll time.Duration,
+	senders SenderFactory, errs *errorCounter) ([]*instance, error) {
+	var out []*instance
+	for i := range k {
+		db, err := env.open()
+		if err != nil {
+			return out, err
+		}
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name})
+		if err != nil {
+			_ = db.Close()
+			return out, err
+		}
+		sender, closeSender, err := senders(i)
+		if err != nil {
+			_ = db.Close()
+			return out, err
+		}
+		pub, err := outbox.NewPublisher(store, sender, outbox.Config{
+			ClaimMode:    mode,
+			BatchSize:    batch,
+			InstanceID:   fmt.Sprintf("bench-%d-%s", i, outbox.DefaultInstanceID()),
+			PollInterval: poll,
+			Logger:       slog.New(errs),
+		})
+		if err != nil {
+			closeSender()
+			_ = db.Close()
+			return out, err
+		}
+		out = append(out, &instance{db: db, store: store, pub: pub, close: func() { closeSender(); _ = db.Close() }})
+	}
+	return out, nil
+}
+
+// run starts every instance's publisher and returns a function that stops them and waits.
+func run(instances []*instance) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, in := range instances {
+		wg.Go(func() { _ = in.pub.Run(ctx) })
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		for _, in := range instances {
+			in.close()
+		}
+	}
+}
+
+// counting wraps each sender so that every successful send adds to n.
+func counting(f SenderFactory, n *atomic.Int64) SenderFactory {
+	return func(i int) (outbox.Sender, func(), error) {
+		s, closeFn, err := f(i)
+		if err != nil {
+			return nil, nil, err
+		}
+		c := countingSender{s: s, n: n}
+		if bs, ok := s.(outbox.BatchSender); ok {
+			return countingBatchSender{countingSender: c, bs: bs}, closeFn, nil
+		}
+		return c, closeFn, nil
+	}
+}
+
+type countingSender struct {
+	s outbox.Sender
+	n *atomic.Int64
+}
+
+func (c countingSender) Send(ctx context.Context, ev outbox.Event) error {
+	err := c.s.Send(ctx, ev)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return err
+}
+
+type countingBatchSender struct {
+	countingSender
+	bs outbox.BatchSender
+}
+
+func (c countingBatchSender) SendBatch(ctx context.Context, evs []outbox.Event) []error {
+	errs := c.bs.SendBatch(ctx, evs)
+	for _, err := range errs {
+		if err == nil {
+			c.n.Add(1)
+		}
+	}
+	return errs
+}
+
+// Run drains d.Events pre-inserted events with d.Instances publishers.
+func (d Drain) Run(ctx context.Context, env Env) (DrainResult, error) {
+	var res DrainResult
+	t, err := newTable(ctx, env)
+	if err != nil {
+		return res, err
+	}
+	defer t.drop()
+	if err := t.fill(ctx, d.Events); err != nil {
+		return res, err
+	}
+	errs := &errorCounter{}
+	var sent atomic.Int64
+	instances, err := startInstances(env, t.name, d.Instances, d.Mode, d.BatchSize, 10*time.Millisecond, counting(d.Sender, &sent), errs)
+	if err != nil {
+		for _, in := range instances {
+			in.close()
+		}
+		return res, err
+	}
+	q0, err := questions(ctx, t.db)
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	stop := run(instances)
+	// Counting the table's pending rows while most are pending would load the database as
+	// much as the publishers do: wait for the sends first, then for the last acks.
+	for sent.Load() < int64(d.Events) {
+		time.Sleep(time.Millisecond)
+	}
+	polls := int64(0)
+	for {
+		left, err := t.pending(ctx)
+		polls++
+		if err != nil {
+			stop()
+			return res, err
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res.Elapsed = time.Since(start)
+	for _, in := range instances {
+		res.LockRetries += in.store.LockRetries()
+	}
+	stop()
+	q1, err := questions(ctx, t.db)
+	if err != nil {
+		return res, err
+	}
+	// The server's counter also saw this harness's polls and the counter reads themselves.
+	res.Statements = q1 - q0 - polls - 1
+	res.Errors = errs.n.Load()
+	return res, nil
+}
+
+// Latency is one commit-to-send latency measurement: events committed one at a time at a
+// steady rate through the instances' stores (round robin, as each instance's order API
+// writes through its own), while the publishers run with the given poll interval.
+type Latency struct {
+	Mode      outbox.ClaimMode
+	Instances int
+	Events    int
+	Rate      int  // commits per second
+	WakeUp    bool // commit through Tx.Commit (wakes the local publisher), or commit the *sql.Tx directly
+	Poll      time.Duration
+}
+
+// LatencyResult holds the latency of every event, sorted.
+type LatencyResult struct {
+	Sorted []time.Duration
+}
+
+// Quantile returns the q-quantile (0 < q <= 1).
+func (r LatencyResult) Quantile(q float64) time.Duration {
+	if len(r.Sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(r.Sorted))+0.5) - 1
+	return r.Sorted[min(max(i, 0), len(r.Sorted)-1)]
+}
+
+// Run commits l.Events events and measures, for each, the time from just before its commit
+// to the moment the sender was called with it.
+func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
+	var res LatencyResult
+	t, err := newTable(ctx, env)
+	if err != nil {
+		return res, err
+	}
+	defer t.drop()
+
+	var mu sync.Mutex
+	sentAt := make(map[int64]time.Time, l.Events)
+	senders := func(int) (outbox.Sender, func(), error) {
+		return outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+			now := time.Now()
+			mu.Lock()
+			if _, ok := sentAt[ev.ID]; !ok {
+				sentAt[ev.ID] = now
+			}
+			mu.Unlock()
+			return nil
+		}), func() {}, nil
+	}
+	errs := &errorCounter{}
+	instances, err := startInstances(env, t.name, l.Instances, l.Mode, 0, l.Poll, senders, errs)
+	if err != nil {
+		for _, in := range instances {
+			in.close()
+		}
+		return res, err
+	}
+	stop := run(instances)
+	defer stop()
+
+	committedAt := make(map[int64]time.Time, l.Events)
+	tick := time.NewTicker(time.Second / time.Duration(l.Rate))
+	defer tick.Stop()
+	for i := range l.Events {
+		<-tick.C
+		store := instances[i%len(instances)].store
+		id, at, err := commitOne(ctx, store, i, l.WakeUp)
+		if err != nil {
+			return res, err
+		}
+		committedAt[id] = at
+	}
+	deadline := time.Now().Add(time.Minute + 2*l.Poll)
+	for {
+		mu.Lock()
+		n := len(sentAt)
+		mu.Unlock()
+		if n >= l.Events {
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("latency: %d of %d events sent", n, l.Events)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range committedAt {
+		res.Sorted = append(res.Sorted, sentAt[id].Sub(c))
+	}
+	slices.Sort(res.Sorted)
+	return res, nil
+}
+
+// commitOne writes one event in its own transaction and returns its id and the moment just
+// before the commit.
+func commitOne(ctx context.Context, store *outbox.MySQLStore, i int, wake bool) (int64, time.Time, error) {
+	tx, err := store.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: fmt.Sprint("ORD-", i), EventType: "BENCH", Payload: []byte(`{}`)})
+	if err != nil {
+		_ = tx.Rollback()
+		return 0, time.Time{}, err
+	}
+	at := time.Now()
+	if wake {
+		err = tx.Commit()
+	} else {
+		err = tx.Tx.Commit() // the *sql.Tx itself: no wake-up, the poll finds it
+	}
+	return id, at, err
+}
+
+// ServerVersion returns the database server's version string.
+func ServerVersion(ctx context.Context, env Env) (string, error) {
+	db, err := env.open()
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	var v string
+	err = db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v)
+	return v, err
+}
+
+// Backlog drains a large backlog with one batch-mode instance, sampling the heap: the
+// publisher holds one claimed batch at a time, so its memory must not grow with the backlog.
+type Backlog struct {
+	Events int
+}
+
+// BacklogResult is what a backlog drain measured.
+type BacklogResult struct {
+	Elapsed            time.Duration
+	HeapStart, HeapMax uint64 // bytes in use, after a GC at the start, and the most seen
+}
+
+// Run fills the backlog, then drains it.
+func (bl Backlog) Run(ctx context.Context, env Env) (BacklogResult, error) {
+	var res BacklogResult
+	t, err := newTable(ctx, env)
+	if err != nil {
+		return res, err
+	}
+	defer t.drop()
+	if err := t.fill(ctx, bl.Events); err != nil {
+		return res, err
+	}
+	errs := &errorCounter{}
+	instances, err := startInstances(env, t.name, 1, outbox.ClaimBatch, 0, 10*time.Millisecond, NopSender, errs)
+	if err != nil {
+		return res, err
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.HeapStart, res.HeapMax = ms.HeapInuse, ms.HeapInuse
+	start := time.Now()
+	stop := run(instances)
+	defer stop()
+	for {
+		runtime.ReadMemStats(&ms)
+		res.HeapMax = max(res.HeapMax, ms.HeapInuse)
+		left, err := t.pending(ctx)
+		if err != nil {
+			return res, err
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	res.Elapsed = time.Since(start)
+	if n := errs.n.Load(); n > 0 {
+		return res, fmt.Errorf("backlog: %d errors logged", n)
+	}
+	return res, nil
+}

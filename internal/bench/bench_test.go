@@ -1,0 +1,61 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/bench"
+	"github.com/go-outbox/outbox/internal/testsvc"
+)
+
+// BenchmarkDrain drains 5,000 (batch) or 1,000 (per-row) pre-inserted events per op with a
+// no-op sender, in each claim mode, with 1, 3 and 8 instances, side by side:
+//
+//	OUTBOX_TEST_MYSQL_DSN=... go test -run '^$' -bench Drain ./internal/bench
+func BenchmarkDrain(b *testing.B) {
+	env := bench.Env{DSN: testsvc.MySQLDSN(b)}
+	for _, mode := range []outbox.ClaimMode{outbox.ClaimPerRow, outbox.ClaimBatch} {
+		events := 5000
+		if mode == outbox.ClaimPerRow {
+			events = 1000
+		}
+		for _, k := range []int{1, 3, 8} {
+			b.Run(fmt.Sprintf("mode=%s/instances=%d", mode, k), func(b *testing.B) {
+				var total float64
+				var stmts int64
+				for b.Loop() {
+					res, err := bench.Drain{Mode: mode, Instances: k, Events: events, Sender: bench.NopSender}.Run(context.Background(), env)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res.Errors > 0 {
+						b.Fatalf("%d errors surfaced", res.Errors)
+					}
+					total += res.Elapsed.Seconds()
+					stmts += res.Statements
+				}
+				b.ReportMetric(float64(events*b.N)/total, "events/s")
+				b.ReportMetric(float64(stmts)/float64(events*b.N), "stmts/event")
+			})
+		}
+	}
+}
+
+// BenchmarkCommitToSend measures the time from commit to send with the wake-up on commit.
+func BenchmarkCommitToSend(b *testing.B) {
+	env := bench.Env{DSN: testsvc.MySQLDSN(b)}
+	for _, mode := range []outbox.ClaimMode{outbox.ClaimPerRow, outbox.ClaimBatch} {
+		b.Run("mode="+mode.String(), func(b *testing.B) {
+			for b.Loop() {
+				res, err := bench.Latency{Mode: mode, Instances: 3, Events: 200, Rate: 200, WakeUp: true, Poll: outbox.PollIntervalDefault}.Run(context.Background(), env)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(res.Quantile(0.5).Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(res.Quantile(0.99).Microseconds())/1000, "p99-ms")
+			}
+		})
+	}
+}
