@@ -97,14 +97,11 @@ func (p *Publisher) round(ctx context.Context) (stats RoundStats, limit int, err
 func (p *Publisher) publishPerRow(ctx context.Context) (RoundStats, int, error) {
 	var stats RoundStats
 	limit := p.cfg.BatchSize
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
-	candidates, err := p.store.Candidates(sctx, limit)
-	cancel()
+	candidates, err := p.fetch(ctx, "select candidates", func(ctx context.Context) ([]Event, error) {
+		return p.store.Candidates(ctx, limit)
+	})
 	if err != nil {
-		if ctx.Err() == nil {
-			p.log.ErrorContext(ctx, "outbox: select candidates", slog.Any("error", err))
-		}
-		return stats, limit, fmt.Errorf("outbox: select candidates: %w", err)
+		return stats, limit, err
 	}
 	stats.Candidates = len(candidates)
 	for _, ev := range candidates {
@@ -120,14 +117,11 @@ func (p *Publisher) publishBatch(ctx context.Context) (RoundStats, int, error) {
 	var stats RoundStats
 	owner := p.cfg.InstanceID
 	limit := int(p.limit.Load())
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
-	evs, err := p.store.ClaimDue(sctx, owner, limit)
-	cancel()
+	evs, err := p.fetch(ctx, "claim due events", func(ctx context.Context) ([]Event, error) {
+		return p.store.ClaimDue(ctx, owner, limit)
+	})
 	if err != nil {
-		if ctx.Err() == nil {
-			p.log.ErrorContext(ctx, "outbox: claim due events", slog.Any("error", err))
-		}
-		return stats, limit, fmt.Errorf("outbox: claim due events: %w", err)
+		return stats, limit, err
 	}
 	stats.Candidates = len(evs)
 	if len(evs) == 0 {
@@ -161,7 +155,7 @@ func (p *Publisher) publishBatch(ctx context.Context) (RoundStats, int, error) {
 	if len(sent) == 0 {
 		return stats, limit, nil
 	}
-	sctx, cancel = context.WithTimeout(held, p.cfg.StoreTimeout)
+	sctx, cancel := context.WithTimeout(held, p.cfg.StoreTimeout)
 	n, err := p.store.MarkSuccessBatch(sctx, sent, owner)
 	cancel()
 	stats.Claimed += len(sent)
@@ -181,6 +175,21 @@ func (p *Publisher) publishBatch(ctx context.Context) (RoundStats, int, error) {
 	p.log.InfoContext(ctx, "outbox: events sent", slog.Int64("count", n),
 		slog.Int64("first_event_id", sent[0]), slog.Int64("last_event_id", sent[len(sent)-1]))
 	return stats, limit, nil
+}
+
+// fetch runs a round's first store call within StoreTimeout, logging its error unless ctx
+// has ended (a cancelled context is a shutdown, not an error).
+func (p *Publisher) fetch(ctx context.Context, what string, fn func(context.Context) ([]Event, error)) ([]Event, error) {
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+	defer cancel()
+	evs, err := fn(sctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.ErrorContext(ctx, "outbox: "+what, slog.Any("error", err))
+		}
+		return nil, fmt.Errorf("outbox: %s: %w", what, err)
+	}
+	return evs, nil
 }
 
 // errNotSent marks an event of a batch whose turn never came before the batch's send

@@ -43,8 +43,8 @@ func (m ClaimMode) String() string {
 
 // Defaults, as the design article sets them, and for the batch claim.
 const (
-	BatchSizeDefault       = 20  // per-row mode, as the article
-	BatchSizeBatchDefault  = 500 // batch mode
+	BatchSizeDefault       = 20   // per-row mode, as the article
+	BatchSizeBatchDefault  = 1000 // batch mode
 	PollIntervalDefault    = 5 * time.Second
 	ReclaimIntervalDefault = 60 * time.Second
 	LeaseDefault           = 10 * time.Minute
@@ -70,7 +70,7 @@ type Config struct {
 	// BatchSize is how many events one round claims at most: the candidates the SELECT reads
 	// in per-row mode, the rows one claim takes in batch mode (where the publisher claims
 	// fewer when a batch took more than half of SendTimeout to send, so that it never claims
-	// more than it can send in time). Defaults to 20 in per-row mode, 500 in batch mode.
+	// more than it can send in time). Defaults to 20 in per-row mode, 1000 in batch mode.
 	BatchSize int
 
 	// PollInterval is the pause between the end of one round and the start of the next

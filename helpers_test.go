@@ -327,3 +327,15 @@ func (h *hookStore) Claim(ctx context.Context, ev outbox.Event, owner string) (b
 	}
 	return won, err
 }
+
+// signalRounds wraps store so that the returned channel receives a signal (coalesced) each
+// time a round starts its claim.
+func signalRounds(store outbox.Store) (*hookStore, <-chan struct{}) {
+	started := make(chan struct{}, 1)
+	return &hookStore{Store: store, afterCandidates: func(context.Context, []outbox.Event) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	}}, started
+}

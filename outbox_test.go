@@ -766,13 +766,7 @@ func TestRunShutdownReleasesClaimedUnsentEvents(t *testing.T) {
 func TestRunTwiceIsAnError(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	started := make(chan struct{}, 1)
-	store := &hookStore{Store: b.store, afterCandidates: func(context.Context, []outbox.Event) {
-		select {
-		case started <- struct{}{}:
-		default:
-		}
-	}}
+	store, started := signalRounds(b.store)
 	p := newPublisher(t, store, newRecorder(), fastConfig("p", &logSink{}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -883,13 +877,7 @@ func TestRunDrainsBacklogWithoutWaiting(t *testing.T) {
 func TestCommitWakesThePublisher(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	started := make(chan struct{}, 1)
-	store := &hookStore{Store: b.store, afterCandidates: func(context.Context, []outbox.Event) {
-		select {
-		case started <- struct{}{}:
-		default:
-		}
-	}}
+	store, started := signalRounds(b.store)
 	cfg := fastConfig("p", &logSink{})
 	cfg.PollInterval = time.Hour
 	rec := newRecorder()
