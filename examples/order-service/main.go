@@ -139,8 +139,9 @@ func run(ctx context.Context, o options) (lost int, err error) {
 
 	pubCtx, stopPublishers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	var lostAcks atomic.Int64 // acknowledgements the first instance dropped on purpose
 	for i := range o.instances {
-		p, closeSender, err := newInstance(o, i)
+		p, closeSender, err := newInstance(o, i, &lostAcks)
 		if err != nil {
 			stopPublishers()
 			wg.Wait()
@@ -152,12 +153,17 @@ func run(ctx context.Context, o options) (lost int, err error) {
 		})
 	}
 
-	awarded := 0
+	// Done when every order has its points, every event is published, and every delivery
+	// (the duplicates included) has reached the points service.
+	awarded, published := 0, 0
 	for ctx.Err() == nil {
 		if awarded, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM example_user_points WHERE order_no LIKE ?", prefix); err != nil {
 			break
 		}
-		if awarded >= o.orders {
+		if published, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM t_event_record WHERE status = 'SUCCESS' AND biz_no LIKE ?", prefix); err != nil {
+			break
+		}
+		if awarded >= o.orders && published >= o.orders && points.consumed.Load() >= int64(o.orders)+lostAcks.Load() {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -169,11 +175,6 @@ func run(ctx context.Context, o options) (lost int, err error) {
 		return 0, err
 	}
 
-	published, err := countPrefix(context.Background(), db,
-		"SELECT COUNT(*) FROM t_event_record WHERE status = 'SUCCESS' AND biz_no LIKE ?", prefix)
-	if err != nil {
-		return 0, err
-	}
 	lost = o.orders - awarded
 	fmt.Printf("\nsummary (%d publisher instances, %s)\n", o.instances, elapsed.Round(time.Millisecond))
 	fmt.Printf("  orders created        %6d\n", o.orders)
@@ -182,6 +183,9 @@ func run(ctx context.Context, o options) (lost int, err error) {
 	fmt.Printf("  duplicates suppressed %6d\n", points.duplicates.Load())
 	fmt.Printf("  points awarded        %6d\n", awarded)
 	fmt.Printf("  lost                  %6d\n", lost)
+	if published < o.orders {
+		return lost, fmt.Errorf("%d events still unpublished after %s", o.orders-published, o.timeout)
+	}
 	return lost, nil
 }
 
@@ -226,7 +230,7 @@ func createOrder(ctx context.Context, store *outbox.MySQLStore, orderNo string, 
 
 // newInstance is one instance of the order-service: its own connection pool, producer and
 // publisher, as a separate process would have.
-func newInstance(o options, i int) (*outbox.Publisher, func(), error) {
+func newInstance(o options, i int, lostAcks *atomic.Int64) (*outbox.Publisher, func(), error) {
 	db, err := openDB(o.dsn)
 	if err != nil {
 		return nil, nil, err
@@ -247,7 +251,7 @@ func newInstance(o options, i int) (*outbox.Publisher, func(), error) {
 	}
 	var sender outbox.Sender = rmq
 	if i == 0 && o.duplicate > 0 {
-		sender = &lossyAcks{Sender: rmq, left: int64(o.duplicate)}
+		sender = &lossyAcks{Sender: rmq, left: int64(o.duplicate), lost: lostAcks}
 	}
 	level := slog.LevelError
 	if o.verbose {
@@ -271,10 +275,12 @@ func newInstance(o options, i int) (*outbox.Publisher, func(), error) {
 }
 
 // lossyAcks sends for real, then reports failure for the first few sends: the broker has the
-// message but the publisher believes the send failed, so it sends the event again later.
+// message but the publisher believes the send failed, so it sends the event again later. It
+// is a plain Sender, so its instance sends one event at a time even in batch mode.
 type lossyAcks struct {
 	outbox.Sender
 	left int64
+	lost *atomic.Int64
 	mu   sync.Mutex
 }
 
@@ -286,6 +292,7 @@ func (l *lossyAcks) Send(ctx context.Context, ev outbox.Event) error {
 	defer l.mu.Unlock()
 	if l.left > 0 && ev.RetryCount == 0 {
 		l.left--
+		l.lost.Add(1)
 		return errors.New("acknowledgement lost (simulated)")
 	}
 	return nil
