@@ -352,16 +352,7 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 // it locked, in one READ COMMITTED transaction (no gap locks, so the business transactions'
 // inserts never wait on a claim). A deadlock or lock wait timeout runs it again.
 func (s *MySQLStore) ClaimDue(ctx context.Context, owner string, limit int) ([]Event, error) {
-	for attempt := 1; ; attempt++ {
-		evs, err := s.claimDue(ctx, owner, limit)
-		if err == nil || attempt == maxLockAttempts || !isLockConflict(err) {
-			return evs, err
-		}
-		s.lockRetries.Add(1)
-		if err := pauseAfterConflict(ctx, attempt); err != nil {
-			return nil, s.wrap("claim due events", err)
-		}
-	}
+	return retryOnLockConflict(ctx, s, func() ([]Event, error) { return s.claimDue(ctx, owner, limit) })
 }
 
 func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs []Event, err error) {
@@ -519,25 +510,31 @@ func (s *MySQLStore) execOne(ctx context.Context, op, query string, args ...any)
 	return n == 1, err
 }
 
-// exec runs one autocommit statement and returns the rows it changed. A deadlock or lock
-// wait timeout rolls the statement back whole, so it is run again, up to maxLockAttempts
-// times; every statement here is conditional, so running it again is safe.
+// exec runs one autocommit statement and returns the rows it changed. Every statement here
+// is conditional, so running it again after a lock conflict is safe.
 func (s *MySQLStore) exec(ctx context.Context, op, query string, args ...any) (int64, error) {
-	for attempt := 1; ; attempt++ {
+	n, err := retryOnLockConflict(ctx, s, func() (int64, error) {
 		res, err := s.db.ExecContext(ctx, query, args...)
-		if err == nil {
-			n, err := res.RowsAffected()
-			if err != nil {
-				return 0, fmt.Errorf("outbox: %s: %w", op, err)
-			}
-			return n, nil
+		if err != nil {
+			return 0, err
 		}
-		if attempt == maxLockAttempts || !isLockConflict(err) {
-			return 0, s.wrap(op, err)
+		return res.RowsAffected()
+	})
+	return n, s.wrap(op, err)
+}
+
+// retryOnLockConflict runs fn again, up to maxLockAttempts times in all, while it fails with a
+// deadlock or lock wait timeout: either rolls back the statement (or the transaction) whole,
+// so nothing of the failed try remains. Each retry is counted in s.lockRetries.
+func retryOnLockConflict[T any](ctx context.Context, s *MySQLStore, fn func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := fn()
+		if err == nil || attempt == maxLockAttempts || !isLockConflict(err) {
+			return v, err
 		}
 		s.lockRetries.Add(1)
-		if perr := pauseAfterConflict(ctx, attempt); perr != nil {
-			return 0, s.wrap(op, err)
+		if pauseAfterConflict(ctx, attempt) != nil {
+			return v, err
 		}
 	}
 }

@@ -206,6 +206,29 @@ func run(instances []*instance) (stop func()) {
 	}
 }
 
+// backlog makes a fresh table holding n due events and k publisher instances on it, not yet
+// running. On error it leaves nothing behind.
+func backlog(ctx context.Context, env Env, n, k int, mode outbox.ClaimMode, batch int, senders SenderFactory) (*table, []*instance, *errorCounter, error) {
+	t, err := newTable(ctx, env)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := t.fill(ctx, n); err != nil {
+		t.drop()
+		return nil, nil, nil, err
+	}
+	errs := &errorCounter{}
+	instances, err := startInstances(env, t.name, k, mode, batch, 10*time.Millisecond, senders, errs)
+	if err != nil {
+		for _, in := range instances {
+			in.close()
+		}
+		t.drop()
+		return nil, nil, nil, err
+	}
+	return t, instances, errs, nil
+}
+
 // counting wraps each sender so that every successful send adds to n.
 func counting(f SenderFactory, n *atomic.Int64) SenderFactory {
 	return func(i int) (outbox.Sender, func(), error) {
@@ -252,23 +275,12 @@ func (c countingBatchSender) SendBatch(ctx context.Context, evs []outbox.Event) 
 // Run drains d.Events pre-inserted events with d.Instances publishers.
 func (d Drain) Run(ctx context.Context, env Env) (DrainResult, error) {
 	var res DrainResult
-	t, err := newTable(ctx, env)
+	var sent atomic.Int64
+	t, instances, errs, err := backlog(ctx, env, d.Events, d.Instances, d.Mode, d.BatchSize, counting(d.Sender, &sent))
 	if err != nil {
 		return res, err
 	}
 	defer t.drop()
-	if err := t.fill(ctx, d.Events); err != nil {
-		return res, err
-	}
-	errs := &errorCounter{}
-	var sent atomic.Int64
-	instances, err := startInstances(env, t.name, d.Instances, d.Mode, d.BatchSize, 10*time.Millisecond, counting(d.Sender, &sent), errs)
-	if err != nil {
-		for _, in := range instances {
-			in.close()
-		}
-		return res, err
-	}
 	q0, err := questions(ctx, t.db)
 	if err != nil {
 		return res, err
@@ -450,19 +462,11 @@ type BacklogResult struct {
 // Run fills the backlog, then drains it.
 func (bl Backlog) Run(ctx context.Context, env Env) (BacklogResult, error) {
 	var res BacklogResult
-	t, err := newTable(ctx, env)
+	t, instances, errs, err := backlog(ctx, env, bl.Events, 1, outbox.ClaimBatch, 0, NopSender)
 	if err != nil {
 		return res, err
 	}
 	defer t.drop()
-	if err := t.fill(ctx, bl.Events); err != nil {
-		return res, err
-	}
-	errs := &errorCounter{}
-	instances, err := startInstances(env, t.name, 1, outbox.ClaimBatch, 0, 10*time.Millisecond, NopSender, errs)
-	if err != nil {
-		return res, err
-	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
