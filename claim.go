@@ -26,7 +26,8 @@ type RoundStats struct {
 type outcome int
 
 const (
-	outcomeError outcome = iota
+	outcomeError       outcome = iota // claimed, but the outcome could not be recorded (or a panic)
+	outcomeClaimFailed                // the claim itself failed
 	outcomeLost
 	outcomeSent
 	outcomeRetried
@@ -35,14 +36,16 @@ const (
 	outcomeLeaseLost
 )
 
+// claimed reports whether the candidate's claim was won.
+func (o outcome) claimed() bool { return o != outcomeLost && o != outcomeClaimFailed }
+
+// add counts o; Claimed is counted by the caller, who knows how the claim was made.
 func (s *RoundStats) add(o outcome) {
 	switch o {
+	case outcomeError, outcomeClaimFailed:
+		s.Errors++
 	case outcomeLost:
 		s.Lost++
-		return
-	case outcomeError:
-		s.Errors++
-		return
 	case outcomeSent:
 		s.Sent++
 	case outcomeRetried:
@@ -54,7 +57,6 @@ func (s *RoundStats) add(o outcome) {
 	case outcomeLeaseLost:
 		s.LeaseLost++
 	}
-	s.Claimed++
 }
 
 // drained reports whether a round claimed all it could and recorded every claim as sent (or
@@ -108,7 +110,11 @@ func (p *Publisher) publishPerRow(ctx context.Context) (RoundStats, int, error) 
 		if ctx.Err() != nil {
 			break
 		}
-		stats.add(p.claimAndPublishSafe(ctx, ev))
+		o := p.claimAndPublishSafe(ctx, ev)
+		stats.add(o)
+		if o.claimed() {
+			stats.Claimed++
+		}
 	}
 	return stats, limit, nil
 }
@@ -123,7 +129,7 @@ func (p *Publisher) publishBatch(ctx context.Context) (RoundStats, int, error) {
 	if err != nil {
 		return stats, limit, err
 	}
-	stats.Candidates = len(evs)
+	stats.Candidates, stats.Claimed = len(evs), len(evs)
 	if len(evs) == 0 {
 		return stats, limit, nil
 	}
@@ -158,7 +164,6 @@ func (p *Publisher) publishBatch(ctx context.Context) (RoundStats, int, error) {
 	sctx, cancel := context.WithTimeout(held, p.cfg.StoreTimeout)
 	n, err := p.store.MarkSuccessBatch(sctx, sent, owner)
 	cancel()
-	stats.Claimed += len(sent)
 	if err != nil {
 		// Sent, but the rows stay SENDING: they will be sent again after the lease.
 		p.log.ErrorContext(ctx, "outbox: events sent but not marked SUCCESS; they will be sent again after the lease",
@@ -269,7 +274,7 @@ func (p *Publisher) claimAndPublish(ctx context.Context, ev Event) outcome {
 		if ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "outbox: claim", slog.Int64("event_id", ev.ID), slog.Any("error", err))
 		}
-		return outcomeError
+		return outcomeClaimFailed
 	}
 	if !won {
 		// Normal with several instances: the SELECT only found a candidate.

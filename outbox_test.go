@@ -425,6 +425,7 @@ func TestOneEventNeverAbortsTheRound(t *testing.T) {
 	p := newPublisher(t, store, rec, fastConfig("p", logs))
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
+	assert.Equal(t, 4, stats.Claimed, "every claim was won, recorded or not")
 	assert.Equal(t, 2, stats.Sent)
 	assert.Equal(t, 1, stats.Retried, "a panic in the sender is a failed attempt")
 	assert.Equal(t, 1, stats.Errors)
@@ -457,6 +458,7 @@ func TestClaimErrorIsLoggedAndTheNextRoundRecovers(t *testing.T) {
 	if testClaimMode == outbox.ClaimPerRow {
 		require.NoError(t, err, "per row, a claim error is one event's")
 		assert.Equal(t, 3, stats.Errors)
+		assert.Zero(t, stats.Claimed)
 	} else {
 		require.ErrorContains(t, err, "connection reset", "a batch claim error is the round's")
 	}
