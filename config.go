@@ -52,15 +52,17 @@ const (
 	SendTimeoutDefault     = 3 * time.Second
 	StoreTimeoutDefault    = 5 * time.Second
 
-	// maxInstanceIDLen is the width of the claim_owner column.
-	maxInstanceIDLen = 128
+	// maxInstanceIDLen is the width of the claim_owner column, in characters.
+	maxInstanceIDLen = 64
 )
 
 // Config configures a [Publisher]. A zero field takes its default; a negative one is an error.
 type Config struct {
 	// InstanceID is written to claim_owner to say which instance holds a lease. It must be
 	// unique among the instances running at once (and should differ across restarts, so a
-	// restarted instance never mistakes an old lease for its own). At most 128 characters.
+	// restarted instance never mistakes an old lease for its own). At most 64 characters;
+	// ASCII ids, like the default, fill claim_owner exactly, so a claim rewrites the row in
+	// place (see schema.sql).
 	// Defaults to [DefaultInstanceID]().
 	InstanceID string
 
@@ -167,12 +169,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: SendTimeout (%s) must be at most a tenth of Lease (%s), or a slow send outlives its lease and is sent twice",
 			ErrInvalidConfig, c.SendTimeout, c.Lease)
 	}
-	if len(c.InstanceID) > maxInstanceIDLen {
-		return fmt.Errorf("%w: InstanceID is %d bytes, at most %d fit in claim_owner",
-			ErrInvalidConfig, len(c.InstanceID), maxInstanceIDLen)
-	}
 	if !utf8.ValidString(c.InstanceID) || strings.TrimSpace(c.InstanceID) != c.InstanceID {
 		return fmt.Errorf("%w: InstanceID %q must be valid UTF-8 without surrounding spaces", ErrInvalidConfig, c.InstanceID)
+	}
+	if n := utf8.RuneCountInString(c.InstanceID); n > maxInstanceIDLen {
+		return fmt.Errorf("%w: InstanceID is %d characters, at most %d fit in claim_owner",
+			ErrInvalidConfig, n, maxInstanceIDLen)
 	}
 	return nil
 }
@@ -191,10 +193,11 @@ func DefaultInstanceID() string {
 		}
 		return r
 	}, host)
-	if len(host) > 64 {
-		host = host[:64]
+	tail := "-" + strconv.Itoa(os.Getpid()) + "-" + randomSuffix()
+	if room := maxInstanceIDLen - len(tail); len(host) > room {
+		host = strings.ToValidUTF8(host[:room], "")
 	}
-	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + randomSuffix()
+	return host + tail
 }
 
 func randomSuffix() string {

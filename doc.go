@@ -17,15 +17,18 @@
 // Several instances scan the same table, and an instance owns a row only when its own claim
 // changed it. In the default batch mode ([ClaimBatch]) one short transaction locks up to
 // [Config.BatchSize] due rows with SELECT ... FOR UPDATE SKIP LOCKED, skipping rows other
-// instances are claiming, and claims exactly those. In the design article's per-row mode
-// ([ClaimPerRow]) a lock-free SELECT finds candidates, and the conditional claim
+// instances are claiming, and claims exactly those. (The instances' locking SELECTs take
+// turns on a named lock, which orders them and protects nothing: see
+// [MySQLConfig.ConcurrentClaims].) In the design article's per-row mode ([ClaimPerRow]) a
+// lock-free SELECT finds candidates, and the conditional claim
 //
 //	UPDATE ... SET status = 'SENDING', claim_owner = ? ... WHERE id = ? AND status = 'WAIT'
 //
-// decides ownership by its affected-row count. Every later write (success, retry, dead letter) is conditioned on
-// status = 'SENDING' AND claim_owner = the claimer, so an instance that lost its lease can
-// never overwrite the state another instance wrote. A claim whose holder died is a lease:
-// the reclaim loop returns SENDING rows whose claimed_at is older than [Config.Lease] to WAIT.
+// decides ownership by its affected-row count. Every later write (success, retry, dead
+// letter) is conditioned on status = 'SENDING' AND claim_owner = the claimer, so an instance
+// that lost its lease can never overwrite the state another instance wrote. A claim whose
+// holder died is a lease: the reclaim loop returns SENDING rows whose claimed_at is older
+// than [Config.Lease] to WAIT.
 //
 // # Guarantee
 //

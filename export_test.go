@@ -1,7 +1,17 @@
 package outbox
 
+import "time"
+
 // ScanQueriesForTest returns the candidate and reclaim statements as the store runs them, so
 // that the tests EXPLAIN the real text.
 func ScanQueriesForTest(s *MySQLStore) (candidates, reclaim string) {
 	return s.q.candidates, s.q.expired
 }
+
+// ClaimLockNameForTest returns the SQL expression that names s's claim lock, for tests that
+// hold the lock themselves or check that it is free.
+func ClaimLockNameForTest(s *MySQLStore) string { return claimLockName(s.table) }
+
+// SetClaimTurnWaitForTest sets how long s's batch claims wait for their turn. Call it before
+// s is used.
+func SetClaimTurnWaitForTest(s *MySQLStore, d time.Duration) { s.claimTurnWait = d }

@@ -191,7 +191,7 @@ func TestNewPublisherRejectsBadConfig(t *testing.T) {
 		{"LeaseUnderASecond", outbox.Config{Lease: 500 * time.Millisecond, SendTimeout: time.Millisecond}, "Lease must be at least 1s"},
 		{"SendTimeoutOverATenthOfLease", outbox.Config{Lease: 10 * time.Second, SendTimeout: 1001 * time.Millisecond}, "at most a tenth of Lease"},
 		{"DefaultSendTimeoutOverShortLease", outbox.Config{Lease: 20 * time.Second}, "SendTimeout (3s) must be at most a tenth of Lease (20s)"},
-		{"InstanceIDTooLong", outbox.Config{InstanceID: strings.Repeat("a", 129)}, "at most 128"},
+		{"InstanceIDTooLong", outbox.Config{InstanceID: strings.Repeat("é", 65)}, "InstanceID is 65 characters, at most 64"},
 		{"InstanceIDWithSpaces", outbox.Config{InstanceID: " order-1 "}, "without surrounding spaces"},
 		{"InstanceIDInvalidUTF8", outbox.Config{InstanceID: "order-\xff"}, "valid UTF-8"},
 	}
@@ -979,10 +979,10 @@ func TestScanQueriesUseTheirIndexes(t *testing.T) {
 		args := make([]any, 0, 5000)
 		for i := range 1000 {
 			n := chunk*1000 + i
-			status, claimed, owner := "SUCCESS", any(nil), any("x")
+			status, claimed, owner := "SUCCESS", time.Now().UTC().Add(-time.Hour), "x"
 			switch {
 			case n%40 == 0:
-				status, owner = "WAIT", nil
+				status, claimed, owner = "WAIT", time.Unix(0, 0).UTC(), ""
 			case n%40 == 1:
 				status, claimed = "SENDING", time.Now().UTC()
 			}

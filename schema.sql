@@ -9,14 +9,24 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     event_type      VARCHAR(64)   NOT NULL,
     payload         MEDIUMBLOB    NOT NULL,
     -- WAIT -> SENDING -> SUCCESS, or back to WAIT for a retry, or FAIL (dead letter).
-    status          VARCHAR(16)   NOT NULL DEFAULT 'WAIT',
+    status          ENUM('WAIT', 'SENDING', 'SUCCESS', 'FAIL') NOT NULL DEFAULT 'WAIT',
     -- failed attempts so far; the last failure (past the retry limit) leaves MaxRetry+1.
     retry_count     INT           NOT NULL DEFAULT 0,
     -- a WAIT row is due once this has passed.
     next_retry_time DATETIME(3)   NOT NULL,
-    -- the lease: who claimed the row and when. NULL unless SENDING.
-    claim_owner     VARCHAR(128)  NULL,
-    claimed_at      DATETIME(3)   NULL,
+    -- the lease: who claimed the row and when; '' and 1970-01-01 when nobody holds it. After
+    -- SUCCESS or FAIL, claim_owner keeps the instance that sent the event.
+    --
+    -- status, claim_owner and claimed_at are fixed-width and never NULL so that a claim and
+    -- an acknowledgement rewrite the row in place. A row that grows (NULL to a value, 'WAIT'
+    -- to 'SENDING' in a VARCHAR) cannot stay where it is: InnoDB moves it, and on a page
+    -- filled by sequential inserts, reorganises or splits the page. Measured on MariaDB 10.11
+    -- (cmd/outbox-bench, "growing rows"): a drain then writes about 2.7 KB of redo per event
+    -- instead of 0.56 KB, and three publishers drain 25-30 % slower. CHAR(64) holds an
+    -- ASCII instance id in exactly 64 bytes; utf8mb4_bin compares owners exactly (a
+    -- case-insensitive collation would take 'Order-1' for 'order-1').
+    claim_owner     CHAR(64)      CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
+    claimed_at      DATETIME(3)   NOT NULL DEFAULT '1970-01-01 00:00:00.000',
     -- why the last attempt failed.
     last_error      VARCHAR(1024) NULL,
     create_time     DATETIME(3)   NOT NULL,

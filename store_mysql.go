@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	_ "embed"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +37,14 @@ const (
 	maxLockAttempts  = 5    // tries of one statement that hits a deadlock or lock wait timeout
 )
 
+// claimTurnWait is how long a batch claim waits for its turn before it goes ahead anyway.
+// Whole seconds: GET_LOCK's unit on every server version.
+const claimTurnWait = time.Second
+
+// releaseTimeout bounds the release of the claim turn, which runs even when the claim's own
+// context is done.
+const releaseTimeout = 5 * time.Second
+
 var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
 // MySQLConfig configures a [MySQLStore].
@@ -46,6 +56,20 @@ type MySQLConfig struct {
 	// MaxPayloadBytes is the largest payload InsertEvent accepts, at most 16 MiB - 1 (what the
 	// payload column holds). Defaults to 4 MiB, RocketMQ's default message size limit.
 	MaxPayloadBytes int
+
+	// ConcurrentClaims lets the batch claims of all instances scan the table at the same
+	// time, relying on SKIP LOCKED alone. By default they take turns: each holds a named lock
+	// (GET_LOCK, one per database and table) while its SELECT ... FOR UPDATE SKIP LOCKED
+	// runs, and releases it before it updates the rows, sends and acknowledges. Concurrent
+	// scans all start at the head of the index and walk past the rows the others have
+	// locked, so the more instances there are, the more work each claim wastes; taking turns
+	// keeps the throughput of many instances at that of a few (see the README's figures).
+	//
+	// The lock orders claims; it does not protect anything. A claim that waits more than a
+	// second goes ahead without it, and every claim stays correct with or without it. Set
+	// ConcurrentClaims where GET_LOCK is unavailable, e.g. behind a proxy that forbids it.
+	// The per-row claim mode ([ClaimPerRow]) never takes the lock.
+	ConcurrentClaims bool
 }
 
 // MySQLStore is the [Store] for MySQL 8 and MariaDB. It also writes events inside the
@@ -55,10 +79,12 @@ type MySQLConfig struct {
 // The *sql.DB should be opened with parseTime=true and loc=UTC (the driver's default loc),
 // though the store reads time columns either way.
 type MySQLStore struct {
-	db         *sql.DB
-	table      string
-	maxPayload int
-	q          mysqlQueries
+	db               *sql.DB
+	table            string
+	maxPayload       int
+	concurrentClaims bool
+	claimTurnWait    time.Duration
+	q                mysqlQueries
 
 	lockRetries atomic.Int64
 
@@ -69,7 +95,7 @@ type MySQLStore struct {
 // mysqlQueries holds every statement with the configured table name in place.
 type mysqlQueries struct {
 	schema, insert, candidates, claim, markSuccess, release, markFail, expired, reclaim, get, requeue string
-	lockDue, claimLocked, markSuccessBatch                                                            string
+	lockDue, claimLocked, markSuccessBatch, takeClaimTurn, endClaimTurn                               string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;
@@ -88,7 +114,8 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 		return nil, fmt.Errorf("%w: MaxPayloadBytes must be between 1 and %d (the payload column's size), got %d",
 			ErrInvalidConfig, maxPayloadColumn, cfg.MaxPayloadBytes)
 	}
-	return &MySQLStore{db: db, table: table, maxPayload: maxPayload, q: newMySQLQueries(table)}, nil
+	return &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
+		claimTurnWait: claimTurnWait, q: newMySQLQueries(table)}, nil
 }
 
 // The statements, written against t_event_record and renamed to the configured table.
@@ -127,8 +154,12 @@ func newMySQLQueries(table string) mysqlQueries {
 		lockDue: r.Replace(`SELECT id, biz_no, event_type, payload, retry_count, next_retry_time, create_time
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
-	ORDER BY next_retry_time ASC LIMIT ?
+	ORDER BY next_retry_time ASC LIMIT %d
 	FOR UPDATE SKIP LOCKED`),
+		// The claim turn (see MySQLConfig.ConcurrentClaims): a named lock per database and
+		// table. Lock names are server-wide and at most 64 characters, hence the hash.
+		takeClaimTurn: "SELECT GET_LOCK(" + claimLockName(table) + ", %d)",
+		endClaimTurn:  fmt.Sprintf("DO RELEASE_LOCK(%s)", claimLockName(table)),
 		claimLocked: r.Replace(`UPDATE t_event_record
 	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'WAIT'`),
@@ -148,7 +179,7 @@ func newMySQLQueries(table string) mysqlQueries {
 		// Failure: release only our own lease, back to WAIT with a later retry time. Without
 		// claim_owner, A could push back into the queue an event B is sending right now.
 		release: r.Replace(`UPDATE t_event_record
-	SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL, retry_count = ?,
+	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', retry_count = ?,
 	    next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND),
 	    last_error = ?, update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
@@ -169,7 +200,7 @@ func newMySQLQueries(table string) mysqlQueries {
 	WHERE status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	LIMIT ?`),
 		reclaim: r.Replace(`UPDATE t_event_record
-	SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL, update_time = UTC_TIMESTAMP(3)
+	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 
 		get: r.Replace(`SELECT id, biz_no, event_type, payload, status, retry_count, next_retry_time,
@@ -350,13 +381,22 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 
 // ClaimDue implements [Store]: SELECT ... FOR UPDATE SKIP LOCKED and an UPDATE of the rows
 // it locked, in one READ COMMITTED transaction (no gap locks, so the business transactions'
-// inserts never wait on a claim). A deadlock or lock wait timeout runs it again.
+// inserts never wait on a claim). Unless [MySQLConfig.ConcurrentClaims] is set, the SELECT
+// runs in this table's claim turn, which may mean waiting up to a second for other
+// instances' SELECTs. A deadlock or lock wait timeout runs it again.
 func (s *MySQLStore) ClaimDue(ctx context.Context, owner string, limit int) ([]Event, error) {
 	return retryOnLockConflict(ctx, s, func() ([]Event, error) { return s.claimDue(ctx, owner, limit) })
 }
 
 func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs []Event, err error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	// A connection of its own, so that it can be thrown away if it might still hold the
+	// claim turn.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, s.wrap("claim due events", err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, s.wrap("claim due events", err)
 	}
@@ -365,19 +405,39 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs
 			err = errors.Join(err, ignoreDone(tx.Rollback()))
 		}
 	}()
-	evs, err = scanEvents(tx.QueryContext(ctx, s.q.lockDue, limit))
+	// If taking or releasing the turn fails, the session may hold the lock, and would keep it
+	// idle in the pool, where no other instance's claim could get it: close the connection.
+	discard := func(err error) error {
+		err = errors.Join(err, ignoreDone(tx.Rollback()))
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return err
+	}
+	turn := false
+	if !s.concurrentClaims {
+		if turn, err = s.takeClaimTurn(ctx, tx); err != nil {
+			return nil, discard(err)
+		}
+	}
+	evs, err = scanEvents(tx.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, limit)))
 	if err != nil {
-		return nil, s.wrap("lock due events", err)
+		err = s.wrap("lock due events", err)
+	}
+	if turn {
+		if endErr := s.endClaimTurn(ctx, tx); endErr != nil {
+			return nil, discard(errors.Join(err, endErr))
+		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	if len(evs) == 0 {
 		return nil, s.wrap("claim due events", tx.Commit())
 	}
-	args := make([]any, 0, len(evs)+1)
-	args = append(args, owner)
-	for _, ev := range evs {
-		args = append(args, ev.ID)
+	ids := make([]int64, len(evs))
+	for i, ev := range evs {
+		ids[i] = ev.ID
 	}
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.claimLocked, placeholders(len(evs))), args...)
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.claimLocked, idList(ids)), owner)
 	if err != nil {
 		return nil, s.wrap("claim due events", err)
 	}
@@ -394,17 +454,39 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs
 	return evs, nil
 }
 
+// takeClaimTurn waits for this table's claim lock and reports whether it got it. Not getting
+// it within claimTurnWait is not an error: the claim goes ahead without it.
+func (s *MySQLStore) takeClaimTurn(ctx context.Context, tx *sql.Tx) (bool, error) {
+	var got sql.NullInt64 // 1: ours; 0: timed out; NULL: an error such as a killed wait
+	query := fmt.Sprintf(s.q.takeClaimTurn, int(s.claimTurnWait/time.Second))
+	if err := tx.QueryRowContext(ctx, query).Scan(&got); err != nil {
+		return false, s.wrap("claim due events: take the claim lock with GET_LOCK "+
+			"(set MySQLConfig.ConcurrentClaims where the server or a proxy does not allow it)", err)
+	}
+	return got.Valid && got.Int64 == 1, nil
+}
+
+// endClaimTurn releases the claim lock, even when ctx is done, so that the other instances
+// do not wait for it.
+func (s *MySQLStore) endClaimTurn(ctx context.Context, tx *sql.Tx) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_, err := tx.ExecContext(ctx, s.q.endClaimTurn)
+	return s.wrap("claim due events: release the claim lock", err)
+}
+
+// claimLockName is the SQL expression naming the claim lock of table in the session's
+// database.
+func claimLockName(table string) string {
+	return fmt.Sprintf("CONCAT('outbox-claim:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', '%s')))", table)
+}
+
 // MarkSuccessBatch implements [Store].
 func (s *MySQLStore) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, len(ids)+1)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	args = append(args, owner)
-	return s.exec(ctx, "mark success", fmt.Sprintf(s.q.markSuccessBatch, placeholders(len(ids))), args...)
+	return s.exec(ctx, "mark success", fmt.Sprintf(s.q.markSuccessBatch, idList(ids)), owner)
 }
 
 // MarkSuccess implements [Store].
@@ -435,13 +517,8 @@ func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration) (i
 		if len(ids) == 0 {
 			return total, nil
 		}
-		args := make([]any, 0, len(ids)+1)
-		for _, id := range ids {
-			args = append(args, id)
-		}
-		args = append(args, lease.Microseconds())
-		query := fmt.Sprintf(s.q.reclaim, placeholders(len(ids)))
-		n, err := s.exec(ctx, "reclaim expired leases", query, args...)
+		query := fmt.Sprintf(s.q.reclaim, idList(ids))
+		n, err := s.exec(ctx, "reclaim expired leases", query, lease.Microseconds())
 		total += n
 		if err != nil || len(ids) < reclaimPage {
 			return total, err
@@ -486,6 +563,9 @@ func (s *MySQLStore) Get(ctx context.Context, id int64) (Event, error) {
 	}
 	if err != nil {
 		return Event{}, s.wrap("get event", err)
+	}
+	if y, m, d := claimed.Date(); y == 1970 && m == 1 && d == 1 && claimed.Equal(claimed.Truncate(24*time.Hour)) {
+		claimed = time.Time{} // 1970-01-01 00:00:00: schema.sql's "nobody holds it"
 	}
 	ev.Payload, ev.Status, ev.NextRetryTime, ev.ClaimedAt = payload, Status(status), nextRetry, claimed
 	ev.ClaimOwner, ev.LastError = owner.String, lastErr.String
@@ -552,9 +632,18 @@ func pauseAfterConflict(ctx context.Context, attempt int) error {
 	}
 }
 
-// placeholders returns "?,?,...,?" with n marks.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+// idList writes ids as an SQL list of integer literals. Literals rather than one placeholder
+// each: a statement with parameters is prepared, run and closed (three round trips, unless
+// the DSN sets interpolateParams), and integers cannot carry anything but a number.
+func idList(ids []int64) string {
+	b := make([]byte, 0, len(ids)*8)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(b)
 }
 
 // ignoreDone drops the error of a rollback on a transaction that has already ended.

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,6 +167,23 @@ func storeConformance(t *testing.T, h storeHarness) {
 		got := b.get(t, ev.ID)
 		assert.Equal(t, outbox.StatusSending, got.Status)
 		assert.Equal(t, owner, got.ClaimOwner)
+	})
+
+	// Owners are compared exactly: an owner that differs only in case is someone else.
+	t.Run("OwnersDifferingInCaseAreDifferent", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ev := claimed(t, s, b)
+		ok, err := s.MarkSuccess(ctx, ev.ID, strings.ToUpper(owner))
+		require.NoError(t, err)
+		assert.False(t, ok)
+		n, err := s.MarkSuccessBatch(ctx, []int64{ev.ID}, strings.ToUpper(owner))
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		ok, err = s.ReleaseForRetry(ctx, ev.ID, strings.ToUpper(owner), 1, 0, "boom")
+		require.NoError(t, err)
+		assert.False(t, ok)
+		assert.Equal(t, outbox.StatusSending, b.get(t, ev.ID).Status)
 	})
 
 	t.Run("MarkSuccessOfWaitRowChangesNothing", func(t *testing.T) {
@@ -419,4 +437,177 @@ func TestMySQLStoreCreateSchemaIsIdempotentAndIndexed(t *testing.T) {
 	require.NoError(t, b.db.QueryRow("SELECT datetime_precision FROM information_schema.columns "+
 		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'claimed_at'", b.store.Table()).Scan(&precision))
 	assert.Equal(t, 3, precision, "millisecond time columns")
+
+	// The columns a claim writes are fixed-width and never NULL, so a claim rewrites its row
+	// in place (schema.sql says why).
+	columns := map[string]string{}
+	rows, err = b.db.Query("SELECT column_name, column_type, is_nullable, COALESCE(collation_name, '') FROM information_schema.columns "+
+		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN ('status', 'claim_owner', 'claimed_at')", b.store.Table())
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var name, typ, nullable, collation string
+		require.NoError(t, rows.Scan(&name, &typ, &nullable, &collation))
+		columns[name] = strings.ReplaceAll(typ, " ", "") + " null=" + nullable
+		if name == "claim_owner" {
+			columns[name] += " " + collation // status's collation is the server's default
+		}
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, map[string]string{
+		"status":      "enum('WAIT','SENDING','SUCCESS','FAIL') null=NO",
+		"claim_owner": "char(64) null=NO utf8mb4_bin",
+		"claimed_at":  "datetime(3) null=NO",
+	}, columns)
+}
+
+// claimResult is what a ClaimDue running in the background returned.
+type claimResult struct {
+	evs []outbox.Event
+	err error
+}
+
+func claimInBackground(ctx context.Context, s outbox.Store, owner string) <-chan claimResult {
+	done := make(chan claimResult, 1)
+	go func() {
+		evs, err := s.ClaimDue(ctx, owner, 10)
+		done <- claimResult{evs, err}
+	}()
+	return done
+}
+
+// holdClaimTurn takes store's claim lock on a connection of its own, as another instance's
+// claim would, and returns the function that releases it.
+func holdClaimTurn(t *testing.T, b *bundle) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := b.db.Conn(ctx)
+	require.NoError(t, err)
+	var got int
+	require.NoError(t, conn.QueryRowContext(ctx, "SELECT GET_LOCK("+outbox.ClaimLockNameForTest(b.store)+", 0)").Scan(&got))
+	require.Equal(t, 1, got, "the claim lock is free before the test takes it")
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_, err := conn.ExecContext(ctx, "DO RELEASE_LOCK("+outbox.ClaimLockNameForTest(b.store)+")")
+			assert.NoError(t, err)
+			assert.NoError(t, conn.Close())
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// claimTurnFree reports whether nobody holds the store's claim lock.
+func claimTurnFree(t *testing.T, b *bundle) bool {
+	t.Helper()
+	var free int
+	require.NoError(t, b.db.QueryRow("SELECT IS_FREE_LOCK("+outbox.ClaimLockNameForTest(b.store)+")").Scan(&free))
+	return free == 1
+}
+
+// waitingForTurn reports whether a session is waiting in GET_LOCK for this table's claim lock.
+func waitingForTurn(t *testing.T, b *bundle) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
+		"WHERE INFO LIKE 'SELECT GET_LOCK(%' AND INFO LIKE CONCAT('%', ?, '%')", b.store.Table()).Scan(&n))
+	return n > 0
+}
+
+// Batch claims take turns: while another instance holds the turn, a claim waits (here for up
+// to a minute), and it claims as soon as the turn is released. It leaves the lock free.
+func TestMySQLStoreBatchClaimsTakeTurns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	outbox.SetClaimTurnWaitForTest(b.store, time.Minute)
+	b.insert(t, 3)
+	release := holdClaimTurn(t, b)
+
+	done := claimInBackground(context.Background(), b.store, "owner-a")
+	require.Eventually(t, func() bool { return waitingForTurn(t, b) }, 10*time.Second, 10*time.Millisecond,
+		"the claim waits for its turn")
+	select {
+	case r := <-done:
+		t.Fatalf("claimed while another instance held the turn: %d events, %v", len(r.evs), r.err)
+	default:
+	}
+	release()
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Len(t, r.evs, 3)
+	assert.True(t, claimTurnFree(t, b), "the claim released its turn")
+}
+
+// A claim that does not get its turn in time goes ahead without it: the turn only orders
+// claims, and SKIP LOCKED and the conditional UPDATE keep them correct.
+func TestMySQLStoreBatchClaimGoesAheadAfterTheTurnWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 3)
+	holdClaimTurn(t, b) // held for the whole test
+
+	r := <-claimInBackground(context.Background(), b.store, "owner-a")
+	require.NoError(t, r.err)
+	require.Len(t, r.evs, 3)
+	for _, id := range ids {
+		got := b.get(t, id)
+		assert.Equal(t, outbox.StatusSending, got.Status)
+		assert.Equal(t, "owner-a", got.ClaimOwner)
+	}
+}
+
+// With ConcurrentClaims, a claim never asks for the turn.
+func TestMySQLStoreConcurrentClaimsSkipTheTurn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, 3)
+	store, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: b.store.Table(), ConcurrentClaims: true})
+	require.NoError(t, err)
+	outbox.SetClaimTurnWaitForTest(store, time.Minute)
+	holdClaimTurn(t, b) // held for the whole test
+
+	// A store that asked for the turn would wait a minute and hit this deadline first.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := <-claimInBackground(ctx, store, "owner-a")
+	require.NoError(t, r.err)
+	assert.Len(t, r.evs, 3)
+}
+
+// The turn is released whatever happens after it was taken: here the SELECT fails because
+// the table is missing, and the lock must not stay with the connection in the pool.
+func TestMySQLStoreBatchClaimReleasesTheTurnOnError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	missing, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: testsvc.UniqueTable("missing")})
+	require.NoError(t, err)
+	_, err = missing.ClaimDue(context.Background(), "owner-a", 10)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does not exist")
+	assert.True(t, claimTurnFree(t, &bundle{db: b.db, store: missing}), "the failed claim released its turn")
+}
+
+// A claim whose context ends while it waits for the turn returns the context's error and
+// leaves nothing behind: once the holder releases it, the lock is free.
+func TestMySQLStoreBatchClaimCancelledWhileWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	outbox.SetClaimTurnWaitForTest(b.store, time.Minute)
+	ids := b.insert(t, 2)
+	release := holdClaimTurn(t, b)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := claimInBackground(ctx, b.store, "owner-a")
+	require.Eventually(t, func() bool { return waitingForTurn(t, b) }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	r := <-done
+	require.ErrorIs(t, r.err, context.Canceled)
+	assert.Empty(t, r.evs)
+	release()
+	require.Eventually(t, func() bool { return claimTurnFree(t, b) }, 10*time.Second, 20*time.Millisecond,
+		"no session kept the lock")
+	for _, id := range ids {
+		assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "the cancelled claim claimed nothing")
+	}
 }

@@ -30,8 +30,11 @@ func main() {
 	events := flag.Int("events", 200_000, "events per drain in batch mode (a sustained backlog: short drains are dominated by ramp-up)")
 	perRowEvents := flag.Int("per-row-events", 10_000, "events per drain in per-row mode (it is slower)")
 	instanceList := flag.String("instances", "1,3,8", "numbers of publisher instances")
+	modeList := flag.String("modes", "per-row,batch", "claim modes to drain with")
+	baselines := flag.Bool("baselines", true, "also drain batch mode with concurrent claims and with growing rows, to compare")
 	e2eEvents := flag.Int("e2e-events", 100_000, "events per end-to-end drain into RocketMQ")
-	latencyEvents := flag.Int("latency-events", 2000, "events per latency run")
+	slowEvents := flag.Int("slow-events", 20_000, "events per batch-mode drain with a sender that takes 1 ms per event (0 skips them)")
+	latencyEvents := flag.Int("latency-events", 2000, "events per latency run (0 skips the latency runs)")
 	rate := flag.Int("rate", 200, "commits per second in latency runs")
 	batchSize := flag.Int("batch", 0, "BatchSize for batch mode (0: the default)")
 	backlog := flag.Int("backlog", 0, "also drain a backlog of this many rows with one batch-mode instance, reporting the heap (e.g. 1000000)")
@@ -45,57 +48,61 @@ func main() {
 		}
 		ks = append(ks, k)
 	}
+	var modes []outbox.ClaimMode
+	for _, f := range strings.Split(*modeList, ",") {
+		switch strings.TrimSpace(f) {
+		case outbox.ClaimPerRow.String():
+			modes = append(modes, outbox.ClaimPerRow)
+		case outbox.ClaimBatch.String():
+			modes = append(modes, outbox.ClaimBatch)
+		default:
+			log.Fatalf("-modes: %q is neither %s nor %s", f, outbox.ClaimPerRow, outbox.ClaimBatch)
+		}
+	}
 	ctx := context.Background()
 	env := bench.Env{DSN: *dsn}
 	host, _ := os.Hostname()
 	fmt.Printf("outbox-bench on %s: %d CPUs, %s, %s\n\n", host, runtime.NumCPU(), runtime.Version(), serverVersion(env))
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "drain\tmode\tinstances\tevents\tseconds\tevents/s\tstatements/event\tlock retries\terrors\t")
-	for _, mode := range []outbox.ClaimMode{outbox.ClaimPerRow, outbox.ClaimBatch} {
-		n := *events
+	fmt.Fprintln(w, "drain\tmode\tinstances\tevents\tseconds\tevents/s\tstatements/event\tredo KB/event\tlock retries\terrors\t")
+	for _, mode := range modes {
+		variants := []bench.Drain{{Mode: mode, Events: *events, BatchSize: *batchSize}}
 		if mode == outbox.ClaimPerRow {
-			n = *perRowEvents
+			variants = []bench.Drain{{Mode: mode, Events: *perRowEvents}}
+		} else if *baselines {
+			variants = append(variants,
+				bench.Drain{Mode: mode, Events: *events, BatchSize: *batchSize, ConcurrentClaims: true},
+				bench.Drain{Mode: mode, Events: *events, BatchSize: *batchSize, GrowingRows: true})
 		}
-		for _, k := range ks {
-			batch := 0
-			if mode == outbox.ClaimBatch {
-				batch = *batchSize
+		for _, d := range variants {
+			for _, k := range ks {
+				d.Instances, d.Sender = k, bench.NopSender
+				drainRow(ctx, w, env, "no-op sender", d)
 			}
-			drainRow(ctx, w, env, "no-op sender", bench.Drain{Mode: mode, Instances: k, Events: n, Sender: bench.NopSender, BatchSize: batch})
+		}
+	}
+	if *slowEvents > 0 {
+		for _, k := range ks {
+			drainRow(ctx, w, env, "1 ms sender", bench.Drain{Mode: outbox.ClaimBatch, Instances: k, Events: *slowEvents, Sender: bench.SlowSender(time.Millisecond)})
 		}
 	}
 	if *namesrv != "" {
-		for _, mode := range []outbox.ClaimMode{outbox.ClaimPerRow, outbox.ClaimBatch} {
+		for _, mode := range modes {
 			n := *e2eEvents
 			if mode == outbox.ClaimPerRow {
 				n = *perRowEvents
 			}
-			drainRow(ctx, w, env, "RocketMQ", bench.Drain{Mode: mode, Instances: 3, Events: n, Sender: rocketmqSenders(*namesrv, *topic)})
+			for _, k := range []int{1, 3} {
+				drainRow(ctx, w, env, "RocketMQ", bench.Drain{Mode: mode, Instances: k, Events: n, Sender: rocketmqSenders(*namesrv, *topic)})
+			}
 		}
 	}
 	_ = w.Flush()
 
-	fmt.Println()
-	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "commit to send\tmode\tinstances\tpoll\tevents\tp50\tp99\tmax\t")
-	for _, l := range []bench.Latency{
-		{Mode: outbox.ClaimPerRow, Instances: 3, Events: min(*latencyEvents, 200), Rate: *rate, WakeUp: false, Poll: outbox.PollIntervalDefault},
-		{Mode: outbox.ClaimPerRow, Instances: 3, Events: *latencyEvents, Rate: *rate, WakeUp: true, Poll: outbox.PollIntervalDefault},
-		{Mode: outbox.ClaimBatch, Instances: 3, Events: *latencyEvents, Rate: *rate, WakeUp: true, Poll: outbox.PollIntervalDefault},
-	} {
-		res, err := l.Run(ctx, env)
-		if err != nil {
-			log.Fatalf("latency %s: %v", l.Mode, err)
-		}
-		how := "poll only"
-		if l.WakeUp {
-			how = "wake on commit"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t\n", how, l.Mode, l.Instances, l.Poll, len(res.Sorted),
-			ms(res.Quantile(0.5)), ms(res.Quantile(0.99)), ms(res.Quantile(1)))
+	if *latencyEvents > 0 {
+		latencyTable(ctx, env, *latencyEvents, *rate)
 	}
-	_ = w.Flush()
 
 	if *backlog > 0 {
 		res, err := bench.Backlog{Events: *backlog}.Run(ctx, env)
@@ -110,12 +117,23 @@ func main() {
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 func drainRow(ctx context.Context, w *tabwriter.Writer, env bench.Env, what string, d bench.Drain) {
+	mode := d.Mode.String()
+	switch {
+	case d.ConcurrentClaims:
+		mode += ", concurrent claims"
+	case d.GrowingRows:
+		mode += ", growing rows"
+	}
 	res, err := d.Run(ctx, env)
 	if err != nil {
-		log.Fatalf("drain %s %s x%d: %v", what, d.Mode, d.Instances, err)
+		log.Fatalf("drain %s %s x%d: %v", what, mode, d.Instances, err)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%.2f\t%d\t%d\t\n", what, d.Mode, d.Instances, d.Events,
-		res.Elapsed.Seconds(), res.EventsPerSecond(d.Events), float64(res.Statements)/float64(d.Events), res.LockRetries, res.Errors)
+	redo := "-"
+	if res.RedoBytes >= 0 {
+		redo = fmt.Sprintf("%.2f", float64(res.RedoBytes)/1024/float64(d.Events))
+	}
+	fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%.2f\t%s\t%d\t%d\t\n", what, mode, d.Instances, d.Events,
+		res.Elapsed.Seconds(), res.EventsPerSecond(d.Events), float64(res.Statements)/float64(d.Events), redo, res.LockRetries, res.Errors)
 }
 
 func rocketmqSenders(namesrv, topic string) bench.SenderFactory {
@@ -142,4 +160,29 @@ func serverVersion(env bench.Env) string {
 		return "server version unknown: " + err.Error()
 	}
 	return v
+}
+
+// latencyTable prints the commit-to-send table: polling alone, then the wake-up in each mode.
+func latencyTable(ctx context.Context, env bench.Env, events, rate int) {
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "commit to send\tmode\tinstances\tpoll\tevents\tp50\tp99\tmax\t")
+	for _, l := range []bench.Latency{
+		{Mode: outbox.ClaimPerRow, Instances: 3, Events: min(events, 200), Rate: rate, WakeUp: false, Poll: outbox.PollIntervalDefault},
+		{Mode: outbox.ClaimPerRow, Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: outbox.PollIntervalDefault},
+		{Mode: outbox.ClaimBatch, Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: outbox.PollIntervalDefault},
+	} {
+		res, err := l.Run(ctx, env)
+		if err != nil {
+			log.Fatalf("latency %s: %v", l.Mode, err)
+		}
+		how := "poll only"
+		if l.WakeUp {
+			how = "wake on commit"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t\n", how, l.Mode, l.Instances, l.Poll, len(res.Sorted),
+			ms(res.Quantile(0.5)), ms(res.Quantile(0.99)), ms(res.Quantile(1)))
+	}
+	_ = w.Flush()
+
 }

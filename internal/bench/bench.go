@@ -49,6 +49,17 @@ func NopSender(int) (outbox.Sender, func(), error) {
 	return outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), func() {}, nil
 }
 
+// SlowSender returns a sender that takes d per event, as a broker that answers every message
+// after d would: with it the instances' sends, not the database, set the pace.
+func SlowSender(d time.Duration) SenderFactory {
+	return func(int) (outbox.Sender, func(), error) {
+		return outbox.SenderFunc(func(ctx context.Context, _ outbox.Event) error {
+			time.Sleep(d) // d is short: no need to wake early when ctx ends
+			return ctx.Err()
+		}), func() {}, nil
+	}
+}
+
 // Drain is one drain measurement.
 type Drain struct {
 	Mode      outbox.ClaimMode
@@ -56,6 +67,14 @@ type Drain struct {
 	Events    int
 	Sender    SenderFactory
 	BatchSize int // 0: the mode's default
+
+	// ConcurrentClaims drains with MySQLConfig.ConcurrentClaims: batch claims scan at the
+	// same time instead of taking turns.
+	ConcurrentClaims bool
+	// GrowingRows drains a table whose lease columns grow when a row is claimed: status
+	// VARCHAR(16), claim_owner VARCHAR(128) NULL and claimed_at NULL, the layout before
+	// schema.sql made them fixed-width. A baseline for the in-place claim.
+	GrowingRows bool
 }
 
 // DrainResult is what a drain measured.
@@ -64,11 +83,29 @@ type DrainResult struct {
 	Statements  int64 // statements the server ran for the publishers (its Questions counter)
 	LockRetries int64 // statements run again after a deadlock or lock wait timeout
 	Errors      int64 // error-level log records: what the user would see
+	RedoBytes   int64 // InnoDB redo log written during the drain; -1 if the server does not say
 }
 
 // EventsPerSecond is the drain rate.
 func (r DrainResult) EventsPerSecond(events int) float64 {
 	return float64(events) / r.Elapsed.Seconds()
+}
+
+// growingRows turns schema.sql's fixed-width lease columns back into ones that grow when a
+// row is claimed.
+const growingRows = "ALTER TABLE `%s` MODIFY status VARCHAR(16) NOT NULL DEFAULT 'WAIT', " +
+	"MODIFY claim_owner VARCHAR(128) NULL DEFAULT NULL, MODIFY claimed_at DATETIME(3) NULL DEFAULT NULL"
+
+// redoLSN returns the InnoDB redo log's current sequence number (MariaDB: Innodb_lsn_current;
+// MySQL 8.0.30+: Innodb_redo_log_current_lsn), or -1 if the server reports neither.
+func redoLSN(ctx context.Context, db *sql.DB) int64 {
+	var name string
+	var lsn int64
+	err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_lsn_current', 'Innodb_redo_log_current_lsn')").Scan(&name, &lsn)
+	if err != nil {
+		return -1
+	}
+	return lsn
 }
 
 // table is a fresh outbox table, dropped by drop.
@@ -155,7 +192,7 @@ type instance struct {
 	close func()
 }
 
-func startInstances(env Env, name string, k int, mode outbox.ClaimMode, batch int, poll time.Duration,
+func startInstances(env Env, name string, k int, d Drain, poll time.Duration,
 	senders SenderFactory, errs *errorCounter) ([]*instance, error) {
 	var out []*instance
 	for i := range k {
@@ -163,7 +200,7 @@ func startInstances(env Env, name string, k int, mode outbox.ClaimMode, batch in
 		if err != nil {
 			return out, err
 		}
-		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name})
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, ConcurrentClaims: d.ConcurrentClaims})
 		if err != nil {
 			_ = db.Close()
 			return out, err
@@ -174,8 +211,8 @@ func startInstances(env Env, name string, k int, mode outbox.ClaimMode, batch in
 			return out, err
 		}
 		pub, err := outbox.NewPublisher(store, sender, outbox.Config{
-			ClaimMode:    mode,
-			BatchSize:    batch,
+			ClaimMode:    d.Mode,
+			BatchSize:    d.BatchSize,
 			InstanceID:   fmt.Sprintf("bench-%d-%s", i, outbox.DefaultInstanceID()),
 			PollInterval: poll,
 			Logger:       slog.New(errs),
@@ -208,17 +245,23 @@ func run(instances []*instance) (stop func()) {
 
 // backlog makes a fresh table holding n due events and k publisher instances on it, not yet
 // running. On error it leaves nothing behind.
-func backlog(ctx context.Context, env Env, n, k int, mode outbox.ClaimMode, batch int, senders SenderFactory) (*table, []*instance, *errorCounter, error) {
+func backlog(ctx context.Context, env Env, n, k int, d Drain, senders SenderFactory) (*table, []*instance, *errorCounter, error) {
 	t, err := newTable(ctx, env)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if d.GrowingRows {
+		if _, err := t.db.ExecContext(ctx, fmt.Sprintf(growingRows, t.name)); err != nil {
+			t.drop()
+			return nil, nil, nil, err
+		}
 	}
 	if err := t.fill(ctx, n); err != nil {
 		t.drop()
 		return nil, nil, nil, err
 	}
 	errs := &errorCounter{}
-	instances, err := startInstances(env, t.name, k, mode, batch, 10*time.Millisecond, senders, errs)
+	instances, err := startInstances(env, t.name, k, d, 10*time.Millisecond, senders, errs)
 	if err != nil {
 		for _, in := range instances {
 			in.close()
@@ -276,7 +319,7 @@ func (c countingBatchSender) SendBatch(ctx context.Context, evs []outbox.Event) 
 func (d Drain) Run(ctx context.Context, env Env) (DrainResult, error) {
 	var res DrainResult
 	var sent atomic.Int64
-	t, instances, errs, err := backlog(ctx, env, d.Events, d.Instances, d.Mode, d.BatchSize, counting(d.Sender, &sent))
+	t, instances, errs, err := backlog(ctx, env, d.Events, d.Instances, d, counting(d.Sender, &sent))
 	if err != nil {
 		return res, err
 	}
@@ -285,6 +328,7 @@ func (d Drain) Run(ctx context.Context, env Env) (DrainResult, error) {
 	if err != nil {
 		return res, err
 	}
+	lsn0 := redoLSN(ctx, t.db)
 	start := time.Now()
 	stop := run(instances)
 	// Counting the table's pending rows while most are pending would load the database as
@@ -306,6 +350,10 @@ func (d Drain) Run(ctx context.Context, env Env) (DrainResult, error) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	res.Elapsed = time.Since(start)
+	res.RedoBytes = -1
+	if lsn1 := redoLSN(ctx, t.db); lsn0 >= 0 && lsn1 >= 0 {
+		res.RedoBytes = lsn1 - lsn0
+	}
 	for _, in := range instances {
 		res.LockRetries += in.store.LockRetries()
 	}
@@ -370,7 +418,7 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 		}), func() {}, nil
 	}
 	errs := &errorCounter{}
-	instances, err := startInstances(env, t.name, l.Instances, l.Mode, 0, l.Poll, senders, errs)
+	instances, err := startInstances(env, t.name, l.Instances, Drain{Mode: l.Mode}, l.Poll, senders, errs)
 	if err != nil {
 		for _, in := range instances {
 			in.close()
@@ -462,7 +510,7 @@ type BacklogResult struct {
 // Run fills the backlog, then drains it.
 func (bl Backlog) Run(ctx context.Context, env Env) (BacklogResult, error) {
 	var res BacklogResult
-	t, instances, errs, err := backlog(ctx, env, bl.Events, 1, outbox.ClaimBatch, 0, NopSender)
+	t, instances, errs, err := backlog(ctx, env, bl.Events, 1, Drain{Mode: outbox.ClaimBatch}, NopSender)
 	if err != nil {
 		return res, err
 	}
