@@ -36,7 +36,8 @@ type Event struct {
 	RetryCount int
 	// NextRetryTime is when the event becomes due, by the database clock (UTC).
 	NextRetryTime time.Time
-	// ClaimOwner and ClaimedAt describe the current lease; empty and zero when there is none.
+	// ClaimOwner and ClaimedAt describe the lease: who claimed the event and when. They are
+	// empty and zero while the event waits; after SUCCESS or FAIL they keep the last claim.
 	ClaimOwner string
 	ClaimedAt  time.Time
 	// LastError is the reason of the last failed attempt, if any.

@@ -481,6 +481,14 @@ func claimLockName(table string) string {
 	return fmt.Sprintf("CONCAT('outbox-claim:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', '%s')))", table)
 }
 
+// noLease reports schema.sql's "nobody holds it": 1970-01-01 00:00:00, read in whatever
+// location the driver reads times in.
+func noLease(t time.Time) bool {
+	y, m, d := t.Date()
+	h, mi, sec := t.Clock()
+	return y == 1970 && m == time.January && d == 1 && h == 0 && mi == 0 && sec == 0 && t.Nanosecond() == 0
+}
+
 // MarkSuccessBatch implements [Store].
 func (s *MySQLStore) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
 	if len(ids) == 0 {
@@ -564,8 +572,8 @@ func (s *MySQLStore) Get(ctx context.Context, id int64) (Event, error) {
 	if err != nil {
 		return Event{}, s.wrap("get event", err)
 	}
-	if y, m, d := claimed.Date(); y == 1970 && m == 1 && d == 1 && claimed.Equal(claimed.Truncate(24*time.Hour)) {
-		claimed = time.Time{} // 1970-01-01 00:00:00: schema.sql's "nobody holds it"
+	if noLease(claimed) {
+		claimed = time.Time{}
 	}
 	ev.Payload, ev.Status, ev.NextRetryTime, ev.ClaimedAt = payload, Status(status), nextRetry, claimed
 	ev.ClaimOwner, ev.LastError = owner.String, lastErr.String
