@@ -11,22 +11,30 @@ import (
 )
 
 // BenchmarkDrain drains 5,000 (batch) or 1,000 (per-row) pre-inserted events per op with a
-// no-op sender, in each claim mode, with 1, 3 and 8 instances, side by side:
+// no-op sender, in each claim mode, with 1, 3 and 8 instances, side by side; batch mode also
+// with concurrent claims (MySQLConfig.ConcurrentClaims), the baseline for its claim turns:
 //
 //	OUTBOX_TEST_MYSQL_DSN=... go test -run '^$' -bench Drain ./internal/bench
 func BenchmarkDrain(b *testing.B) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(b)}
-	for _, mode := range []outbox.ClaimMode{outbox.ClaimPerRow, outbox.ClaimBatch} {
-		events := 5000
-		if mode == outbox.ClaimPerRow {
-			events = 1000
-		}
+	variants := []struct {
+		name   string
+		drain  bench.Drain
+		events int
+	}{
+		{"mode=per-row", bench.Drain{Mode: outbox.ClaimPerRow}, 1000},
+		{"mode=batch", bench.Drain{Mode: outbox.ClaimBatch}, 5000},
+		{"mode=batch/claims=concurrent", bench.Drain{Mode: outbox.ClaimBatch, ConcurrentClaims: true}, 5000},
+	}
+	for _, v := range variants {
 		for _, k := range []int{1, 3, 8} {
-			b.Run(fmt.Sprintf("mode=%s/instances=%d", mode, k), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/instances=%d", v.name, k), func(b *testing.B) {
+				d := v.drain
+				d.Instances, d.Events, d.Sender = k, v.events, bench.NopSender
 				var total float64
 				var stmts int64
 				for b.Loop() {
-					res, err := bench.Drain{Mode: mode, Instances: k, Events: events, Sender: bench.NopSender}.Run(context.Background(), env)
+					res, err := d.Run(context.Background(), env)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -36,8 +44,8 @@ func BenchmarkDrain(b *testing.B) {
 					total += res.Elapsed.Seconds()
 					stmts += res.Statements
 				}
-				b.ReportMetric(float64(events*b.N)/total, "events/s")
-				b.ReportMetric(float64(stmts)/float64(events*b.N), "stmts/event")
+				b.ReportMetric(float64(d.Events*b.N)/total, "events/s")
+				b.ReportMetric(float64(stmts)/float64(d.Events*b.N), "stmts/event")
 			})
 		}
 	}
