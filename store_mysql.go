@@ -41,6 +41,11 @@ const (
 // Whole seconds: GET_LOCK's unit on every server version.
 const claimTurnWait = time.Second
 
+// turnPause is how long a store's claims go without turns after one waited claimTurnWait in
+// vain: if a session holds the lock and never lets go (a half-open connection the server
+// has not noticed yet), one claim in turnPause pays the wait, not every claim.
+const turnPause = 10 * time.Second
+
 // releaseTimeout bounds the release of the claim turn, which runs even when the claim's own
 // context is done.
 const releaseTimeout = 5 * time.Second
@@ -66,7 +71,8 @@ type MySQLConfig struct {
 	// keeps the throughput of many instances at that of a few (see the README's figures).
 	//
 	// The lock orders claims; it does not protect anything. A claim that waits more than a
-	// second goes ahead without it, and every claim stays correct with or without it. Set
+	// second goes ahead without it (and the store's claims skip the turns for the next ten
+	// seconds), and every claim stays correct with or without it. Set
 	// ConcurrentClaims where GET_LOCK is unavailable, e.g. behind a proxy that forbids it.
 	// The per-row claim mode ([ClaimPerRow]) never takes the lock.
 	ConcurrentClaims bool
@@ -85,6 +91,10 @@ type MySQLStore struct {
 	concurrentClaims bool
 	claimTurnWait    time.Duration
 	q                mysqlQueries
+
+	// Claims go without turns until turnsPausedUntil, a time since born (monotonic).
+	born             time.Time
+	turnsPausedUntil atomic.Int64
 
 	lockRetries atomic.Int64
 
@@ -115,7 +125,7 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 			ErrInvalidConfig, maxPayloadColumn, cfg.MaxPayloadBytes)
 	}
 	return &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
-		claimTurnWait: claimTurnWait, q: newMySQLQueries(table)}, nil
+		claimTurnWait: claimTurnWait, q: newMySQLQueries(table), born: time.Now()}, nil
 }
 
 // The statements, written against t_event_record and renamed to the configured table.
@@ -455,15 +465,23 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs
 }
 
 // takeClaimTurn waits for this table's claim lock and reports whether it got it. Not getting
-// it within claimTurnWait is not an error: the claim goes ahead without it.
+// it within claimTurnWait is not an error: the claim goes ahead without it, and so do this
+// store's claims for the next turnPause.
 func (s *MySQLStore) takeClaimTurn(ctx context.Context, tx *sql.Tx) (bool, error) {
+	if time.Since(s.born) < time.Duration(s.turnsPausedUntil.Load()) {
+		return false, nil
+	}
 	var got sql.NullInt64 // 1: ours; 0: timed out; NULL: an error such as a killed wait
 	query := fmt.Sprintf(s.q.takeClaimTurn, int(s.claimTurnWait/time.Second))
 	if err := tx.QueryRowContext(ctx, query).Scan(&got); err != nil {
 		return false, s.wrap("claim due events: take the claim lock with GET_LOCK "+
 			"(set MySQLConfig.ConcurrentClaims where the server or a proxy does not allow it)", err)
 	}
-	return got.Valid && got.Int64 == 1, nil
+	if !got.Valid || got.Int64 != 1 {
+		s.turnsPausedUntil.Store(int64(time.Since(s.born) + turnPause))
+		return false, nil
+	}
+	return true, nil
 }
 
 // endClaimTurn releases the claim lock, even when ctx is done, so that the other instances

@@ -540,7 +540,9 @@ func TestMySQLStoreBatchClaimsTakeTurns(t *testing.T) {
 }
 
 // A claim that does not get its turn in time goes ahead without it: the turn only orders
-// claims, and SKIP LOCKED and the conditional UPDATE keep them correct.
+// claims, and SKIP LOCKED and the conditional UPDATE keep them correct. The store's next
+// claims do not ask for the turn at all for a while, so a session that holds the lock and
+// never lets go costs one wait, not one per claim.
 func TestMySQLStoreBatchClaimGoesAheadAfterTheTurnWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -555,6 +557,15 @@ func TestMySQLStoreBatchClaimGoesAheadAfterTheTurnWait(t *testing.T) {
 		assert.Equal(t, outbox.StatusSending, got.Status)
 		assert.Equal(t, "owner-a", got.ClaimOwner)
 	}
+
+	// A claim that asked for the turn now would wait a minute and hit this deadline first.
+	outbox.SetClaimTurnWaitForTest(b.store, time.Minute)
+	b.insert(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r = <-claimInBackground(ctx, b.store, "owner-a")
+	require.NoError(t, r.err)
+	assert.Len(t, r.evs, 2)
 }
 
 // With ConcurrentClaims, a claim never asks for the turn.
