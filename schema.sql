@@ -22,8 +22,8 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- to 'SENDING' in a VARCHAR) cannot stay where it is: InnoDB moves it, and on a page
     -- filled by sequential inserts, reorganises or splits the page. Measured on MariaDB 10.11
     -- (cmd/outbox-bench, "growing rows"): a drain then writes about 2.7 KB of redo per event
-    -- instead of 0.56 KB, and three publishers drain 25-30 % slower. CHAR(64) holds an
-    -- ASCII instance id in exactly 64 bytes; utf8mb4_bin compares owners exactly (a
+    -- instead of 0.56 KB, and publishers drain 14-29 % slower. CHAR(64) holds an ASCII
+    -- instance id in exactly 64 bytes; utf8mb4_bin compares owners exactly (a
     -- case-insensitive collation would take 'Order-1' for 'order-1').
     claim_owner     CHAR(64)      CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
     claimed_at      DATETIME(3)   NOT NULL DEFAULT '1970-01-01 00:00:00.000',

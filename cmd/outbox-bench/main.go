@@ -1,7 +1,10 @@
 // Command outbox-bench measures the publisher against real servers and prints a table: for
 // each claim mode and number of instances, the rate at which a backlog of pre-inserted events
-// drains, the database statements per event, lock retries and errors surfaced; then the time
-// from commit to send; then, with -namesrv, the same drain into a real RocketMQ broker.
+// drains, the database statements and redo log per event, lock retries and errors surfaced;
+// in batch mode also the two baselines (concurrent claims, growing rows), a slow sender, and
+// with -namesrv the same drain into a real RocketMQ broker. Every row runs once per round,
+// -runs rounds, and reports its median rate and range. Then it prints the time from commit
+// to send, and with -backlog the heap while a large backlog drains.
 //
 //	bash scripts/mariadb.sh start && eval "$(bash scripts/rocketmq.sh start)"
 //	go run ./cmd/outbox-bench -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV"
@@ -11,9 +14,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,8 +42,12 @@ func main() {
 	latencyEvents := flag.Int("latency-events", 2000, "events per latency run (0 skips the latency runs)")
 	rate := flag.Int("rate", 200, "commits per second in latency runs")
 	batchSize := flag.Int("batch", 0, "BatchSize for batch mode (0: the default)")
+	runs := flag.Int("runs", 3, "rounds over the drain rows; each row reports the median rate and the range")
 	backlog := flag.Int("backlog", 0, "also drain a backlog of this many rows with one batch-mode instance, reporting the heap (e.g. 1000000)")
 	flag.Parse()
+	if *runs < 1 {
+		log.Fatalf("-runs must be at least 1, got %d", *runs)
+	}
 
 	var ks []int
 	for _, f := range strings.Split(*instanceList, ",") {
@@ -64,8 +73,7 @@ func main() {
 	host, _ := os.Hostname()
 	fmt.Printf("outbox-bench on %s: %d CPUs, %s, %s\n\n", host, runtime.NumCPU(), runtime.Version(), serverVersion(env))
 
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "drain\tmode\tinstances\tevents\tseconds\tevents/s\tstatements/event\tredo KB/event\tlock retries\terrors\t")
+	var rows []drainRow
 	for _, mode := range modes {
 		variants := []bench.Drain{{Mode: mode, Events: *events, BatchSize: *batchSize}}
 		if mode == outbox.ClaimPerRow {
@@ -78,13 +86,14 @@ func main() {
 		for _, d := range variants {
 			for _, k := range ks {
 				d.Instances, d.Sender = k, bench.NopSender
-				drainRow(ctx, w, env, "no-op sender", d)
+				rows = append(rows, drainRow{what: "no-op sender", d: d})
 			}
 		}
 	}
 	if *slowEvents > 0 {
 		for _, k := range ks {
-			drainRow(ctx, w, env, "1 ms sender", bench.Drain{Mode: outbox.ClaimBatch, Instances: k, Events: *slowEvents, Sender: bench.SlowSender(time.Millisecond)})
+			rows = append(rows, drainRow{what: "1 ms sender", d: bench.Drain{Mode: outbox.ClaimBatch, Instances: k,
+				Events: *slowEvents, Sender: bench.SlowSender(time.Millisecond)}})
 		}
 	}
 	if *namesrv != "" {
@@ -94,9 +103,26 @@ func main() {
 				n = *perRowEvents
 			}
 			for _, k := range []int{1, 3} {
-				drainRow(ctx, w, env, "RocketMQ", bench.Drain{Mode: mode, Instances: k, Events: n, Sender: rocketmqSenders(*namesrv, *topic)})
+				rows = append(rows, drainRow{what: "RocketMQ", d: bench.Drain{Mode: mode, Instances: k, Events: n,
+					Sender: rocketmqSenders(*namesrv, *topic)}})
 			}
 		}
+	}
+	// Round after round over all rows, so that whatever else the machine is doing spreads
+	// over every row alike.
+	for run := range *runs {
+		for i := range rows {
+			res, err := rows[i].d.Run(ctx, env)
+			if err != nil {
+				log.Fatalf("drain %s %s x%d (run %d): %v", rows[i].what, rows[i].mode(), rows[i].d.Instances, run+1, err)
+			}
+			rows[i].results = append(rows[i].results, res)
+		}
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "drain\tmode\tinstances\tevents\tevents/s (median of %d)\tlowest\thighest\tstatements/event\tredo KB/event\tlock retries\terrors\t\n", *runs)
+	for _, r := range rows {
+		r.print(w)
 	}
 	_ = w.Flush()
 
@@ -116,24 +142,56 @@ func main() {
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
-func drainRow(ctx context.Context, w *tabwriter.Writer, env bench.Env, what string, d bench.Drain) {
-	mode := d.Mode.String()
+// drainRow is one row of the drain table: a drain, run once per round.
+type drainRow struct {
+	what    string
+	d       bench.Drain
+	results []bench.DrainResult
+}
+
+func (r drainRow) mode() string {
 	switch {
-	case d.ConcurrentClaims:
-		mode += ", concurrent claims"
-	case d.GrowingRows:
-		mode += ", growing rows"
+	case r.d.ConcurrentClaims:
+		return r.d.Mode.String() + ", concurrent claims"
+	case r.d.GrowingRows:
+		return r.d.Mode.String() + ", growing rows"
 	}
-	res, err := d.Run(ctx, env)
-	if err != nil {
-		log.Fatalf("drain %s %s x%d: %v", what, mode, d.Instances, err)
+	return r.d.Mode.String()
+}
+
+// print writes the row: the median, lowest and highest rate over the runs, and the other
+// columns summed over the runs (statements, redo, retries, errors).
+func (r drainRow) print(w io.Writer) {
+	rates := make([]float64, len(r.results))
+	var stmts, redo, retries, errs int64
+	for i, res := range r.results {
+		rates[i] = res.EventsPerSecond(r.d.Events)
+		stmts += res.Statements
+		if redo >= 0 && res.RedoBytes >= 0 {
+			redo += res.RedoBytes
+		} else {
+			redo = -1
+		}
+		retries += res.LockRetries
+		errs += res.Errors
 	}
-	redo := "-"
-	if res.RedoBytes >= 0 {
-		redo = fmt.Sprintf("%.2f", float64(res.RedoBytes)/1024/float64(d.Events))
+	slices.Sort(rates)
+	events := float64(r.d.Events * len(r.results))
+	redoKB := "-"
+	if redo >= 0 {
+		redoKB = fmt.Sprintf("%.2f", float64(redo)/1024/events)
 	}
-	fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%.2f\t%.0f\t%.2f\t%s\t%d\t%d\t\n", what, mode, d.Instances, d.Events,
-		res.Elapsed.Seconds(), res.EventsPerSecond(d.Events), float64(res.Statements)/float64(d.Events), redo, res.LockRetries, res.Errors)
+	fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.2f\t%s\t%d\t%d\t\n", r.what, r.mode(), r.d.Instances, r.d.Events,
+		median(rates), rates[0], rates[len(rates)-1], float64(stmts)/events, redoKB, retries, errs)
+}
+
+// median returns the middle of sorted xs (the mean of the two middle ones for an even count).
+func median(xs []float64) float64 {
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 func rocketmqSenders(namesrv, topic string) bench.SenderFactory {
