@@ -192,10 +192,12 @@ type instance struct {
 	close func()
 }
 
-func startInstances(env Env, name string, k int, d Drain, poll time.Duration,
+// startInstances makes d.Instances publishers on the table name, configured as d says, each
+// with its own pool and a sender from senders.
+func startInstances(env Env, name string, d Drain, poll time.Duration,
 	senders SenderFactory, errs *errorCounter) ([]*instance, error) {
 	var out []*instance
-	for i := range k {
+	for i := range d.Instances {
 		db, err := env.open()
 		if err != nil {
 			return out, err
@@ -243,9 +245,10 @@ func run(instances []*instance) (stop func()) {
 	}
 }
 
-// backlog makes a fresh table holding n due events and k publisher instances on it, not yet
-// running. On error it leaves nothing behind.
-func backlog(ctx context.Context, env Env, n, k int, d Drain, senders SenderFactory) (*table, []*instance, *errorCounter, error) {
+// backlog makes a fresh table holding d.Events due events and d.Instances publisher instances
+// on it, not yet running, with senders (d.Sender is not used). On error it leaves nothing
+// behind.
+func backlog(ctx context.Context, env Env, d Drain, senders SenderFactory) (*table, []*instance, *errorCounter, error) {
 	t, err := newTable(ctx, env)
 	if err != nil {
 		return nil, nil, nil, err
@@ -256,12 +259,12 @@ func backlog(ctx context.Context, env Env, n, k int, d Drain, senders SenderFact
 			return nil, nil, nil, err
 		}
 	}
-	if err := t.fill(ctx, n); err != nil {
+	if err := t.fill(ctx, d.Events); err != nil {
 		t.drop()
 		return nil, nil, nil, err
 	}
 	errs := &errorCounter{}
-	instances, err := startInstances(env, t.name, k, d, 10*time.Millisecond, senders, errs)
+	instances, err := startInstances(env, t.name, d, 10*time.Millisecond, senders, errs)
 	if err != nil {
 		for _, in := range instances {
 			in.close()
@@ -319,7 +322,7 @@ func (c countingBatchSender) SendBatch(ctx context.Context, evs []outbox.Event) 
 func (d Drain) Run(ctx context.Context, env Env) (DrainResult, error) {
 	var res DrainResult
 	var sent atomic.Int64
-	t, instances, errs, err := backlog(ctx, env, d.Events, d.Instances, d, counting(d.Sender, &sent))
+	t, instances, errs, err := backlog(ctx, env, d, counting(d.Sender, &sent))
 	if err != nil {
 		return res, err
 	}
@@ -418,7 +421,7 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 		}), func() {}, nil
 	}
 	errs := &errorCounter{}
-	instances, err := startInstances(env, t.name, l.Instances, Drain{Mode: l.Mode}, l.Poll, senders, errs)
+	instances, err := startInstances(env, t.name, Drain{Mode: l.Mode, Instances: l.Instances}, l.Poll, senders, errs)
 	if err != nil {
 		for _, in := range instances {
 			in.close()
@@ -510,7 +513,7 @@ type BacklogResult struct {
 // Run fills the backlog, then drains it.
 func (bl Backlog) Run(ctx context.Context, env Env) (BacklogResult, error) {
 	var res BacklogResult
-	t, instances, errs, err := backlog(ctx, env, bl.Events, 1, Drain{Mode: outbox.ClaimBatch}, NopSender)
+	t, instances, errs, err := backlog(ctx, env, Drain{Mode: outbox.ClaimBatch, Instances: 1, Events: bl.Events}, NopSender)
 	if err != nil {
 		return res, err
 	}
