@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"sync"
@@ -498,11 +499,11 @@ func holdClaimTurn(t *testing.T, b *bundle) (release func()) {
 	return release
 }
 
-// claimTurnFree reports whether nobody holds the store's claim lock.
-func claimTurnFree(t *testing.T, b *bundle) bool {
+// claimTurnFree reports whether nobody holds store's claim lock.
+func claimTurnFree(t *testing.T, db *sql.DB, store *outbox.MySQLStore) bool {
 	t.Helper()
 	var free int
-	require.NoError(t, b.db.QueryRow("SELECT IS_FREE_LOCK("+outbox.ClaimLockNameForTest(b.store)+")").Scan(&free))
+	require.NoError(t, db.QueryRow("SELECT IS_FREE_LOCK("+outbox.ClaimLockNameForTest(store)+")").Scan(&free))
 	return free == 1
 }
 
@@ -536,7 +537,7 @@ func TestMySQLStoreBatchClaimsTakeTurns(t *testing.T) {
 	r := <-done
 	require.NoError(t, r.err)
 	assert.Len(t, r.evs, 3)
-	assert.True(t, claimTurnFree(t, b), "the claim released its turn")
+	assert.True(t, claimTurnFree(t, b.db, b.store), "the claim released its turn")
 }
 
 // A claim that does not get its turn in time goes ahead without it: the turn only orders
@@ -596,7 +597,7 @@ func TestMySQLStoreBatchClaimReleasesTheTurnOnError(t *testing.T) {
 	_, err = missing.ClaimDue(context.Background(), "owner-a", 10)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does not exist")
-	assert.True(t, claimTurnFree(t, &bundle{db: b.db, store: missing}), "the failed claim released its turn")
+	assert.True(t, claimTurnFree(t, b.db, missing), "the failed claim released its turn")
 }
 
 // A claim whose context ends while it waits for the turn returns the context's error and
@@ -616,7 +617,7 @@ func TestMySQLStoreBatchClaimCancelledWhileWaiting(t *testing.T) {
 	require.ErrorIs(t, r.err, context.Canceled)
 	assert.Empty(t, r.evs)
 	release()
-	require.Eventually(t, func() bool { return claimTurnFree(t, b) }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return claimTurnFree(t, b.db, b.store) }, 10*time.Second, 20*time.Millisecond,
 		"no session kept the lock")
 	for _, id := range ids {
 		assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "the cancelled claim claimed nothing")

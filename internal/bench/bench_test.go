@@ -18,19 +18,18 @@ import (
 func BenchmarkDrain(b *testing.B) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(b)}
 	variants := []struct {
-		name   string
-		drain  bench.Drain
-		events int
+		name  string
+		drain bench.Drain
 	}{
-		{"mode=per-row", bench.Drain{Mode: outbox.ClaimPerRow}, 1000},
-		{"mode=batch", bench.Drain{Mode: outbox.ClaimBatch}, 5000},
-		{"mode=batch/claims=concurrent", bench.Drain{Mode: outbox.ClaimBatch, ConcurrentClaims: true}, 5000},
+		{"mode=per-row", bench.Drain{Mode: outbox.ClaimPerRow, Events: 1000}},
+		{"mode=batch", bench.Drain{Mode: outbox.ClaimBatch, Events: 5000}},
+		{"mode=batch/claims=concurrent", bench.Drain{Mode: outbox.ClaimBatch, Events: 5000, ConcurrentClaims: true}},
 	}
 	for _, v := range variants {
 		for _, k := range []int{1, 3, 8} {
 			b.Run(fmt.Sprintf("%s/instances=%d", v.name, k), func(b *testing.B) {
 				d := v.drain
-				d.Instances, d.Events, d.Sender = k, v.events, bench.NopSender
+				d.Instances, d.Sender = k, bench.NopSender
 				var total float64
 				var stmts int64
 				for b.Loop() {
