@@ -27,7 +27,12 @@ const (
 
 // Event is one row of the outbox table.
 type Event struct {
-	ID        int64
+	// ID is the row's AUTO_INCREMENT key: unique in its table only.
+	ID int64
+	// EventID identifies the event for consumers: a UUIDv7 generated once at insert and
+	// stored in the row, so every send of the event carries the same id, and unique across
+	// tables, services and restored backups. Consumers deduplicate on it.
+	EventID   string
 	BizNo     string
 	EventType string
 	Payload   []byte
@@ -98,9 +103,13 @@ type Store interface {
 }
 
 // Sender publishes one event. It returns nil only once the broker has accepted the event.
-// An error marked with [Permanent] dead-letters the event at once; any other error is
-// retried with backoff. Send must respect ctx: the publisher bounds it with
-// [Config.SendTimeout].
+//
+// The error says whose fault a failure is. An error marked with [Permanent] belongs to the
+// message and dead-letters the event at once. An error marked with [Unavailable] (or
+// wrapping [ErrSenderClosed]) says the broker, or the way to it, is down: the event goes back
+// to WAIT without a retry counted, and the publisher stops claiming and probes until a send
+// succeeds. Any other error is retried with backoff and counts against [Config.MaxRetry].
+// Send must respect ctx: the publisher bounds it with [Config.SendTimeout].
 type Sender interface {
 	Send(ctx context.Context, ev Event) error
 }
@@ -135,6 +144,9 @@ var (
 	ErrPayloadTooLarge = fmt.Errorf("%w: payload too large", ErrInvalidEvent)
 	// ErrNotFound is returned when an event does not exist.
 	ErrNotFound = errors.New("outbox: event not found")
+	// ErrSenderClosed is returned by a sender's Send after its Close: nothing was sent. The
+	// publisher returns the event to WAIT without counting a retry.
+	ErrSenderClosed = errors.New("outbox: sender closed")
 	// ErrAlreadyRunning is returned by [Publisher.Run] when the publisher is already running.
 	ErrAlreadyRunning = errors.New("outbox: publisher already running")
 )
@@ -152,6 +164,31 @@ func Permanent(err error) error {
 		return nil
 	}
 	return &PermanentError{Err: err}
+}
+
+// UnavailableError marks a send error that says nothing about the message: the broker, its
+// route or the network to it is down, and the same send will work once it is back.
+type UnavailableError struct{ Err error }
+
+func (e *UnavailableError) Error() string { return "unavailable: " + e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable marks err as an infrastructure failure (see [Sender]): the event is returned
+// to WAIT without spending a retry, and the publisher pauses its claims until the broker
+// answers again. A failure marked Unavailable while other events of the same round were
+// sent is the message's own after all, and is retried with backoff like any other.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UnavailableError{Err: err}
+}
+
+// IsUnavailable reports whether err, or any error it wraps, was marked with [Unavailable]
+// or is [ErrSenderClosed].
+func IsUnavailable(err error) bool {
+	var u *UnavailableError
+	return errors.As(err, &u) || errors.Is(err, ErrSenderClosed)
 }
 
 // IsPermanent reports whether err, or any error it wraps, was marked with [Permanent].
