@@ -1,16 +1,32 @@
 package outbox
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Backoff returns how long to wait before retry n, where n is 1 for the first retry. A
-// negative result is taken as zero. The delay is added to the database's clock, not the
-// application's.
+// negative result is taken as zero, and a result over [Config.MaxBackoff] as MaxBackoff.
+// The delay is added to the database's clock, not the application's.
 type Backoff func(n int) time.Duration
 
 // DefaultBackoff waits n² × 5 s before retry n: 5 s, 20 s, 45 s. When a downstream is
-// struggling, retrying every few seconds only adds to its load.
+// struggling, retrying every few seconds only adds to its load. For large n (with
+// [RetryForever]) it grows no further than the longest Duration instead of overflowing.
 func DefaultBackoff(n int) time.Duration {
+	const most = math.MaxInt64 / int64(5*time.Second)
+	if n <= 0 {
+		return 0
+	}
+	if int64(n) > 3_000_000_000 || int64(n)*int64(n) > most { // n*n itself would overflow past 3e9
+		return math.MaxInt64
+	}
 	return time.Duration(n*n) * 5 * time.Second
+}
+
+// delay is b's delay before retry n, kept between zero and limit.
+func (b Backoff) delay(n int, limit time.Duration) time.Duration {
+	return min(max(b(n), 0), limit)
 }
 
 // ConstantBackoff returns a [Backoff] that always waits d.

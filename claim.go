@@ -17,7 +17,8 @@ type RoundStats struct {
 	Sent         int // events sent and marked SUCCESS
 	Retried      int // failed sends released for a later retry
 	DeadLettered int // events marked FAIL
-	Released     int // claimed events put back unsent because the round was cancelled
+	Released     int // claimed events put back unsent (the round was cancelled, or its deadline passed)
+	Unavailable  int // sends that failed because the broker was unavailable: back to WAIT, no retry counted
 	LeaseLost    int // outcomes not recorded because the lease had been reclaimed
 	Errors       int // store errors and panics; each was logged
 }
@@ -26,13 +27,14 @@ type RoundStats struct {
 type outcome int
 
 const (
-	outcomeError       outcome = iota // claimed, but the outcome could not be recorded (or a panic)
+	outcomeError       outcome = iota // claimed, but the outcome could not be recorded yet (or a panic)
 	outcomeClaimFailed                // the claim itself failed
 	outcomeLost
 	outcomeSent
 	outcomeRetried
 	outcomeDeadLettered
 	outcomeReleased
+	outcomeUnavailable
 	outcomeLeaseLost
 )
 
@@ -54,6 +56,8 @@ func (s *RoundStats) add(o outcome) {
 		s.DeadLettered++
 	case outcomeReleased:
 		s.Released++
+	case outcomeUnavailable:
+		s.Unavailable++
 	case outcomeLeaseLost:
 		s.LeaseLost++
 	}
@@ -64,7 +68,7 @@ func (s *RoundStats) add(o outcome) {
 // wait for the poll interval. A round with any failure waits, as back-pressure.
 func (s RoundStats) drained(limit int) bool {
 	return s.Candidates > 0 && s.Candidates >= limit &&
-		s.Retried+s.DeadLettered+s.Released+s.LeaseLost+s.Errors == 0
+		s.Retried+s.DeadLettered+s.Released+s.Unavailable+s.LeaseLost+s.Errors == 0
 }
 
 // PublishPending runs one round and reports what it did. In per-row mode it reads up to
@@ -73,65 +77,99 @@ func (s RoundStats) drained(limit int) bool {
 // sends them, and records the successes with one statement. One event's error or panic is
 // logged and never aborts the round; once ctx is cancelled the round stops claiming, and
 // returns to WAIT what it claimed and did not send. The returned error is the claim's (or
-// the candidate SELECT's).
+// the candidate SELECT's), or the store's if outcomes of earlier rounds are still
+// unrecorded.
+//
+// While the broker is unavailable (see [Sender]), a round claims nothing until the next
+// probe is due, and then claims one event to probe with.
 func (p *Publisher) PublishPending(ctx context.Context) (RoundStats, error) {
 	stats, _, err := p.round(ctx)
 	return stats, err
 }
 
-// round is PublishPending that also returns its claim limit, with a panic in the store
-// turned into a logged error.
-func (p *Publisher) round(ctx context.Context) (stats RoundStats, limit int, err error) {
+// round is PublishPending that also returns the pause before the next round, with a panic
+// in the store turned into a logged error. Rounds of one publisher never overlap.
+func (p *Publisher) round(ctx context.Context) (stats RoundStats, next time.Duration, err error) {
+	p.roundMu.Lock()
+	defer p.roundMu.Unlock()
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.ErrorContext(ctx, "outbox: panic in a publishing round",
 				slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
 			stats.Errors++
+			next = p.cfg.PollInterval
 			err = fmt.Errorf("outbox: panic in a publishing round: %v", r)
 		}
 	}()
-	if p.cfg.ClaimMode == ClaimPerRow {
-		return p.publishPerRow(ctx)
+	if err := p.settle(ctx, &stats); err != nil {
+		return stats, p.cfg.PollInterval, err
 	}
-	return p.publishBatch(ctx)
+	probe := p.outage.down
+	if probe {
+		if wait := time.Until(p.outage.next); wait > 0 {
+			return stats, wait, nil
+		}
+	}
+	var limit int
+	if p.cfg.ClaimMode == ClaimPerRow {
+		limit, err = p.publishPerRow(ctx, &stats, probe)
+	} else {
+		limit, err = p.publishBatch(ctx, &stats, probe)
+	}
+	switch {
+	case p.outage.down:
+		return stats, time.Until(p.outage.next), err
+	case err == nil && !probe && stats.drained(limit):
+		return stats, 0, nil // a backlog: go on at once
+	}
+	return stats, p.cfg.PollInterval, err
 }
 
-func (p *Publisher) publishPerRow(ctx context.Context) (RoundStats, int, error) {
-	var stats RoundStats
+func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe bool) (int, error) {
 	limit := p.cfg.BatchSize
+	if probe {
+		limit = 1
+	}
 	candidates, err := p.fetch(ctx, "select candidates", func(ctx context.Context) ([]Event, error) {
 		return p.store.Candidates(ctx, limit)
 	})
 	if err != nil {
-		return stats, limit, err
+		return limit, err
 	}
 	stats.Candidates = len(candidates)
 	for _, ev := range candidates {
 		if ctx.Err() != nil {
 			break
 		}
-		o := p.claimAndPublishSafe(ctx, ev)
-		stats.add(o)
+		o := p.claimAndPublishSafe(ctx, stats, ev, stats.Sent > 0)
 		if o.claimed() {
 			stats.Claimed++
 		}
+		if o == outcomeUnavailable {
+			break // the broker is down: leave the other candidates to the probes
+		}
 	}
-	return stats, limit, nil
+	return limit, nil
 }
 
-func (p *Publisher) publishBatch(ctx context.Context) (RoundStats, int, error) {
-	var stats RoundStats
+func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe bool) (int, error) {
 	owner := p.cfg.InstanceID
 	limit := int(p.limit.Load())
+	if probe {
+		limit = 1
+	}
 	evs, err := p.fetch(ctx, "claim due events", func(ctx context.Context) ([]Event, error) {
-		return p.store.ClaimDue(ctx, owner, limit)
+		return p.store.ClaimDue(ctx, owner, limit, p.cfg.MaxClaimBytes)
 	})
 	if err != nil {
-		return stats, limit, err
+		// The claim may have committed all the same: release whatever is ours before the
+		// next claim.
+		p.releaseOwed = true
+		return limit, err
 	}
 	stats.Candidates, stats.Claimed = len(evs), len(evs)
 	if len(evs) == 0 {
-		return stats, limit, nil
+		return limit, nil
 	}
 
 	// From here this instance holds the leases; their outcomes are recorded even if ctx is
@@ -139,47 +177,56 @@ func (p *Publisher) publishBatch(ctx context.Context) (RoundStats, int, error) {
 	held := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
 		for _, ev := range evs {
-			stats.add(p.outcomeSafe(ctx, ev, func() outcome { return p.release(held, ev, "publisher stopped before sending") }))
+			p.outcomeSafe(ctx, stats, ev, func() outcome {
+				return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", outcomeReleased))
+			})
 		}
-		return stats, limit, nil
+		return limit, nil
 	}
 	start := time.Now()
 	errs := p.sendBatch(held, evs)
 	p.adaptLimit(len(evs), limit, time.Since(start))
 
+	// Successes are recorded first: a failure to record a retry costs a later resend, a
+	// failure to record a success a duplicate.
 	sent := make([]int64, 0, len(evs))
 	for i, ev := range evs {
-		switch err := errs[i]; {
-		case err == nil:
+		if errs[i] == nil {
 			sent = append(sent, ev.ID)
-		case errors.Is(err, errNotSent):
-			stats.add(p.outcomeSafe(ctx, ev, func() outcome { return p.release(held, ev, err.Error()) }))
-		default:
-			stats.add(p.outcomeSafe(ctx, ev, func() outcome { return p.handleFailure(held, ev, err) }))
 		}
 	}
-	if len(sent) == 0 {
-		return stats, limit, nil
+	if len(sent) > 0 {
+		p.record(held, stats, p.successWrite(sent))
 	}
-	sctx, cancel := context.WithTimeout(held, p.cfg.StoreTimeout)
-	n, err := p.store.MarkSuccessBatch(sctx, sent, owner)
-	cancel()
-	if err != nil {
-		// Sent, but the rows stay SENDING: they will be sent again after the lease.
-		p.log.ErrorContext(ctx, "outbox: events sent but not marked SUCCESS; they will be sent again after the lease",
-			slog.Int("count", len(sent)), slog.Any("error", err))
-		stats.Errors += len(sent)
-		return stats, limit, nil
+	for i, ev := range evs {
+		if err := errs[i]; err != nil {
+			p.outcomeSafe(ctx, stats, ev, func() outcome { return p.failed(held, stats, ev, err, len(sent) > 0) })
+		}
 	}
-	stats.Sent += int(n)
-	if lost := len(sent) - int(n); lost > 0 {
-		stats.LeaseLost += lost
-		p.log.WarnContext(ctx, "outbox: events sent after their lease was reclaimed; their rows keep the new owner's state",
-			slog.Int("count", lost))
+	p.brokerAnswered(ctx, stats, probe)
+	return limit, nil
+}
+
+// brokerAnswered ends an outage once a round's send was not refused as unavailable.
+func (p *Publisher) brokerAnswered(ctx context.Context, stats *RoundStats, probe bool) {
+	if probe && stats.Unavailable == 0 && stats.Claimed > 0 {
+		p.endOutage(ctx)
 	}
-	p.log.InfoContext(ctx, "outbox: events sent", slog.Int64("count", n),
-		slog.Int64("first_event_id", sent[0]), slog.Int64("last_event_id", sent[len(sent)-1]))
-	return stats, limit, nil
+}
+
+// failed records a send that failed. An unavailable broker (unless another event of the
+// round got through, which makes the failure the message's own) puts the event back as it
+// was and starts or prolongs the outage; an event whose turn never came before the send
+// deadline goes back unsent; any other failure is retried or dead-lettered.
+func (p *Publisher) failed(ctx context.Context, stats *RoundStats, ev Event, cause error, othersSent bool) outcome {
+	switch {
+	case errors.Is(cause, errNotSent):
+		return p.record(ctx, stats, p.releaseWrite(ev, cause.Error(), outcomeReleased))
+	case IsUnavailable(cause) && !othersSent:
+		p.enterOutage(ctx, cause)
+		return p.record(ctx, stats, p.releaseWrite(ev, "broker unavailable: "+cause.Error(), outcomeUnavailable))
+	}
+	return p.record(ctx, stats, p.failureWrite(ev, cause))
 }
 
 // fetch runs a round's first store call within StoreTimeout, logging its error unless ctx
@@ -249,12 +296,14 @@ func (p *Publisher) adaptLimit(claimed, limit int, took time.Duration) {
 	}
 }
 
-// outcomeSafe runs one event's outcome with a panic turned into a logged error.
-func (p *Publisher) outcomeSafe(ctx context.Context, ev Event, fn func() outcome) (o outcome) {
+// outcomeSafe runs one event's outcome with a panic turned into a logged error, counted in
+// stats.
+func (p *Publisher) outcomeSafe(ctx context.Context, stats *RoundStats, ev Event, fn func() outcome) (o outcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.ErrorContext(ctx, "outbox: panic while publishing event",
 				slog.Int64("event_id", ev.ID), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			stats.add(outcomeError)
 			o = outcomeError
 		}
 	}()
@@ -263,22 +312,29 @@ func (p *Publisher) outcomeSafe(ctx context.Context, ev Event, fn func() outcome
 
 // claimAndPublishSafe is claimAndPublish with a panic turned into a logged error, so that
 // one event never aborts the round.
-func (p *Publisher) claimAndPublishSafe(ctx context.Context, ev Event) outcome {
-	return p.outcomeSafe(ctx, ev, func() outcome { return p.claimAndPublish(ctx, ev) })
+func (p *Publisher) claimAndPublishSafe(ctx context.Context, stats *RoundStats, ev Event, othersSent bool) outcome {
+	return p.outcomeSafe(ctx, stats, ev, func() outcome { return p.claimAndPublish(ctx, stats, ev, othersSent) })
 }
 
-func (p *Publisher) claimAndPublish(ctx context.Context, ev Event) outcome {
+// claimAndPublish claims, sends and records one candidate, counting what became of it in
+// stats, and returns that.
+func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev Event, othersSent bool) outcome {
 	owner := p.cfg.InstanceID
 	won, err := p.storeCall(ctx, func(ctx context.Context) (bool, error) { return p.store.Claim(ctx, ev, owner) })
 	if err != nil {
+		// The claim may have changed the row all the same: release whatever is ours before
+		// the next claim.
+		p.releaseOwed = true
 		if ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "outbox: claim", slog.Int64("event_id", ev.ID), slog.Any("error", err))
 		}
+		stats.add(outcomeClaimFailed)
 		return outcomeClaimFailed
 	}
 	if !won {
 		// Normal with several instances: the SELECT only found a candidate.
 		p.log.DebugContext(ctx, "outbox: event taken by another instance, skip", slog.Int64("event_id", ev.ID))
+		stats.add(outcomeLost)
 		return outcomeLost
 	}
 
@@ -286,28 +342,17 @@ func (p *Publisher) claimAndPublish(ctx context.Context, ev Event) outcome {
 	// cancelled, so a clean shutdown never leaves a row SENDING for a whole lease.
 	held := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
-		return p.release(held, ev, "publisher stopped before sending")
+		return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", outcomeReleased))
 	}
-	sendErr := p.send(held, ev)
-	if sendErr != nil {
-		return p.handleFailure(held, ev, sendErr)
+	if err := p.send(held, ev); err != nil {
+		o := p.failed(held, stats, ev, err, othersSent)
+		if o != outcomeUnavailable && p.outage.down {
+			p.endOutage(ctx) // the broker answered, if only to refuse this message
+		}
+		return o
 	}
-	ok, err := p.storeCall(held, func(ctx context.Context) (bool, error) { return p.store.MarkSuccess(ctx, ev.ID, owner) })
-	switch {
-	case err != nil:
-		// Sent, but the row stays SENDING: the reclaim loop will send it again after the
-		// lease. At least once, never lost.
-		p.log.ErrorContext(ctx, "outbox: event sent but not marked SUCCESS; it will be sent again after the lease",
-			slog.Int64("event_id", ev.ID), slog.Any("error", err))
-		return outcomeError
-	case !ok:
-		p.log.WarnContext(ctx, "outbox: event sent after its lease was reclaimed; the row keeps its new owner's state",
-			slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo))
-		return outcomeLeaseLost
-	}
-	p.log.InfoContext(ctx, "outbox: event sent",
-		slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo), slog.String("event_type", ev.EventType))
-	return outcomeSent
+	p.endOutage(ctx)
+	return p.record(held, stats, p.successWrite([]int64{ev.ID}))
 }
 
 // send calls the sender within SendTimeout; a panic in the sender is an error like any other.
@@ -320,66 +365,6 @@ func (p *Publisher) send(ctx context.Context, ev Event) (err error) {
 		}
 	}()
 	return p.sender.Send(ctx, ev)
-}
-
-// handleFailure records a failed send: a retry after the backoff, or past MaxRetry (or for
-// a permanent error) a dead letter.
-func (p *Publisher) handleFailure(ctx context.Context, ev Event, cause error) outcome {
-	owner := p.cfg.InstanceID
-	attempt := ev.RetryCount + 1
-	reason := cause.Error()
-	if attempt > p.cfg.MaxRetry || IsPermanent(cause) {
-		ok, err := p.storeCall(ctx, func(ctx context.Context) (bool, error) {
-			return p.store.MarkFail(ctx, ev.ID, owner, attempt, reason)
-		})
-		if err != nil || !ok {
-			return p.unrecorded(ctx, ev, "dead letter", err)
-		}
-		ev.Status, ev.RetryCount, ev.LastError = StatusFail, attempt, reason
-		p.log.ErrorContext(ctx, "outbox: event dead-lettered; it needs a person",
-			slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo), slog.String("event_type", ev.EventType),
-			slog.Int("retry_count", attempt), slog.Bool("permanent", IsPermanent(cause)), slog.Any("error", cause))
-		if p.cfg.OnDeadLetter != nil {
-			p.cfg.OnDeadLetter(ctx, ev, cause)
-		}
-		return outcomeDeadLettered
-	}
-	delay := max(p.cfg.Backoff(attempt), 0)
-	ok, err := p.storeCall(ctx, func(ctx context.Context) (bool, error) {
-		return p.store.ReleaseForRetry(ctx, ev.ID, owner, attempt, delay, reason)
-	})
-	if err != nil || !ok {
-		return p.unrecorded(ctx, ev, "retry", err)
-	}
-	p.log.WarnContext(ctx, "outbox: send failed, will retry",
-		slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo),
-		slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
-	return outcomeRetried
-}
-
-// release returns a claimed, unsent event to WAIT as it was: no retry is counted.
-func (p *Publisher) release(ctx context.Context, ev Event, reason string) outcome {
-	ok, err := p.storeCall(ctx, func(ctx context.Context) (bool, error) {
-		return p.store.ReleaseForRetry(ctx, ev.ID, p.cfg.InstanceID, ev.RetryCount, 0, reason)
-	})
-	if err != nil || !ok {
-		return p.unrecorded(ctx, ev, "release", err)
-	}
-	p.log.DebugContext(ctx, "outbox: claimed event released unsent", slog.Int64("event_id", ev.ID), slog.String("reason", reason))
-	return outcomeReleased
-}
-
-// unrecorded logs an outcome that could not be written: a store error (the row stays
-// SENDING until the lease expires) or a lost lease (another instance owns the row now).
-func (p *Publisher) unrecorded(ctx context.Context, ev Event, what string, err error) outcome {
-	if err != nil {
-		p.log.ErrorContext(ctx, "outbox: could not record "+what+"; the event will be reclaimed after the lease",
-			slog.Int64("event_id", ev.ID), slog.Any("error", err))
-		return outcomeError
-	}
-	p.log.WarnContext(ctx, "outbox: lease lost before recording "+what+"; the row keeps its new owner's state",
-		slog.Int64("event_id", ev.ID))
-	return outcomeLeaseLost
 }
 
 // storeCall runs one conditional store write within StoreTimeout.

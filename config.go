@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -49,8 +50,24 @@ const (
 	ReclaimIntervalDefault = 60 * time.Second
 	LeaseDefault           = 10 * time.Minute
 	MaxRetryDefault        = 3
+	MaxBackoffDefault      = time.Hour
+	MaxReclaimsDefault     = 3
+	MaxClaimBytesDefault   = 16 << 20
+	MaxProbeDelayDefault   = 15 * time.Second
 	SendTimeoutDefault     = 3 * time.Second
 	StoreTimeoutDefault    = 5 * time.Second
+
+	// NoRetries, as [Config.MaxRetry], dead-letters an event at its first failed send.
+	NoRetries = -1
+	// RetryForever, as [Config.MaxRetry], never dead-letters an event for failed sends, and
+	// as [Config.MaxReclaims], never for reclaims.
+	RetryForever = math.MaxInt32
+
+	// maxBackoffLimit bounds MaxBackoff: a retry time must stay a valid DATETIME.
+	maxBackoffLimit = 366 * 24 * time.Hour
+	// firstProbeDelay is the pause before the first probe of an unavailable broker; it
+	// doubles up to MaxProbeDelay.
+	firstProbeDelay = 500 * time.Millisecond
 
 	// maxInstanceIDLen is the width of the claim_owner column, in characters.
 	maxInstanceIDLen = 64
@@ -90,12 +107,38 @@ type Config struct {
 	Lease time.Duration
 
 	// MaxRetry is how many times a failed send is retried before the event is dead-lettered:
-	// an event is tried at most MaxRetry+1 times. Defaults to 3.
+	// an event is tried at most MaxRetry+1 times. [NoRetries] dead-letters at the first
+	// failure, [RetryForever] never. Only failures that belong to the message count: a send
+	// that failed because the broker was unavailable (see [Sender]) spends no retry.
+	// Defaults to 3.
 	MaxRetry int
 
 	// Backoff gives the delay before retry n (1-based). Defaults to [DefaultBackoff]:
 	// n² × 5 s, i.e. 5 s, 20 s, 45 s.
 	Backoff Backoff
+
+	// MaxBackoff caps the delay Backoff gives, whatever the retry number. At most a year.
+	// Defaults to 1 hour.
+	MaxBackoff time.Duration
+
+	// MaxReclaims is how many times an event may be reclaimed (its lease expired with no
+	// outcome recorded: the instance holding it died or stalled) before it is dead-lettered
+	// as a poison event, one whose send kills the process every time. An event reclaimed
+	// once is claimed alone from then on, so that the death of an instance sending a whole
+	// batch counts only once against each of its events. [RetryForever] never dead-letters
+	// for reclaims. Defaults to 3.
+	MaxReclaims int
+
+	// MaxClaimBytes bounds the payload bytes one batch claim holds in memory (a claim always
+	// takes at least one event). Defaults to 16 MiB.
+	MaxClaimBytes int
+
+	// MaxProbeDelay caps the pause between probes while the broker is unavailable. The
+	// publisher stops claiming when a round's sends fail as [Unavailable] with none
+	// succeeding, and then sends one event at a time, after 0.5 s, 1 s, 2 s and so on up to
+	// MaxProbeDelay, until one is accepted; then it resumes at full speed. Defaults to 15
+	// seconds.
+	MaxProbeDelay time.Duration
 
 	// SendTimeout bounds one call to [Sender.Send], the client's own retries included. It
 	// must be at most a tenth of Lease, so that a send never outlives its lease in practice.
@@ -127,6 +170,10 @@ func (c Config) withDefaults() (Config, error) {
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, ReclaimIntervalDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.MaxRetry = cmp.Or(c.MaxRetry, MaxRetryDefault)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
+	c.MaxReclaims = cmp.Or(c.MaxReclaims, MaxReclaimsDefault)
+	c.MaxClaimBytes = cmp.Or(c.MaxClaimBytes, MaxClaimBytesDefault)
+	c.MaxProbeDelay = cmp.Or(c.MaxProbeDelay, MaxProbeDelayDefault)
 	c.SendTimeout = cmp.Or(c.SendTimeout, SendTimeoutDefault)
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, StoreTimeoutDefault)
 	if c.Backoff == nil {
@@ -150,7 +197,10 @@ func (c Config) validate() error {
 		{"PollInterval", int64(c.PollInterval)},
 		{"ReclaimInterval", int64(c.ReclaimInterval)},
 		{"Lease", int64(c.Lease)},
-		{"MaxRetry", int64(c.MaxRetry)},
+		{"MaxBackoff", int64(c.MaxBackoff)},
+		{"MaxReclaims", int64(c.MaxReclaims)},
+		{"MaxClaimBytes", int64(c.MaxClaimBytes)},
+		{"MaxProbeDelay", int64(c.MaxProbeDelay)},
 		{"SendTimeout", int64(c.SendTimeout)},
 		{"StoreTimeout", int64(c.StoreTimeout)},
 	}
@@ -158,6 +208,12 @@ func (c Config) validate() error {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, f.name, f.v)
 		}
+	}
+	if c.MaxRetry < NoRetries {
+		return fmt.Errorf("%w: MaxRetry must be positive, NoRetries or RetryForever, got %d", ErrInvalidConfig, c.MaxRetry)
+	}
+	if c.MaxBackoff > maxBackoffLimit {
+		return fmt.Errorf("%w: MaxBackoff must be at most %s, got %s", ErrInvalidConfig, maxBackoffLimit, c.MaxBackoff)
 	}
 	if c.ClaimMode != ClaimBatch && c.ClaimMode != ClaimPerRow {
 		return fmt.Errorf("%w: unknown ClaimMode %d", ErrInvalidConfig, c.ClaimMode)

@@ -105,6 +105,18 @@ func (b *bundle) insert(t testing.TB, n int) []int64 {
 	return ids
 }
 
+// insertPayload commits one event with the given biz no and payload and returns its id.
+func (b *bundle) insertPayload(t testing.TB, bizNo string, payload []byte) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.store.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: payload})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	return id
+}
+
 func (b *bundle) get(t testing.TB, id int64) outbox.Event {
 	t.Helper()
 	ev, err := b.store.Get(context.Background(), id)
@@ -280,7 +292,7 @@ type hookStore struct {
 	beforeRelease   func(ctx context.Context, id int64) error
 }
 
-func (h *hookStore) ClaimDue(ctx context.Context, owner string, limit int) ([]outbox.Event, error) {
+func (h *hookStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, error) {
 	if h.afterCandidates != nil {
 		h.afterCandidates(ctx, nil)
 	}
@@ -289,7 +301,7 @@ func (h *hookStore) ClaimDue(ctx context.Context, owner string, limit int) ([]ou
 			return nil, err
 		}
 	}
-	evs, err := h.Store.ClaimDue(ctx, owner, limit)
+	evs, err := h.Store.ClaimDue(ctx, owner, limit, maxBytes)
 	if err == nil && h.afterClaim != nil {
 		for _, ev := range evs {
 			h.afterClaim(ctx, ev, true)

@@ -39,6 +39,8 @@ type Event struct {
 	Status    Status
 	// RetryCount is the number of failed send attempts so far.
 	RetryCount int
+	// ReclaimCount is how many times the event's lease expired with no outcome recorded.
+	ReclaimCount int
 	// NextRetryTime is when the event becomes due, by the database clock (UTC).
 	NextRetryTime time.Time
 	// ClaimOwner and ClaimedAt describe the lease: who claimed the event and when. They are
@@ -72,10 +74,13 @@ type Store interface {
 	// first. It takes no lock and grants no ownership: other instances may see the same rows.
 	Candidates(ctx context.Context, limit int) ([]Event, error)
 
-	// ClaimDue claims up to limit due WAIT events for owner at once, oldest first, and returns
-	// them as claimed. Rows another instance is claiming at the same moment are skipped, not
-	// waited for. Used by [ClaimBatch].
-	ClaimDue(ctx context.Context, owner string, limit int) ([]Event, error)
+	// ClaimDue claims up to limit due WAIT events for owner at once, oldest first, whose
+	// payloads add up to at most maxBytes (but at least one event), and returns them as
+	// claimed. Rows another instance is claiming at the same moment are skipped, not waited
+	// for. An event that was reclaimed before (ReclaimCount > 0) is claimed alone, so that
+	// if its send kills the instance again, the reclaim counts against it and nothing else.
+	// Used by [ClaimBatch].
+	ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]Event, error)
 
 	// Claim makes owner the holder of ev's lease, if ev is still WAIT, still due and still at
 	// ev.RetryCount. It reports whether the claim changed the row: false means another
@@ -97,9 +102,18 @@ type Store interface {
 	// MarkFail dead-letters the event with retryCount and reason, if owner still holds its lease.
 	MarkFail(ctx context.Context, id int64, owner string, retryCount int, reason string) (bool, error)
 
-	// ReclaimExpired returns to WAIT every SENDING event claimed more than lease ago, and
-	// reports how many it returned. Judged by claimed_at only.
-	ReclaimExpired(ctx context.Context, lease time.Duration) (int64, error)
+	// ReclaimExpired returns to WAIT every SENDING event claimed more than lease ago, counting
+	// the reclaim in its ReclaimCount, and reports how many it returned. An event whose
+	// reclaims would reach maxReclaims is dead-lettered instead, and returned in dead as it
+	// now stands. Judged by claimed_at only.
+	ReclaimExpired(ctx context.Context, lease time.Duration, maxReclaims int) (requeued int64, dead []Event, err error)
+
+	// ReleaseOwned returns to WAIT, due now and with no retry or reclaim counted, every event
+	// SENDING under owner, recording reason; it reports how many. The publisher calls it when
+	// it holds nothing in flight: when Run returns, and after a claim whose outcome is
+	// unknown (its COMMIT failed), so that no row waits for a whole lease while its owner is
+	// alive.
+	ReleaseOwned(ctx context.Context, owner, reason string) (int64, error)
 }
 
 // Sender publishes one event. It returns nil only once the broker has accepted the event.
@@ -207,6 +221,13 @@ type Publisher struct {
 	log     *slog.Logger
 	running atomic.Bool
 	limit   atomic.Int64 // batch mode: how many events the next claim takes
+	down    atomic.Bool  // outage.down, for BrokerUnavailable
+
+	// roundMu serialises rounds (Run's and PublishPending's) and guards what they share.
+	roundMu     sync.Mutex
+	outage      outage
+	pending     []write // outcomes the store failed to record, tried again before the next claim
+	releaseOwed bool    // a claim's outcome was unknown: release our rows before the next claim
 }
 
 // NewPublisher returns a publisher for store and sender. Zero fields of cfg take their
@@ -245,9 +266,11 @@ func (p *Publisher) InstanceID() string { return p.cfg.InstanceID }
 // [Config.ReclaimInterval].
 //
 // When ctx is cancelled, Run stops claiming, lets the send in flight finish (it is bounded by
-// [Config.SendTimeout]) and records its outcome, returns to WAIT any event it claimed and did
-// not send, and returns nil once every goroutine it started has ended. Store errors are
-// logged and retried on the next round; they never end Run.
+// [Config.SendTimeout]) and records its outcome, returns to WAIT every event still SENDING
+// under its [Config.InstanceID] (claimed and not sent), and returns nil once every
+// goroutine it started has ended. Close the sender only after Run has returned. Store
+// errors are logged and retried on the next round; they never end Run. An outcome the
+// store failed to record is recorded before the next claim.
 func (p *Publisher) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -267,11 +290,8 @@ func (p *Publisher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		loop(ctx, wake, func() time.Duration {
-			stats, limit, err := p.round(ctx)
-			if err == nil && stats.drained(limit) {
-				return 0 // a backlog: go on at once
-			}
-			return p.cfg.PollInterval
+			_, next, _ := p.round(ctx)
+			return next
 		})
 	})
 	wg.Go(func() {
@@ -281,6 +301,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		})
 	})
 	wg.Wait()
+	p.stop(ctx)
 	p.log.Info("outbox publisher stopped")
 	return nil
 }

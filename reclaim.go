@@ -2,11 +2,13 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 )
 
 // Reclaim returns to WAIT every SENDING event whose lease ([Config.Lease]) has expired,
-// judged by claimed_at alone, and reports how many it returned. A reclaim means an instance
+// judged by claimed_at alone, and reports how many it returned. An event reclaimed for the
+// [Config.MaxReclaims]th time is dead-lettered instead, as a poison event. A reclaim means an instance
 // died (or stalled) between its claim and its outcome: it is logged at warn, since a sudden
 // rise in reclaims says instances are dying, which is worse news than a duplicate.
 //
@@ -14,12 +16,15 @@ import (
 func (p *Publisher) Reclaim(ctx context.Context) (int64, error) {
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
 	defer cancel()
-	n, err := p.store.ReclaimExpired(sctx, p.cfg.Lease)
+	n, dead, err := p.store.ReclaimExpired(sctx, p.cfg.Lease, p.cfg.MaxReclaims)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "outbox: reclaim expired leases", slog.Any("error", err))
 		}
 		return 0, err
+	}
+	for _, ev := range dead {
+		p.deadLettered(ctx, ev, errors.New(ev.LastError))
 	}
 	if n > 0 {
 		p.log.WarnContext(ctx, "outbox: reclaimed events whose lease expired; they will be sent again",

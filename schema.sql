@@ -12,6 +12,10 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     status          ENUM('WAIT', 'SENDING', 'SUCCESS', 'FAIL') NOT NULL DEFAULT 'WAIT',
     -- failed attempts so far; the last failure (past the retry limit) leaves MaxRetry+1.
     retry_count     INT           NOT NULL DEFAULT 0,
+    -- times the row was reclaimed: its lease expired with no outcome recorded, because the
+    -- instance holding it died or stalled. A reclaimed row is claimed alone from then on, and
+    -- past MaxReclaims it is dead-lettered as a poison event.
+    reclaim_count   INT           NOT NULL DEFAULT 0,
     -- a WAIT row is due once this has passed.
     next_retry_time DATETIME(3)   NOT NULL,
     -- the lease: who claimed the row and when; '' and 1970-01-01 when nobody holds it. After

@@ -96,6 +96,9 @@ type MySQLStore struct {
 	born             time.Time
 	turnsPausedUntil atomic.Int64
 
+	// suspectsAhead: the last claim met a reclaimed row, so the next locks only a few rows.
+	suspectsAhead atomic.Bool
+
 	lockRetries atomic.Int64
 
 	subsMu sync.Mutex
@@ -104,8 +107,9 @@ type MySQLStore struct {
 
 // mysqlQueries holds every statement with the configured table name in place.
 type mysqlQueries struct {
-	schema, insert, candidates, claim, markSuccess, release, markFail, expired, reclaim, get, requeue string
-	lockDue, claimLocked, markSuccessBatch, takeClaimTurn, endClaimTurn                               string
+	schema, insert, candidates, claim, markSuccess, release, markFail, get, requeue string
+	lockDue, claimLocked, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn   string
+	expired, reclaim, reclaimFail, owned, releaseOwned                              string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;
@@ -144,7 +148,8 @@ func newMySQLQueries(table string) mysqlQueries {
 
 		// Candidates only: no lock, no ownership. Several instances seeing the same row is
 		// expected. Served by idx_status_next_retry.
-		candidates: r.Replace(`SELECT id, biz_no, event_type, payload, retry_count, next_retry_time, create_time
+		candidates: r.Replace(`SELECT id, biz_no, event_type, payload, retry_count, next_retry_time, create_time,
+	       reclaim_count, OCTET_LENGTH(payload)
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT ?`),
@@ -161,11 +166,17 @@ func newMySQLQueries(table string) mysqlQueries {
 		// The batch claim, in one short transaction: lock up to n due WAIT rows, skipping rows
 		// another instance has locked (so instances never wait on each other), then claim
 		// exactly those rows. Served by idx_status_next_retry.
-		lockDue: r.Replace(`SELECT id, biz_no, event_type, payload, retry_count, next_retry_time, create_time
+		//
+		// A payload longer than the first %d bytes is left out (NULL) and read by the payloads
+		// query once the claim has chosen its rows, so that a claim never holds more than about
+		// limit times that plus maxBytes in memory, however large the payloads are.
+		lockDue: r.Replace(`SELECT id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
+	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload)
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT %d
 	FOR UPDATE SKIP LOCKED`),
+		payloads: r.Replace(`SELECT id, payload FROM t_event_record WHERE id IN (%s)`),
 		// The claim turn (see MySQLConfig.ConcurrentClaims): a named lock per database and
 		// table. Lock names are server-wide and at most 64 characters, hence the hash.
 		takeClaimTurn: "SELECT GET_LOCK(" + claimLockName(table) + ", %d)",
@@ -206,20 +217,36 @@ func newMySQLQueries(table string) mysqlQueries {
 		// then an UPDATE of those ids by primary key that checks the same condition again. A
 		// single range UPDATE takes next-key locks on idx_status_claimed_at, and under load
 		// those deadlock with the claims and acks that move rows in and out of that range.
-		expired: r.Replace(`SELECT id FROM t_event_record
+		expired: r.Replace(`SELECT id, reclaim_count FROM t_event_record
 	WHERE status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	LIMIT ?`),
 		reclaim: r.Replace(`UPDATE t_event_record
-	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
+	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', reclaim_count = reclaim_count + 1,
+	    update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
+		// A reclaim past MaxReclaims: a poison event, dead-lettered under the same condition.
+		reclaimFail: r.Replace(`UPDATE t_event_record
+	SET status = 'FAIL', reclaim_count = reclaim_count + 1, last_error = ?, update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 
-		get: r.Replace(`SELECT id, biz_no, event_type, payload, status, retry_count, next_retry_time,
+		// The rows an instance still holds when it has nothing in flight: after a claim whose
+		// COMMIT outcome is unknown, and when it stops. A lock-free SELECT (served by
+		// idx_status_claimed_at: SENDING rows are few) and an UPDATE by primary key that
+		// checks the owner again, as the reclaim does. Only the owner's own rows: another
+		// instance's are never touched before their lease ends.
+		owned: r.Replace(`SELECT id FROM t_event_record WHERE status = 'SENDING' AND claim_owner = ? LIMIT ?`),
+		releaseOwned: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', next_retry_time = UTC_TIMESTAMP(3),
+	    last_error = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
+
+		get: r.Replace(`SELECT id, biz_no, event_type, payload, status, retry_count, reclaim_count, next_retry_time,
 	       claim_owner, claimed_at, last_error, create_time, update_time
 	FROM t_event_record WHERE id = ?`),
 
 		// A person's re-send of a dead letter: a fresh start, due now.
 		requeue: r.Replace(`UPDATE t_event_record
-	SET status = 'WAIT', retry_count = 0, next_retry_time = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	SET status = 'WAIT', retry_count = 0, reclaim_count = 0, next_retry_time = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'FAIL'`),
 	}
 }
@@ -359,29 +386,35 @@ func validateKey(name, v string) error {
 
 // Candidates implements [Store].
 func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error) {
-	evs, err := scanEvents(s.db.QueryContext(ctx, s.q.candidates, limit))
+	evs, _, err := scanEvents(s.db.QueryContext(ctx, s.q.candidates, limit))
 	if err != nil {
 		return nil, s.wrap("select candidates", err)
 	}
 	return evs, nil
 }
 
-// scanEvents reads the rows of the candidates and lockDue queries: WAIT events.
-func scanEvents(rows *sql.Rows, err error) ([]Event, error) {
+// scanEvents reads the rows of the candidates and lockDue queries: WAIT events, and the
+// length of each one's payload (lockDue may leave a long payload out).
+func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
-	var events []Event
+	var (
+		events []Event
+		sizes  []int
+	)
 	for rows.Next() {
 		ev := Event{Status: StatusWait}
+		var size int
 		if err := rows.Scan(&ev.ID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
-			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}); err != nil {
-			return nil, err
+			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size); err != nil {
+			return nil, nil, err
 		}
 		events = append(events, ev)
+		sizes = append(sizes, size)
 	}
-	return events, rows.Err()
+	return events, sizes, rows.Err()
 }
 
 // Claim implements [Store].
@@ -394,11 +427,24 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 // inserts never wait on a claim). Unless [MySQLConfig.ConcurrentClaims] is set, the SELECT
 // runs in this table's claim turn, which may mean waiting up to a second for other
 // instances' SELECTs. A deadlock or lock wait timeout runs it again.
-func (s *MySQLStore) ClaimDue(ctx context.Context, owner string, limit int) ([]Event, error) {
-	return retryOnLockConflict(ctx, s, func() ([]Event, error) { return s.claimDue(ctx, owner, limit) })
+//
+// Reclaimed rows keep their old next_retry_time, so after an instance died they come first:
+// each is claimed alone, and while they come the claim locks only a few rows at a time
+// (suspectLimit) instead of a whole batch to take one.
+func (s *MySQLStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]Event, error) {
+	if limit <= 0 || maxBytes <= 0 {
+		return nil, fmt.Errorf("outbox: claim due events: limit (%d) and maxBytes (%d) must be positive", limit, maxBytes)
+	}
+	return retryOnLockConflict(ctx, s, func() ([]Event, error) { return s.claimDue(ctx, owner, limit, maxBytes) })
 }
 
-func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs []Event, err error) {
+// suspectLimit is how many rows a claim locks while reclaimed rows are at the head.
+const suspectLimit = 16
+
+// minInlinePayload is the least payload size the claim's SELECT reads inline.
+const minInlinePayload = 4 << 10
+
+func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes int) (evs []Event, err error) {
 	// A connection of its own, so that it can be thrown away if it might still hold the
 	// claim turn.
 	conn, err := s.db.Conn(ctx)
@@ -428,7 +474,12 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs
 			return nil, discard(err)
 		}
 	}
-	evs, err = scanEvents(tx.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, limit)))
+	scan := limit
+	if s.suspectsAhead.Load() {
+		scan = min(limit, suspectLimit)
+	}
+	inline := max(maxBytes/limit, minInlinePayload)
+	evs, sizes, err := scanEvents(tx.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
 	if err != nil {
 		err = s.wrap("lock due events", err)
 	}
@@ -441,11 +492,19 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs
 		return nil, err
 	}
 	if len(evs) == 0 {
+		s.suspectsAhead.Store(false)
 		return nil, s.wrap("claim due events", tx.Commit())
 	}
+	n, suspect := claimable(evs, sizes, maxBytes)
+	s.suspectsAhead.Store(suspect)
+	evs = evs[:n] // the other rows stay WAIT; their locks end with the transaction
 	ids := make([]int64, len(evs))
+	var long []int64 // rows whose payload the SELECT left out
 	for i, ev := range evs {
 		ids[i] = ev.ID
+		if ev.Payload == nil && sizes[i] > 0 {
+			long = append(long, ev.ID)
+		}
 	}
 	res, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.claimLocked, idList(ids)), owner)
 	if err != nil {
@@ -455,13 +514,73 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit int) (evs
 		// The rows were locked by this transaction: anything else is a broken invariant.
 		return nil, fmt.Errorf("outbox: claim due events: claimed %d of %d locked rows (%v)", n, len(evs), err)
 	}
+	if len(long) > 0 {
+		if err := s.readPayloads(ctx, tx, evs, long); err != nil {
+			return nil, err
+		}
+	}
 	if err := tx.Commit(); err != nil {
-		return nil, s.wrap("claim due events", err)
+		// The outcome is unknown: the rows may be SENDING under owner. The publisher
+		// releases its own rows before it claims again (Store.ReleaseOwned).
+		return nil, s.wrap("claim due events: commit", err)
 	}
 	for i := range evs {
 		evs[i].Status, evs[i].ClaimOwner = StatusSending, owner
+		if evs[i].Payload == nil {
+			evs[i].Payload = []byte{}
+		}
 	}
 	return evs, nil
+}
+
+// claimable says how many of the locked rows, in order, one claim takes: a reclaimed row at
+// the head alone; otherwise the rows before the first reclaimed one, as long as their
+// payloads add up to at most maxBytes (the first row always). suspect reports that the claim
+// stopped at (or took) a reclaimed row, so more may follow.
+func claimable(evs []Event, sizes []int, maxBytes int) (n int, suspect bool) {
+	if evs[0].ReclaimCount > 0 {
+		return 1, true
+	}
+	total := 0
+	for n = 0; n < len(evs); n++ {
+		if evs[n].ReclaimCount > 0 {
+			return n, true
+		}
+		total += sizes[n]
+		if n > 0 && total > maxBytes {
+			return n, false
+		}
+	}
+	return n, false
+}
+
+// readPayloads fills in the payloads the claim's SELECT left out, for the claimed rows ids.
+func (s *MySQLStore) readPayloads(ctx context.Context, tx *sql.Tx, evs []Event, ids []int64) error {
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.payloads, idList(ids)))
+	if err != nil {
+		return s.wrap("claim due events: read payloads", err)
+	}
+	defer rows.Close()
+	byID := make(map[int64][]byte, len(ids))
+	for rows.Next() {
+		var (
+			id      int64
+			payload []byte
+		)
+		if err := rows.Scan(&id, &payload); err != nil {
+			return s.wrap("claim due events: read payloads", err)
+		}
+		byID[id] = payload
+	}
+	if err := rows.Err(); err != nil {
+		return s.wrap("claim due events: read payloads", err)
+	}
+	for i := range evs {
+		if p, ok := byID[evs[i].ID]; ok {
+			evs[i].Payload = p
+		}
+	}
+	return nil
 }
 
 // takeClaimTurn waits for this table's claim lock and reports whether it got it. Not getting
@@ -533,18 +652,87 @@ func (s *MySQLStore) MarkFail(ctx context.Context, id int64, owner string, retry
 
 // ReclaimExpired implements [Store]. It works in pages of reclaimPage rows, so that no
 // statement locks many rows at once.
-func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration) (int64, error) {
+func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration, maxReclaims int) (int64, []Event, error) {
+	var (
+		requeued int64
+		dead     []Event
+	)
+	for {
+		rows, err := s.expired(ctx, lease)
+		if err != nil || len(rows) == 0 {
+			return requeued, dead, err
+		}
+		var again, poison []int64
+		for _, r := range rows {
+			if maxReclaims != RetryForever && r.reclaims+1 >= maxReclaims {
+				poison = append(poison, r.id)
+			} else {
+				again = append(again, r.id)
+			}
+		}
+		if len(again) > 0 {
+			n, err := s.exec(ctx, "reclaim expired leases", fmt.Sprintf(s.q.reclaim, idList(again)), lease.Microseconds())
+			requeued += n
+			if err != nil {
+				return requeued, dead, err
+			}
+		}
+		if len(poison) > 0 {
+			reason := fmt.Sprintf("reclaimed %d times: each instance that claimed it died or stalled before recording an outcome (a poison event?)", maxReclaims)
+			if _, err := s.exec(ctx, "dead-letter a reclaimed event", fmt.Sprintf(s.q.reclaimFail, idList(poison)),
+				reason, lease.Microseconds()); err != nil {
+				return requeued, dead, err
+			}
+			for _, id := range poison {
+				ev, err := s.Get(ctx, id)
+				if err != nil {
+					return requeued, dead, err
+				}
+				if ev.Status == StatusFail && ev.LastError == reason {
+					dead = append(dead, ev)
+				}
+			}
+		}
+		if len(rows) < reclaimPage {
+			return requeued, dead, nil
+		}
+	}
+}
+
+type expiredRow struct {
+	id       int64
+	reclaims int
+}
+
+func (s *MySQLStore) expired(ctx context.Context, lease time.Duration) ([]expiredRow, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.expired, lease.Microseconds(), reclaimPage)
+	if err != nil {
+		return nil, s.wrap("select expired leases", err)
+	}
+	defer rows.Close()
+	var out []expiredRow
+	for rows.Next() {
+		var r expiredRow
+		if err := rows.Scan(&r.id, &r.reclaims); err != nil {
+			return nil, s.wrap("select expired leases", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("select expired leases", err)
+	}
+	return out, nil
+}
+
+// ReleaseOwned implements [Store], in pages of reclaimPage rows.
+func (s *MySQLStore) ReleaseOwned(ctx context.Context, owner, reason string) (int64, error) {
 	var total int64
 	for {
-		ids, err := s.expiredIDs(ctx, lease)
-		if err != nil {
+		ids, err := s.ownedIDs(ctx, owner)
+		if err != nil || len(ids) == 0 {
 			return total, err
 		}
-		if len(ids) == 0 {
-			return total, nil
-		}
-		query := fmt.Sprintf(s.q.reclaim, idList(ids))
-		n, err := s.exec(ctx, "reclaim expired leases", query, lease.Microseconds())
+		n, err := s.exec(ctx, "release owned events", fmt.Sprintf(s.q.releaseOwned, idList(ids)), truncateReason(reason), owner)
 		total += n
 		if err != nil || len(ids) < reclaimPage {
 			return total, err
@@ -552,22 +740,22 @@ func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration) (i
 	}
 }
 
-func (s *MySQLStore) expiredIDs(ctx context.Context, lease time.Duration) ([]int64, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.expired, lease.Microseconds(), reclaimPage)
+func (s *MySQLStore) ownedIDs(ctx context.Context, owner string) ([]int64, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.owned, owner, reclaimPage)
 	if err != nil {
-		return nil, s.wrap("select expired leases", err)
+		return nil, s.wrap("select owned events", err)
 	}
 	defer rows.Close()
 	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, s.wrap("select expired leases", err)
+			return nil, s.wrap("select owned events", err)
 		}
 		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrap("select expired leases", err)
+		return nil, s.wrap("select owned events", err)
 	}
 	return ids, nil
 }
@@ -582,7 +770,7 @@ func (s *MySQLStore) Get(ctx context.Context, id int64) (Event, error) {
 		nextRetry, claimed time.Time
 	)
 	err := s.db.QueryRowContext(ctx, s.q.get, id).Scan(&ev.ID, &ev.BizNo, &ev.EventType, &payload, &status,
-		&ev.RetryCount, dbTime{&nextRetry}, &owner, dbTime{&claimed}, &lastErr,
+		&ev.RetryCount, &ev.ReclaimCount, dbTime{&nextRetry}, &owner, dbTime{&claimed}, &lastErr,
 		dbTime{&ev.CreateTime}, dbTime{&ev.UpdateTime})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Event{}, fmt.Errorf("%w: id %d", ErrNotFound, id)

@@ -36,6 +36,7 @@ func TestMySQLStoreConformance(t *testing.T) {
 // storeConformance is the contract any Store must keep. Each boundary of the claim protocol
 // has a case: a write under someone else's lease, or from the wrong state, changes nothing.
 func storeConformance(t *testing.T, h storeHarness) {
+	faultConformance(t, h)
 	ctx := context.Background()
 	const owner, other = "owner-a", "owner-b"
 
@@ -262,7 +263,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 MINUTE) WHERE id = ?", ids[4])
 		b.exec(t, "UPDATE {t} SET status = 'FAIL' WHERE id = ?", ids[0])
 
-		evs, err := s.ClaimDue(ctx, owner, 2)
+		evs, err := s.ClaimDue(ctx, owner, 2, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 2)
 		assert.Equal(t, []int64{ids[1], ids[2]}, []int64{evs[0].ID, evs[1].ID})
@@ -274,7 +275,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 			assert.Equal(t, owner, got.ClaimOwner)
 			assert.InDelta(t, 0, b.secondsFromNow(t, ev.ID, "claimed_at"), 1)
 		}
-		evs, err = s.ClaimDue(ctx, other, 10)
+		evs, err = s.ClaimDue(ctx, other, 10, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 1, "the FAIL row and the row not yet due are not claimed")
 		assert.Equal(t, ids[3], evs[0].ID)
@@ -291,7 +292,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 			wg.Go(func() {
 				me := fmt.Sprintf("owner-%d", i)
 				for {
-					evs, err := s.ClaimDue(ctx, me, 7)
+					evs, err := s.ClaimDue(ctx, me, 7, 1<<20)
 					if !assert.NoError(t, err) || len(evs) == 0 {
 						return
 					}
@@ -319,9 +320,9 @@ func storeConformance(t *testing.T, h storeHarness) {
 		t.Parallel()
 		s, b := h.new(t)
 		b.insert(t, 3)
-		mine, err := s.ClaimDue(ctx, owner, 2)
+		mine, err := s.ClaimDue(ctx, owner, 2, 1<<20)
 		require.NoError(t, err)
-		theirs, err := s.ClaimDue(ctx, other, 1)
+		theirs, err := s.ClaimDue(ctx, other, 1, 1<<20)
 		require.NoError(t, err)
 		n, err := s.MarkSuccessBatch(ctx, []int64{mine[0].ID, mine[1].ID, theirs[0].ID}, owner)
 		require.NoError(t, err)
@@ -358,15 +359,17 @@ func storeConformance(t *testing.T, h storeHarness) {
 		// ids[3]: WAIT with an old next_retry_time: not SENDING, not a reclaim's business.
 		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", ids[3])
 
-		n, err := s.ReclaimExpired(ctx, 10*time.Minute)
+		n, dead, err := s.ReclaimExpired(ctx, 10*time.Minute, 3)
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), n)
+		assert.Empty(t, dead)
 		assert.Equal(t, outbox.StatusSending, b.get(t, ids[0]).Status)
 		got := b.get(t, ids[1])
 		assert.Equal(t, outbox.StatusWait, got.Status)
 		assert.Empty(t, got.ClaimOwner)
 		assert.True(t, got.ClaimedAt.IsZero())
 		assert.Equal(t, 0, got.RetryCount, "a reclaim is not a failed attempt")
+		assert.Equal(t, 1, got.ReclaimCount, "but it is counted as a reclaim")
 		assert.Equal(t, outbox.StatusSending, b.get(t, ids[2]).Status)
 		assert.Equal(t, outbox.StatusWait, b.get(t, ids[3]).Status)
 
@@ -471,7 +474,7 @@ type claimResult struct {
 func claimInBackground(ctx context.Context, s outbox.Store, owner string) <-chan claimResult {
 	done := make(chan claimResult, 1)
 	go func() {
-		evs, err := s.ClaimDue(ctx, owner, 10)
+		evs, err := s.ClaimDue(ctx, owner, 10, 1<<20)
 		done <- claimResult{evs, err}
 	}()
 	return done
@@ -594,7 +597,7 @@ func TestMySQLStoreBatchClaimReleasesTheTurnOnError(t *testing.T) {
 	b := setup(t)
 	missing, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: testsvc.UniqueTable("missing")})
 	require.NoError(t, err)
-	_, err = missing.ClaimDue(context.Background(), "owner-a", 10)
+	_, err = missing.ClaimDue(context.Background(), "owner-a", 10, 1<<20)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does not exist")
 	assert.True(t, claimTurnFree(t, b.db, missing), "the failed claim released its turn")

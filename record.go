@@ -1,0 +1,265 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// A write records the outcome of claimed events under this instance's lease. It is tried a
+// few times at once ([Publisher.record]); if the store still fails, it is kept and tried
+// again before the next claim ([Publisher.settle]), so that a short database outage leaves
+// no row SENDING for a whole lease while its owner is alive.
+type write struct {
+	what string  // for the logs: "mark success", "retry", "dead letter", "release"
+	ids  []int64 // the events it records
+	// exec runs the conditional write and returns how many rows it changed: a row not
+	// changed was reclaimed, and keeps the new owner's state.
+	exec func(ctx context.Context) (int64, error)
+	// done logs the recorded outcome and counts it in stats.
+	done func(ctx context.Context, changed int64, stats *RoundStats)
+	// single is the outcome of a one-event write once recorded.
+	single outcome
+}
+
+// Recording retries: recordAttempts tries in all, the first pause recordPause, doubling.
+const (
+	recordAttempts = 4
+	recordPause    = 100 * time.Millisecond
+	// maxPending bounds the writes kept for later; past it the oldest is dropped, and its
+	// rows are reclaimed after the lease instead.
+	maxPending = 1000
+)
+
+// record runs w, retrying store errors with backoff, and counts its outcome in stats. If
+// the store keeps failing, w is kept for the next round, and the outcome is an error for
+// now. It returns the outcome of a one-event write.
+func (p *Publisher) record(ctx context.Context, stats *RoundStats, w write) outcome {
+	var err error
+	pause := recordPause
+	for attempt := 1; ; attempt++ {
+		var n int64
+		if n, err = p.execWrite(ctx, w); err == nil {
+			return p.recorded(ctx, stats, w, n)
+		}
+		if attempt == recordAttempts || ctx.Err() != nil {
+			break
+		}
+		if sleep(ctx, pause) != nil {
+			break
+		}
+		pause *= 2
+	}
+	p.defer1(ctx, w, err)
+	stats.Errors += len(w.ids)
+	return outcomeError
+}
+
+func (p *Publisher) execWrite(ctx context.Context, w write) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+	defer cancel()
+	return w.exec(ctx)
+}
+
+// recorded finishes a write that the store took.
+func (p *Publisher) recorded(ctx context.Context, stats *RoundStats, w write, changed int64) outcome {
+	if lost := int64(len(w.ids)) - changed; lost > 0 {
+		stats.LeaseLost += int(lost)
+		p.log.WarnContext(ctx, "outbox: lease lost before recording "+w.what+"; the rows keep their new owner's state",
+			slog.Int64("count", lost), slog.Int64("first_event_id", w.ids[0]))
+	}
+	w.done(ctx, changed, stats)
+	if changed == 0 {
+		return outcomeLeaseLost
+	}
+	return w.single
+}
+
+// defer1 keeps w for the next round.
+func (p *Publisher) defer1(ctx context.Context, w write, err error) {
+	p.log.ErrorContext(ctx, "outbox: could not record "+w.what+"; will try again before the next claim",
+		slog.Int("count", len(w.ids)), slog.Int64("first_event_id", w.ids[0]), slog.Any("error", err))
+	if len(p.pending) >= maxPending {
+		old := p.pending[0]
+		p.pending = p.pending[1:]
+		p.log.ErrorContext(ctx, "outbox: too many unrecorded outcomes; dropping the oldest, its events will be reclaimed after the lease",
+			slog.String("what", old.what), slog.Int("count", len(old.ids)))
+	}
+	p.pending = append(p.pending, w)
+}
+
+// settle records what earlier rounds could not, and then, if a claim's outcome was
+// unknown, returns to WAIT every row still SENDING under this instance: with nothing in
+// flight and nothing left to record, such a row is one this instance does not know it
+// holds. An error means the store is still failing; the round claims nothing.
+func (p *Publisher) settle(ctx context.Context, stats *RoundStats) error {
+	for len(p.pending) > 0 {
+		w := p.pending[0]
+		n, err := p.execWrite(context.WithoutCancel(ctx), w)
+		if err != nil {
+			return fmt.Errorf("outbox: record earlier outcomes: %w", err)
+		}
+		p.pending = p.pending[1:]
+		p.recorded(ctx, stats, w, n)
+		p.log.InfoContext(ctx, "outbox: recorded an outcome that had failed to record", slog.String("what", w.what),
+			slog.Int("count", len(w.ids)))
+	}
+	if !p.releaseOwed {
+		return nil
+	}
+	n, err := p.releaseOwned(ctx, "released by its owner: the claim's outcome was unknown")
+	if err != nil {
+		return err
+	}
+	p.releaseOwed = false
+	if n > 0 {
+		p.log.WarnContext(ctx, "outbox: released events claimed by a claim whose outcome was unknown", slog.Int64("count", n))
+	}
+	return nil
+}
+
+func (p *Publisher) releaseOwned(ctx context.Context, reason string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.StoreTimeout)
+	defer cancel()
+	n, err := p.store.ReleaseOwned(ctx, p.cfg.InstanceID, reason)
+	if err != nil {
+		return n, fmt.Errorf("outbox: release owned events: %w", err)
+	}
+	return n, nil
+}
+
+// stop runs when Run's loops have ended: it records what is still unrecorded and returns
+// to WAIT every row still SENDING under this instance, so that none waits for the lease.
+func (p *Publisher) stop(ctx context.Context) {
+	p.roundMu.Lock()
+	defer p.roundMu.Unlock()
+	var stats RoundStats
+	if err := p.settle(ctx, &stats); err != nil {
+		p.log.ErrorContext(ctx, "outbox: stopping with outcomes unrecorded; their events will be reclaimed after the lease",
+			slog.Int("writes", len(p.pending)), slog.Any("error", err))
+		return
+	}
+	n, err := p.releaseOwned(ctx, "released by its owner, which stopped")
+	if err != nil {
+		p.log.ErrorContext(ctx, "outbox: stopping with events claimed; they will be reclaimed after the lease", slog.Any("error", err))
+		return
+	}
+	if n > 0 {
+		p.log.InfoContext(ctx, "outbox: released claimed events on stop", slog.Int64("count", n))
+	}
+}
+
+// successWrite marks the sent events SUCCESS.
+func (p *Publisher) successWrite(ids []int64) write {
+	owner := p.cfg.InstanceID
+	return write{
+		what: "success", ids: ids, single: outcomeSent,
+		exec: func(ctx context.Context) (int64, error) {
+			if len(ids) == 1 {
+				ok, err := p.store.MarkSuccess(ctx, ids[0], owner)
+				return boolCount(ok), err
+			}
+			return p.store.MarkSuccessBatch(ctx, ids, owner)
+		},
+		done: func(ctx context.Context, n int64, stats *RoundStats) {
+			stats.Sent += int(n)
+			if n > 0 {
+				p.log.InfoContext(ctx, "outbox: events sent", slog.Int64("count", n),
+					slog.Int64("first_event_id", ids[0]), slog.Int64("last_event_id", ids[len(ids)-1]))
+			}
+		},
+	}
+}
+
+// failureWrite records a failed send: a retry after the backoff, or past MaxRetry (or for a
+// permanent error) a dead letter.
+func (p *Publisher) failureWrite(ev Event, cause error) write {
+	owner := p.cfg.InstanceID
+	attempt := ev.RetryCount + 1
+	reason := cause.Error()
+	if attempt > p.cfg.MaxRetry || IsPermanent(cause) {
+		return write{
+			what: "dead letter", ids: []int64{ev.ID}, single: outcomeDeadLettered,
+			exec: func(ctx context.Context) (int64, error) {
+				ok, err := p.store.MarkFail(ctx, ev.ID, owner, attempt, reason)
+				return boolCount(ok), err
+			},
+			done: func(ctx context.Context, n int64, stats *RoundStats) {
+				if n == 0 {
+					return
+				}
+				stats.DeadLettered++
+				ev.Status, ev.RetryCount, ev.LastError = StatusFail, attempt, reason
+				p.deadLettered(ctx, ev, cause)
+			},
+		}
+	}
+	delay := p.cfg.Backoff.delay(attempt, p.cfg.MaxBackoff)
+	return write{
+		what: "retry", ids: []int64{ev.ID}, single: outcomeRetried,
+		exec: func(ctx context.Context) (int64, error) {
+			ok, err := p.store.ReleaseForRetry(ctx, ev.ID, owner, attempt, delay, reason)
+			return boolCount(ok), err
+		},
+		done: func(ctx context.Context, n int64, stats *RoundStats) {
+			if n == 0 {
+				return
+			}
+			stats.Retried++
+			p.log.WarnContext(ctx, "outbox: send failed, will retry",
+				slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo),
+				slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
+		},
+	}
+}
+
+// releaseWrite returns a claimed, unsent event to WAIT as it was, due now: no retry is
+// counted. o says why: outcomeReleased or outcomeUnavailable.
+func (p *Publisher) releaseWrite(ev Event, reason string, o outcome) write {
+	owner := p.cfg.InstanceID
+	return write{
+		what: "release", ids: []int64{ev.ID}, single: o,
+		exec: func(ctx context.Context) (int64, error) {
+			ok, err := p.store.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount, 0, reason)
+			return boolCount(ok), err
+		},
+		done: func(ctx context.Context, n int64, stats *RoundStats) {
+			if n == 0 {
+				return
+			}
+			stats.add(o)
+			p.log.DebugContext(ctx, "outbox: claimed event released unsent", slog.Int64("event_id", ev.ID), slog.String("reason", reason))
+		},
+	}
+}
+
+// deadLettered tells the logs and OnDeadLetter about an event now FAIL.
+func (p *Publisher) deadLettered(ctx context.Context, ev Event, cause error) {
+	p.log.ErrorContext(ctx, "outbox: event dead-lettered; it needs a person",
+		slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo), slog.String("event_type", ev.EventType),
+		slog.Int("retry_count", ev.RetryCount), slog.Int("reclaim_count", ev.ReclaimCount),
+		slog.Bool("permanent", IsPermanent(cause)), slog.Any("error", cause))
+	if p.cfg.OnDeadLetter != nil {
+		p.cfg.OnDeadLetter(ctx, ev, cause)
+	}
+}
+
+func boolCount(ok bool) int64 {
+	if ok {
+		return 1
+	}
+	return 0
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
