@@ -189,10 +189,10 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe b
 
 	// Successes are recorded first: a failure to record a retry costs a later resend, a
 	// failure to record a success a duplicate.
-	sent := make([]int64, 0, len(evs))
+	sent := make([]Event, 0, len(evs))
 	for i, ev := range evs {
 		if errs[i] == nil {
-			sent = append(sent, ev.ID)
+			sent = append(sent, ev)
 		}
 	}
 	if len(sent) > 0 {
@@ -266,12 +266,23 @@ func (p *Publisher) sendBatch(ctx context.Context, evs []Event) (errs []error) {
 		return errs
 	}
 	errs = make([]error, len(evs))
+	sent := false
 	for i, ev := range evs {
 		if ctx.Err() != nil {
 			errs[i] = errNotSent
 			continue
 		}
 		errs[i] = p.send(ctx, ev)
+		if errs[i] == nil {
+			sent = true
+		} else if !sent && IsUnavailable(errs[i]) {
+			// The broker is down: the rest would fail the same way, each after its own
+			// timeout. They go back unsent, with the same error.
+			for j := i + 1; j < len(evs); j++ {
+				errs[j] = errs[i]
+			}
+			break
+		}
 	}
 	return errs
 }
@@ -352,7 +363,7 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 		return o
 	}
 	p.endOutage(ctx)
-	return p.record(held, stats, p.successWrite([]int64{ev.ID}))
+	return p.record(held, stats, p.successWrite([]Event{ev}))
 }
 
 // send calls the sender within SendTimeout; a panic in the sender is an error like any other.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,8 +27,11 @@ import (
 const childEnv = "OUTBOX_TEST_CHILD"
 
 // runChild is a publisher process. Mode "hang": claim, announce "SENDING id", then block in the
-// send forever. Mode "drain": run until every row of the table is SUCCESS, announcing
-// "SENT id" for each send.
+// send forever. Mode "drain": run until no row of the table is WAIT or SENDING, announcing
+// "SENT id" for each send. Mode "poison": drain, but the send of an event whose biz no is
+// poisonBizNo kills the process.
+const poisonBizNo = "POISON"
+
 func runChild() int {
 	mode := os.Getenv(childEnv)
 	db, err := sql.Open("mysql", os.Getenv("OUTBOX_CHILD_DSN"))
@@ -72,8 +76,13 @@ func runChild() int {
 		}
 		_, _ = p.PublishPending(ctx)
 		return 3 // unreachable: the send never returns
-	case "drain":
+	case "drain", "poison":
 		sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+			if mode == "poison" && ev.BizNo == poisonBizNo {
+				// The send of a poison event kills its process: no outcome is ever recorded.
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				time.Sleep(time.Hour)
+			}
 			announce("SENT", ev.ID)
 			return nil
 		})
@@ -88,7 +97,7 @@ func runChild() int {
 		go func() { done <- p.Run(ctx) }()
 		for ctx.Err() == nil {
 			var left int
-			if err := db.QueryRow("SELECT COUNT(*) FROM `" + store.Table() + "` WHERE status <> 'SUCCESS'").Scan(&left); err == nil && left == 0 {
+			if err := db.QueryRow("SELECT COUNT(*) FROM `" + store.Table() + "` WHERE status IN ('WAIT', 'SENDING')").Scan(&left); err == nil && left == 0 {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -164,5 +173,48 @@ func TestProcessKilledMidSendIsReclaimedByAnother(t *testing.T) {
 		got := b.get(t, id)
 		assert.Equal(t, outbox.StatusSuccess, got.Status)
 		assert.Equal(t, "proc-b", got.ClaimOwner)
+	}
+}
+
+// An event whose send kills the process every time ends: each publisher that claims it dies,
+// the next reclaims it after the lease (counting the reclaim) and claims it alone; the
+// third reclaim dead-letters it with a reason that says so. Every other event, including
+// those that were claimed with it in the first batch and orphaned by the first death, is
+// sent.
+func TestPoisonEventIsDeadLetteredAfterMaxReclaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 5)
+	poison := b.insertPayload(t, poisonBizNo, []byte("kills its sender"))
+	ids = append(ids, b.insert(t, 5)...)
+
+	kills := 0
+	var sent []int64
+	for run := 1; ; run++ {
+		require.LessOrEqual(t, run, 8, "the poison event never ended")
+		cmd := childCmd(t, "poison", fmt.Sprintf("proc-%d", run), b.store.Table())
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		sent = append(sent, readIDs(t, out, "SENT")...)
+		err = cmd.Wait()
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) && exitErr.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+			kills++
+			continue
+		}
+		require.NoError(t, err)
+		break
+	}
+	assert.Equal(t, 3, kills, "claimed once, then reclaimed twice and claimed alone; the third reclaim ends it")
+	got := b.get(t, poison)
+	assert.Equal(t, outbox.StatusFail, got.Status)
+	assert.Equal(t, 3, got.ReclaimCount)
+	assert.Equal(t, 0, got.RetryCount)
+	assert.Contains(t, got.LastError, "reclaimed 3 times")
+	assert.NotContains(t, sent, poison)
+	for _, id := range ids {
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, id).Status, "event %d", id)
+		assert.Contains(t, sent, id)
 	}
 }

@@ -151,8 +151,12 @@ func (p *Publisher) stop(ctx context.Context) {
 }
 
 // successWrite marks the sent events SUCCESS.
-func (p *Publisher) successWrite(ids []int64) write {
+func (p *Publisher) successWrite(evs []Event) write {
 	owner := p.cfg.InstanceID
+	ids := make([]int64, len(evs))
+	for i, ev := range evs {
+		ids[i] = ev.ID
+	}
 	return write{
 		what: "success", ids: ids, single: outcomeSent,
 		exec: func(ctx context.Context) (int64, error) {
@@ -164,7 +168,12 @@ func (p *Publisher) successWrite(ids []int64) write {
 		},
 		done: func(ctx context.Context, n int64, stats *RoundStats) {
 			stats.Sent += int(n)
-			if n > 0 {
+			switch {
+			case n == 0:
+			case p.cfg.ClaimMode == ClaimPerRow:
+				p.log.InfoContext(ctx, "outbox: event sent", slog.Int64("event_id", evs[0].ID),
+					slog.String("biz_no", evs[0].BizNo), slog.String("event_type", evs[0].EventType))
+			default:
 				p.log.InfoContext(ctx, "outbox: events sent", slog.Int64("count", n),
 					slog.Int64("first_event_id", ids[0]), slog.Int64("last_event_id", ids[len(ids)-1]))
 			}

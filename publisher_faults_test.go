@@ -1,0 +1,378 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox"
+)
+
+// switchSender is a broker that can be taken down: while down, every send fails with fail()
+// (outbox.Unavailable by default); up, it records the event.
+type switchSender struct {
+	*recorder
+	down     atomic.Bool
+	attempts atomic.Int64
+	fail     func(ev outbox.Event) error
+}
+
+func newSwitchSender() *switchSender {
+	return &switchSender{recorder: newRecorder(), fail: func(outbox.Event) error {
+		return outbox.Unavailable(fmt.Errorf("dial tcp 127.0.0.1:10911: connect: connection refused"))
+	}}
+}
+
+func (s *switchSender) Send(ctx context.Context, ev outbox.Event) error {
+	s.attempts.Add(1)
+	if s.down.Load() {
+		return s.fail(ev)
+	}
+	return s.recorder.Send(ctx, ev)
+}
+
+// runPublisher runs p until the test ends, and fails the test if Run returns an error.
+func runPublisher(t *testing.T, p *outbox.Publisher) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			assert.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// retried counts the rows of the bundle's table with a retry counted.
+func (b *bundle) retried(t testing.TB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE retry_count > 0").Scan(&n))
+	return n
+}
+
+// While the broker is unavailable the publisher spends no retry and sends no flood: it
+// stops claiming and probes one event at a time. Events committed during the outage wait;
+// when the broker is back all of them go, each once, none dead-lettered.
+func TestBrokerOutageSpendsNoRetries(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"Unavailable", "SenderClosed"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			sender := newSwitchSender()
+			if name == "SenderClosed" {
+				sender.fail = func(outbox.Event) error { return fmt.Errorf("rocketmq: %w", outbox.ErrSenderClosed) }
+			}
+			sender.down.Store(true)
+			ids := b.insert(t, 50)
+			logs := &logSink{}
+			cfg := fastConfig("p", logs)
+			cfg.MaxRetry = outbox.NoRetries // the first counted failure would dead-letter
+			cfg.MaxProbeDelay = 100 * time.Millisecond
+			p := newPublisher(t, b.store, sender, cfg)
+			stop := runPublisher(t, p)
+
+			require.Eventually(t, p.BrokerUnavailable, 10*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool { return logs.count(slog.LevelWarn, "broker still unavailable") >= 3 },
+				10*time.Second, 10*time.Millisecond, "it probes again and again")
+			ids = append(ids, b.insert(t, 50)...) // committed during the outage
+			time.Sleep(300 * time.Millisecond)
+			tried := sender.attempts.Load()
+			assert.Less(t, tried, int64(len(ids)), "probes send one event each, not every event every round")
+			assert.Zero(t, b.countStatus(t, outbox.StatusFail))
+			assert.Zero(t, b.retried(t), "an outage spends no retry")
+			assert.Zero(t, b.countStatus(t, outbox.StatusSending), "probed events go back to WAIT")
+			assert.Equal(t, 1, logs.count(slog.LevelError, "broker unavailable"), "the outage is an error once, not per event")
+
+			sender.down.Store(false)
+			require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) },
+				20*time.Second, 10*time.Millisecond)
+			assert.False(t, p.BrokerUnavailable())
+			stop()
+			for _, id := range ids {
+				assert.Equal(t, 1, sender.count(id), "event %d", id)
+				assert.Equal(t, 0, b.get(t, id).RetryCount)
+			}
+			assert.Equal(t, 1, logs.count(slog.LevelInfo, "broker reachable again"))
+			t.Logf("%d send attempts for %d events across the outage", sender.attempts.Load(), len(ids))
+		})
+	}
+}
+
+// A send that fails as unavailable while other events of the same round got through is the
+// message's own failure: it spends a retry, and the publisher does not stop claiming.
+func TestUnavailableWhileOthersAreSentCountsARetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 5)
+	bad := ids[4] // last in the round, after the others were sent
+	sender := newSwitchSender()
+	sender.recorder.fail = func(ev outbox.Event) error {
+		if ev.ID == bad {
+			return outbox.Unavailable(errors.New("route info not found"))
+		}
+		return nil
+	}
+	p := newPublisher(t, b.store, sender, fastConfig("p", &logSink{}))
+	stats, err := p.PublishPending(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 4, stats.Sent)
+	assert.Equal(t, 1, stats.Retried)
+	assert.Zero(t, stats.Unavailable)
+	assert.False(t, p.BrokerUnavailable())
+	got := b.get(t, bad)
+	assert.Equal(t, outbox.StatusWait, got.Status)
+	assert.Equal(t, 1, got.RetryCount)
+}
+
+// claimOutcomeUnknown is a store whose claims commit and then report an error, as a claim
+// whose connection dropped during COMMIT does.
+type claimOutcomeUnknown struct {
+	outbox.Store
+	lies atomic.Int64 // claims left to report as failed
+}
+
+var errCommitUnknown = errors.New("invalid connection (the COMMIT may or may not have happened)")
+
+func (s *claimOutcomeUnknown) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, error) {
+	evs, err := s.Store.ClaimDue(ctx, owner, limit, maxBytes)
+	if err == nil && len(evs) > 0 && s.lies.Add(-1) >= 0 {
+		return nil, errCommitUnknown
+	}
+	return evs, err
+}
+
+func (s *claimOutcomeUnknown) Claim(ctx context.Context, ev outbox.Event, owner string) (bool, error) {
+	won, err := s.Store.Claim(ctx, ev, owner)
+	if err == nil && won && s.lies.Add(-1) >= 0 {
+		return false, errCommitUnknown
+	}
+	return won, err
+}
+
+// A claim that committed but reported an error leaves rows SENDING under the instance,
+// which does not know it holds them. The publisher releases its own rows before its next
+// claim, so they are sent at once rather than after the lease, and each only once.
+func TestClaimWithUnknownOutcomeIsReleasedBeforeTheNextClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 3)
+	store := &claimOutcomeUnknown{Store: b.store}
+	store.lies.Store(1)
+	logs := &logSink{}
+	rec := newRecorder()
+	cfg := fastConfig("p", logs)
+	cfg.Lease = time.Hour // no reclaim could rescue them in this test
+	cfg.SendTimeout = time.Second
+	p := newPublisher(t, store, rec, cfg)
+
+	stats, err := p.PublishPending(context.Background())
+	if testClaimMode == outbox.ClaimBatch {
+		require.ErrorIs(t, err, errCommitUnknown)
+		assert.Zero(t, stats.Sent)
+		assert.Equal(t, len(ids), b.countStatus(t, outbox.StatusSending), "the claim did happen")
+	} else {
+		require.NoError(t, err, "per row, a failed claim is one candidate's error, not the round's")
+		assert.Equal(t, 1, stats.Errors)
+		assert.Equal(t, len(ids)-1, stats.Sent)
+		assert.Equal(t, 1, b.countStatus(t, outbox.StatusSending), "the claim did happen")
+	}
+
+	require.Eventually(t, func() bool {
+		_, err := p.PublishPending(context.Background())
+		require.NoError(t, err)
+		return b.countStatus(t, outbox.StatusSuccess) == len(ids)
+	}, 10*time.Second, 10*time.Millisecond)
+	for _, id := range ids {
+		assert.Equal(t, 1, rec.count(id))
+		got := b.get(t, id)
+		assert.Equal(t, 0, got.RetryCount)
+		assert.Equal(t, 0, got.ReclaimCount)
+	}
+	assert.Equal(t, 1, logs.count(slog.LevelWarn, "claim whose outcome was unknown"))
+}
+
+// ackFailures is a store whose success writes fail a number of times first.
+type ackFailures struct {
+	outbox.Store
+	failures atomic.Int64
+	calls    atomic.Int64
+}
+
+var errAckLost = errors.New("driver: bad connection")
+
+func (s *ackFailures) MarkSuccess(ctx context.Context, id int64, owner string) (bool, error) {
+	s.calls.Add(1)
+	if s.failures.Add(-1) >= 0 {
+		return false, errAckLost
+	}
+	return s.Store.MarkSuccess(ctx, id, owner)
+}
+
+func (s *ackFailures) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
+	s.calls.Add(1)
+	if s.failures.Add(-1) >= 0 {
+		return 0, errAckLost
+	}
+	return s.Store.MarkSuccessBatch(ctx, ids, owner)
+}
+
+// Acknowledgements that fail are retried with backoff, then kept and written before the
+// next claim: the rows never wait for the lease while their owner is alive, and no event is
+// sent twice.
+func TestFailedAcknowledgementsAreRetriedNotResent(t *testing.T) {
+	t.Parallel()
+	for _, failures := range []int64{2, 7} { // recovered at once; still failing after the first retries
+		t.Run(fmt.Sprintf("failures=%d", failures), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ids := b.insert(t, 4)
+			store := &ackFailures{Store: b.store}
+			store.failures.Store(failures)
+			logs := &logSink{}
+			rec := newRecorder()
+			cfg := fastConfig("p", logs)
+			cfg.Lease = time.Hour
+			cfg.ClaimMode = outbox.ClaimBatch // one success write per round
+			p := newPublisher(t, store, rec, cfg)
+			runPublisher(t, p)
+
+			require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) },
+				20*time.Second, 10*time.Millisecond)
+			for _, id := range ids {
+				assert.Equal(t, 1, rec.count(id), "sent once: the outcome was kept, not the event resent")
+			}
+			assert.Equal(t, failures+1, store.calls.Load(), "the same write, tried until it took")
+			if failures > 4 {
+				assert.Equal(t, 1, logs.count(slog.LevelError, "could not record success"))
+				assert.Equal(t, 1, logs.count(slog.LevelInfo, "recorded an outcome that had failed"))
+			} else {
+				assert.Zero(t, logs.count(slog.LevelError, "could not record"))
+			}
+		})
+	}
+}
+
+// When Run returns, no row is left SENDING under the instance's id, even one it did not
+// know it held; another instance's rows are never touched.
+func TestRunReleasesItsRowsWhenItReturns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 3)
+	b.exec(t, "UPDATE {t} SET status = 'SENDING', claim_owner = 'p', claimed_at = UTC_TIMESTAMP(3) WHERE id = ?", ids[0])
+	b.exec(t, "UPDATE {t} SET status = 'SENDING', claim_owner = 'other', claimed_at = UTC_TIMESTAMP(3) WHERE id = ?", ids[1])
+	rec := newRecorder()
+	p := newPublisher(t, b.store, rec, fastConfig("p", &logSink{}))
+	stop := runPublisher(t, p)
+	require.Eventually(t, func() bool { return rec.count(ids[2]) == 1 }, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, outbox.StatusSending, b.get(t, ids[0]).Status)
+	stop()
+
+	got := b.get(t, ids[0])
+	assert.Equal(t, outbox.StatusWait, got.Status)
+	assert.Empty(t, got.ClaimOwner)
+	assert.Equal(t, 0, got.ReclaimCount)
+	got = b.get(t, ids[1])
+	assert.Equal(t, outbox.StatusSending, got.Status)
+	assert.Equal(t, "other", got.ClaimOwner)
+}
+
+// Backoff limits: MaxBackoff caps any delay, NoRetries dead-letters at the first failure,
+// RetryForever never does.
+func TestRetryLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	failing := outbox.SenderFunc(func(context.Context, outbox.Event) error { return errBroker })
+
+	t.Run("MaxBackoffCapsTheDelay", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.insert(t, 1)[0]
+		cfg := fastConfig("p", &logSink{})
+		cfg.Backoff = outbox.ConstantBackoff(10 * time.Hour)
+		cfg.MaxBackoff = 30 * time.Second
+		_, err := newPublisher(t, b.store, failing, cfg).PublishPending(ctx)
+		require.NoError(t, err)
+		assert.InDelta(t, 30, b.secondsFromNow(t, id, "next_retry_time"), 1)
+	})
+	t.Run("NoRetries", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.insert(t, 1)[0]
+		cfg := fastConfig("p", &logSink{})
+		cfg.MaxRetry = outbox.NoRetries
+		stats, err := newPublisher(t, b.store, failing, cfg).PublishPending(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, stats.DeadLettered)
+		assert.Equal(t, outbox.StatusFail, b.get(t, id).Status)
+	})
+	t.Run("RetryForever", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := b.insert(t, 1)[0]
+		b.exec(t, "UPDATE {t} SET retry_count = 1000000 WHERE id = ?", id)
+		cfg := fastConfig("p", &logSink{})
+		cfg.MaxRetry = outbox.RetryForever
+		stats, err := newPublisher(t, b.store, failing, cfg).PublishPending(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, stats.Retried)
+		got := b.get(t, id)
+		assert.Equal(t, outbox.StatusWait, got.Status)
+		assert.Equal(t, 1000001, got.RetryCount)
+		assert.InDelta(t, time.Hour.Seconds(), b.secondsFromNow(t, id, "next_retry_time"), 1, "the default MaxBackoff")
+	})
+}
+
+func TestDefaultBackoffNeverOverflows(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, 5*time.Second, outbox.DefaultBackoff(1))
+	assert.Equal(t, 45*time.Second, outbox.DefaultBackoff(3))
+	prev := time.Duration(0)
+	for _, n := range []int{1, 10, 1000, 100_000, 1 << 20, 1 << 30, 1 << 40, 1<<62 + 7} {
+		d := outbox.DefaultBackoff(n)
+		assert.GreaterOrEqual(t, d, prev, "n=%d", n)
+		prev = d
+	}
+	assert.Zero(t, outbox.DefaultBackoff(0))
+	assert.Zero(t, outbox.DefaultBackoff(-5))
+}
+
+// An event reclaimed for the MaxReclaims-th time is dead-lettered by the reclaim, and
+// OnDeadLetter hears of it.
+func TestReclaimDeadLettersAPoisonEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 2)
+	b.exec(t, "UPDATE {t} SET status = 'SENDING', claim_owner = 'dead', reclaim_count = 1, claimed_at = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 MINUTE) WHERE id IN (?, ?)", ids[0], ids[1])
+	b.exec(t, "UPDATE {t} SET reclaim_count = 0 WHERE id = ?", ids[1])
+	var told []outbox.Event
+	logs := &logSink{}
+	cfg := fastConfig("p", logs)
+	cfg.MaxReclaims = 2
+	cfg.OnDeadLetter = func(_ context.Context, ev outbox.Event, cause error) {
+		told = append(told, ev)
+		assert.ErrorContains(t, cause, "reclaimed 2 times")
+	}
+	n, err := newPublisher(t, b.store, newRecorder(), cfg).Reclaim(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	require.Len(t, told, 1)
+	assert.Equal(t, ids[0], told[0].ID)
+	assert.Equal(t, outbox.StatusFail, b.get(t, ids[0]).Status)
+	assert.Equal(t, outbox.StatusWait, b.get(t, ids[1]).Status)
+	assert.Equal(t, 1, logs.count(slog.LevelError, "dead-lettered"))
+}
