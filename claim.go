@@ -109,6 +109,8 @@ func (p *Publisher) round(ctx context.Context) (stats RoundStats, next time.Dura
 		if wait := time.Until(p.outage.next); wait > 0 {
 			return stats, wait, nil
 		}
+		// Whatever this probe finds (nothing due, a claim lost), the next waits as long.
+		p.outage.next = time.Now().Add(p.outage.delay)
 	}
 	var limit int
 	if p.cfg.ClaimMode == ClaimPerRow {
@@ -145,7 +147,7 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 		if o.claimed() {
 			stats.Claimed++
 		}
-		if o == outcomeUnavailable {
+		if p.outage.down {
 			break // the broker is down: leave the other candidates to the probes
 		}
 	}
@@ -198,35 +200,45 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe b
 	if len(sent) > 0 {
 		p.record(held, stats, p.successWrite(sent))
 	}
+	var unavailable error // the first failure that says the broker is down
 	for i, ev := range evs {
 		if err := errs[i]; err != nil {
-			p.outcomeSafe(ctx, stats, ev, func() outcome { return p.failed(held, stats, ev, err, len(sent) > 0) })
+			p.outcomeSafe(ctx, stats, ev, func() outcome {
+				o, down := p.failed(held, stats, ev, err, len(sent) > 0)
+				if down && unavailable == nil {
+					unavailable = err
+				}
+				return o
+			})
 		}
 	}
-	p.brokerAnswered(ctx, stats, probe)
+	p.brokerAnswered(ctx, unavailable)
 	return limit, nil
 }
 
-// brokerAnswered ends an outage once a round's send was not refused as unavailable.
-func (p *Publisher) brokerAnswered(ctx context.Context, stats *RoundStats, probe bool) {
-	if probe && stats.Unavailable == 0 && stats.Claimed > 0 {
+// brokerAnswered starts (or prolongs) an outage after a round whose sends failed as
+// unavailable, and ends one after a round whose sends got an answer.
+func (p *Publisher) brokerAnswered(ctx context.Context, unavailable error) {
+	if unavailable != nil {
+		p.enterOutage(ctx, unavailable)
+	} else {
 		p.endOutage(ctx)
 	}
 }
 
-// failed records a send that failed. An unavailable broker (unless another event of the
-// round got through, which makes the failure the message's own) puts the event back as it
-// was and starts or prolongs the outage; an event whose turn never came before the send
-// deadline goes back unsent; any other failure is retried or dead-lettered.
-func (p *Publisher) failed(ctx context.Context, stats *RoundStats, ev Event, cause error, othersSent bool) outcome {
+// failed records a send that failed, and reports whether the failure says the broker is
+// unavailable. Such an event (unless another event of the round got through, which makes
+// the failure the message's own) goes back as it was, with no retry counted; so does an
+// event whose turn never came before the send deadline; any other failure is retried or
+// dead-lettered.
+func (p *Publisher) failed(ctx context.Context, stats *RoundStats, ev Event, cause error, othersSent bool) (outcome, bool) {
 	switch {
 	case errors.Is(cause, errNotSent):
-		return p.record(ctx, stats, p.releaseWrite(ev, cause.Error(), outcomeReleased))
+		return p.record(ctx, stats, p.releaseWrite(ev, cause.Error(), outcomeReleased)), false
 	case IsUnavailable(cause) && !othersSent:
-		p.enterOutage(ctx, cause)
-		return p.record(ctx, stats, p.releaseWrite(ev, "broker unavailable: "+cause.Error(), outcomeUnavailable))
+		return p.record(ctx, stats, p.releaseWrite(ev, "broker unavailable: "+cause.Error(), outcomeUnavailable)), true
 	}
-	return p.record(ctx, stats, p.failureWrite(ev, cause))
+	return p.record(ctx, stats, p.failureWrite(ev, cause)), false
 }
 
 // fetch runs a round's first store call within StoreTimeout, logging its error unless ctx
@@ -356,13 +368,14 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 		return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", outcomeReleased))
 	}
 	if err := p.send(held, ev); err != nil {
-		o := p.failed(held, stats, ev, err, othersSent)
-		if o != outcomeUnavailable && p.outage.down {
-			p.endOutage(ctx) // the broker answered, if only to refuse this message
+		o, down := p.failed(held, stats, ev, err, othersSent)
+		if !down {
+			err = nil // the broker answered, if only to refuse this message
 		}
+		p.brokerAnswered(ctx, err)
 		return o
 	}
-	p.endOutage(ctx)
+	p.brokerAnswered(ctx, nil)
 	return p.record(held, stats, p.successWrite([]Event{ev}))
 }
 
