@@ -38,7 +38,12 @@
 // never dead-letters: a send that fails because the broker is unavailable ([Unavailable])
 // spends no retry, and the publisher pauses its claims and probes until the broker answers.
 // In normal operation it is sent once; after a crash, or a send that outlives the lease, it
-// may be sent twice, so consumers must be idempotent (deduplicate on the eventId property).
+// may be sent twice, so consumers must be idempotent: they deduplicate on the eventId
+// property, the event's [Event.EventID]. That is a UUIDv7 generated once at insert and stored
+// in the row, so every send of the event carries it, and no other event ever has it. The row
+// id is no substitute: it is unique in one table only, and repeats when the table is
+// recreated or truncated, a backup is restored, or two tables or services publish to one
+// topic, and a consumer keyed on it would drop new events as duplicates of old ones.
 //
 // # Clocks
 //

@@ -117,6 +117,23 @@ func (b *bundle) insertPayload(t testing.TB, bizNo string, payload []byte) int64
 	return id
 }
 
+// eventIDs returns every row's event id, by row id.
+func (b *bundle) eventIDs(t testing.TB) map[int64]string {
+	t.Helper()
+	rows, err := b.db.Query("SELECT id, event_id FROM `" + b.store.Table() + "`")
+	require.NoError(t, err)
+	defer rows.Close()
+	ids := map[int64]string{}
+	for rows.Next() {
+		var id int64
+		var eventID string
+		require.NoError(t, rows.Scan(&id, &eventID))
+		ids[id] = eventID
+	}
+	require.NoError(t, rows.Err())
+	return ids
+}
+
 func (b *bundle) get(t testing.TB, id int64) outbox.Event {
 	t.Helper()
 	ev, err := b.store.Get(context.Background(), id)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -979,9 +980,9 @@ func TestScanQueriesUseTheirIndexes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const total = 12_000
-	values := strings.TrimSuffix(strings.Repeat("(?, 'ORDER_CREATED', '{}', ?, 0, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)),", 1000), ",")
+	values := strings.TrimSuffix(strings.Repeat("(?, ?, 'ORDER_CREATED', '{}', ?, 0, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)),", 1000), ",")
 	for chunk := range total / 1000 {
-		args := make([]any, 0, 5000)
+		args := make([]any, 0, 6000)
 		for i := range 1000 {
 			n := chunk*1000 + i
 			status, claimed, owner := "SUCCESS", time.Now().UTC().Add(-time.Hour), "x"
@@ -991,9 +992,9 @@ func TestScanQueriesUseTheirIndexes(t *testing.T) {
 			case n%40 == 1:
 				status, claimed = "SENDING", time.Now().UTC()
 			}
-			args = append(args, fmt.Sprint("ORD-", n), status, time.Now().UTC().Add(-time.Duration(n)*time.Second), owner, claimed)
+			args = append(args, uuid.Must(uuid.NewV7()).String(), fmt.Sprint("ORD-", n), status, time.Now().UTC().Add(-time.Duration(n)*time.Second), owner, claimed)
 		}
-		b.exec(t, "INSERT INTO {t} (biz_no, event_type, payload, status, retry_count, next_retry_time, claim_owner, claimed_at, create_time, update_time) VALUES "+values, args...)
+		b.exec(t, "INSERT INTO {t} (event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, claim_owner, claimed_at, create_time, update_time) VALUES "+values, args...)
 	}
 	b.exec(t, "ANALYZE TABLE {t}")
 

@@ -154,10 +154,12 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 // Topic is where the sender sends.
 func (s *RocketMQSender) Topic() string { return s.topic }
 
-// Message returns the RocketMQ message for ev.
+// Message returns the RocketMQ message for ev. Its eventId property is ev.EventID, the UUID
+// stored with the event, never the row id: row ids repeat when the table is recreated or a
+// backup restored, and between tables that publish to one topic.
 func (s *RocketMQSender) Message(ev Event) *primitive.Message {
 	msg := primitive.NewMessage(s.topic, ev.Payload)
-	msg.WithProperty(PropertyEventID, strconv.FormatInt(ev.ID, 10))
+	msg.WithProperty(PropertyEventID, ev.EventID)
 	msg.WithProperty(PropertyEventType, ev.EventType)
 	msg.WithProperty(PropertyBizNo, ev.BizNo)
 	msg.WithKeys([]string{ev.BizNo})

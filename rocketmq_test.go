@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,13 +55,18 @@ func TestRocketMQEventsArriveOnceWithTheirProperties(t *testing.T) {
 	require.Equal(t, 20, stats.Sent)
 	consumer.WaitDistinct(t, 20, 60*time.Second)
 
+	rowOf := map[string]int64{} // event id -> row id
+	for id, eventID := range b.eventIDs(t) {
+		rowOf[eventID] = id
+	}
 	byID := map[string]int{}
 	for _, m := range consumer.Messages() {
 		eventID := m.GetProperty("eventId")
 		byID[eventID]++
-		id, err := strconv.ParseInt(eventID, 10, 64)
-		require.NoError(t, err)
+		id, ok := rowOf[eventID]
+		require.True(t, ok, "eventId %q is the event id of no row", eventID)
 		ev := b.get(t, id)
+		assert.Equal(t, ev.EventID, eventID)
 		assert.Equal(t, ev.Payload, m.Body)
 		assert.Equal(t, ev.EventType, m.GetProperty("eventType"))
 		assert.Equal(t, ev.BizNo, m.GetProperty("bizNo"))
@@ -71,7 +75,7 @@ func TestRocketMQEventsArriveOnceWithTheirProperties(t *testing.T) {
 		assert.Equal(t, topic, m.Topic)
 	}
 	for _, id := range ids {
-		assert.Equal(t, 1, byID[strconv.FormatInt(id, 10)], "event %d", id)
+		assert.Equal(t, 1, byID[b.get(t, id).EventID], "event %d", id)
 	}
 }
 
@@ -99,9 +103,9 @@ func TestRocketMQThreePublishersDeliverEachEventOnce(t *testing.T) {
 	wg.Wait()
 	consumer.WaitDistinct(t, events, time.Minute)
 
-	got := consumer.Deliveries()
+	got, eventIDs := consumer.Deliveries(), b.eventIDs(t)
 	for _, id := range ids {
-		assert.Equal(t, 1, got[strconv.FormatInt(id, 10)], "event %d", id)
+		assert.Equal(t, 1, got[eventIDs[id]], "event %d", id)
 	}
 	assert.Len(t, got, events)
 }
@@ -146,6 +150,63 @@ func TestRocketMQOversizePayloadDeadLettersAtOnce(t *testing.T) {
 	assert.Contains(t, got.LastError, "CODE: 13", "the broker's reason is recorded")
 	require.Len(t, dead, 1)
 	assert.True(t, outbox.IsPermanent(dead[0]))
+}
+
+// A resend carries the event id of the first send, the one Get shows: after a lost
+// acknowledgement (the broker has the message, the publisher records a failure and sends it
+// again) and after a reclaim (the holder sent it and died before recording SUCCESS), the
+// consumer receives the same eventId twice and can drop the second.
+func TestRocketMQResendCarriesTheSameEventID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topic := testsvc.NewTopic(t, "OUTBOX_RESEND")
+	consumer := testsvc.Consume(t, topic)
+	rmq := newRocketMQSender(t, topic, nil)
+	ctx := context.Background()
+	lostAck := b.insert(t, 1)[0]
+	lossy := outbox.SenderFunc(func(ctx context.Context, ev outbox.Event) error {
+		if err := rmq.Send(ctx, ev); err != nil {
+			return err
+		}
+		if ev.ID == lostAck && ev.RetryCount == 0 {
+			return errors.New("acknowledgement lost")
+		}
+		return nil
+	})
+	p := newPublisher(t, b.store, lossy, fastConfig("resend", &logSink{}))
+
+	stats, err := p.PublishPending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, stats.Retried)
+	b.makeDue(t, lostAck)
+	stats, err = p.PublishPending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, stats.Sent)
+
+	// A holder that sent and died: its lease expires, the row is reclaimed and sent again.
+	reclaimed := b.insert(t, 1)[0]
+	evs, err := b.store.ClaimDue(ctx, "dead-holder", 10, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.NoError(t, rmq.Send(ctx, evs[0]))
+	b.ageClaim(t, reclaimed, time.Hour)
+	n, err := p.Reclaim(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	stats, err = p.PublishPending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, stats.Sent)
+
+	want := []string{b.get(t, lostAck).EventID, b.get(t, reclaimed).EventID}
+	require.Eventually(t, func() bool {
+		got := consumer.Deliveries()
+		return got[want[0]] == 2 && got[want[1]] == 2
+	}, time.Minute, 50*time.Millisecond, "each event twice, under its own event id")
+	assert.Len(t, consumer.Deliveries(), 2, "no other eventId arrived")
+	assert.Equal(t, evs[0].EventID, want[1], "the claim read the stored id")
+	for _, id := range []int64{lostAck, reclaimed} {
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, id).Status)
+	}
 }
 
 func TestRocketMQSenderRejectsBadConfig(t *testing.T) {
@@ -200,7 +261,7 @@ func TestRocketMQSenderWithCallersProducer(t *testing.T) {
 	consumer.WaitDistinct(t, 3, time.Minute) // two events, and the message without an eventId
 	got := consumer.Deliveries()
 	for _, id := range ids {
-		assert.Equal(t, 1, got[strconv.FormatInt(id, 10)])
+		assert.Equal(t, 1, got[b.get(t, id).EventID])
 	}
 }
 
@@ -260,13 +321,13 @@ func TestRocketMQSendBatchChunksBySize(t *testing.T) {
 	require.NoError(t, err)
 	evs := make([]outbox.Event, 5)
 	for i := range evs {
-		evs[i] = outbox.Event{ID: int64(i + 1), BizNo: "ORD", EventType: "E", Payload: make([]byte, 400<<10)}
+		evs[i] = outbox.Event{ID: int64(i + 1), EventID: fmt.Sprintf("event-%d", i+1), BizNo: "ORD", EventType: "E", Payload: make([]byte, 400<<10)}
 	}
 	errs := s.SendBatch(context.Background(), evs)
 	assert.Equal(t, []error{nil, nil, nil, nil, nil}, errs)
 	assert.Equal(t, []int{2, 2, 1}, fp.calls, "400 KiB events, 1 MiB batches")
 	for i, m := range fp.msgs {
-		assert.Equal(t, strconv.Itoa(i+1), m.GetProperty(outbox.PropertyEventID), "order kept")
+		assert.Equal(t, fmt.Sprintf("event-%d", i+1), m.GetProperty(outbox.PropertyEventID), "order kept")
 	}
 }
 
@@ -277,7 +338,7 @@ func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 	illegal := errors.New("CODE: 13, DESC: the message is illegal")
 	fp := &fakeProducer{respond: func(msgs []*primitive.Message) (*primitive.SendResult, error) {
 		for _, m := range msgs {
-			if m.GetProperty(outbox.PropertyEventID) == "2" {
+			if m.GetProperty(outbox.PropertyEventID) == "event-2" {
 				return &primitive.SendResult{Status: primitive.SendUnknownError}, illegal
 			}
 		}
@@ -285,7 +346,11 @@ func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 	}}
 	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: fp, Topic: "T"})
 	require.NoError(t, err)
-	evs := []outbox.Event{{ID: 1, BizNo: "A", EventType: "E"}, {ID: 2, BizNo: "B", EventType: "E"}, {ID: 3, BizNo: "C", EventType: "E"}}
+	evs := []outbox.Event{
+		{ID: 1, EventID: "event-1", BizNo: "A", EventType: "E"},
+		{ID: 2, EventID: "event-2", BizNo: "B", EventType: "E"},
+		{ID: 3, EventID: "event-3", BizNo: "C", EventType: "E"},
+	}
 	errs := s.SendBatch(context.Background(), evs)
 	require.Len(t, errs, 3)
 	assert.NoError(t, errs[0])
@@ -306,7 +371,8 @@ func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 
 func TestRocketMQSendOutcomes(t *testing.T) {
 	t.Parallel()
-	ev := outbox.Event{ID: 7, BizNo: "ORD-7", EventType: "ORDER_PAID", Payload: []byte("{}")}
+	const eventID = "01960b3e-8f1c-7a2b-9c3d-4e5f60718293"
+	ev := outbox.Event{ID: 7, EventID: eventID, BizNo: "ORD-7", EventType: "ORDER_PAID", Payload: []byte("{}")}
 	cases := []struct {
 		name      string
 		res       *primitive.SendResult
@@ -339,7 +405,7 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 			require.Len(t, fp.msgs, 1)
 			m := fp.msgs[0]
 			assert.Equal(t, "T", m.Topic)
-			assert.Equal(t, "7", m.GetProperty(outbox.PropertyEventID))
+			assert.Equal(t, eventID, m.GetProperty(outbox.PropertyEventID), "the event id, not the row id")
 			assert.Equal(t, "ORDER_PAID", m.GetProperty(outbox.PropertyEventType))
 			assert.Equal(t, "ORD-7", m.GetProperty(outbox.PropertyBizNo))
 			assert.Equal(t, "ORD-7", m.GetKeys())
@@ -391,10 +457,10 @@ func TestRocketMQBrokerOutageLosesNothing(t *testing.T) {
 	consumer.WaitDistinct(t, before+during, 2*time.Minute)
 	t.Logf("all %d events delivered %s after the broker was started again", before+during, time.Since(outage).Round(time.Millisecond))
 
-	got := consumer.Deliveries()
+	got, eventIDs := consumer.Deliveries(), b.eventIDs(t)
 	dups := 0
 	for _, id := range ids {
-		n := got[strconv.FormatInt(id, 10)]
+		n := got[eventIDs[id]]
 		assert.Positive(t, n, "event %d lost", id)
 		dups += max(n-1, 0)
 	}

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
 )
 
 //go:embed schema.sql
@@ -143,12 +144,12 @@ func newMySQLQueries(table string) mysqlQueries {
 		schema: r.Replace(schemaSQL),
 
 		insert: r.Replace(`INSERT INTO t_event_record
-	(biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time)
-	VALUES (?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))`),
+	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time)
+	VALUES (?, ?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))`),
 
 		// Candidates only: no lock, no ownership. Several instances seeing the same row is
 		// expected. Served by idx_status_next_retry.
-		candidates: r.Replace(`SELECT id, biz_no, event_type, payload, retry_count, next_retry_time, create_time,
+		candidates: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time,
 	       reclaim_count, OCTET_LENGTH(payload)
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
@@ -170,7 +171,7 @@ func newMySQLQueries(table string) mysqlQueries {
 		// A payload longer than the first %d bytes is left out (NULL) and read by the payloads
 		// query once the claim has chosen its rows, so that a claim never holds more than about
 		// limit times that plus maxBytes in memory, however large the payloads are.
-		lockDue: r.Replace(`SELECT id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
+		lockDue: r.Replace(`SELECT id, event_id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
 	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload)
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
@@ -240,7 +241,7 @@ func newMySQLQueries(table string) mysqlQueries {
 	    last_error = ?, update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
 
-		get: r.Replace(`SELECT id, biz_no, event_type, payload, status, retry_count, reclaim_count, next_retry_time,
+		get: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, status, retry_count, reclaim_count, next_retry_time,
 	       claim_owner, claimed_at, last_error, create_time, update_time
 	FROM t_event_record WHERE id = ?`),
 
@@ -255,12 +256,36 @@ func newMySQLQueries(table string) mysqlQueries {
 func (s *MySQLStore) Table() string { return s.table }
 
 // CreateSchema creates the outbox table and its indexes (schema.sql) if the table is missing.
+// A table that exists is left as it is, but one made before event ids (without the event_id
+// column) is reported, so that a service finds out at startup rather than in its first
+// business transaction.
 func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.schema); err != nil {
 		return fmt.Errorf("outbox: could not create table %s: %w", s.table, err)
 	}
+	var missing []string
+	for _, col := range newerColumns {
+		var n int
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
+	WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`, s.table, col).Scan(&n); err != nil {
+			return fmt.Errorf("outbox: could not check table %s: %w", s.table, err)
+		}
+		if n == 0 {
+			missing = append(missing, col)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("outbox: table %s has no %s column: %s", s.table, strings.Join(missing, " or "), upgradeHint)
+	}
 	return nil
 }
+
+// newerColumns are the columns a table created by an earlier version of this package lacks.
+var newerColumns = []string{"event_id", "reclaim_count"}
+
+// upgradeHint explains a table made by an earlier version.
+const upgradeHint = "it was created by an earlier version of this package " +
+	"(add the columns as the README's \"Upgrading\" section says, or drop the table if its events are all sent)"
 
 // Tx is a database transaction in which the service writes its business rows and its events.
 // It is a *sql.Tx: use it for the business statements, then Commit or Rollback it.
@@ -331,9 +356,11 @@ func (s *MySQLStore) WrapTx(tx *sql.Tx) *Tx {
 	return &Tx{Tx: tx, store: s}
 }
 
-// InsertEvent writes ev as a WAIT event due now, in the transaction, and returns its id. If
-// the transaction rolls back, so does the event; once it commits, the publisher will send it.
-// An invalid event is refused with an error wrapping [ErrInvalidEvent] and nothing is written.
+// InsertEvent writes ev as a WAIT event due now, in the transaction, and returns its row id.
+// If the transaction rolls back, so does the event; once it commits, the publisher will send
+// it. The event also gets its [Event.EventID] here, a new UUIDv7, which every send of it
+// carries; [MySQLStore.Get] shows it. An invalid event is refused with an error wrapping
+// [ErrInvalidEvent] and nothing is written.
 func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
 	if err := t.store.validateEvent(ev); err != nil {
 		return 0, err
@@ -342,7 +369,13 @@ func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
 	if payload == nil {
 		payload = []byte{}
 	}
-	res, err := t.ExecContext(ctx, t.store.q.insert, ev.BizNo, ev.EventType, payload)
+	// Generated here, not by the database: MySQL's UUID() is version 1, and MariaDB has
+	// UUID_v7() only from 11.7.
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return 0, fmt.Errorf("outbox: insert event: generate the event id: %w", err)
+	}
+	res, err := t.ExecContext(ctx, t.store.q.insert, eventID.String(), ev.BizNo, ev.EventType, payload)
 	if err != nil {
 		return 0, t.store.wrap("insert event", err)
 	}
@@ -407,7 +440,7 @@ func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
 	for rows.Next() {
 		ev := Event{Status: StatusWait}
 		var size int
-		if err := rows.Scan(&ev.ID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
+		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
 			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size); err != nil {
 			return nil, nil, err
 		}
@@ -769,7 +802,7 @@ func (s *MySQLStore) Get(ctx context.Context, id int64) (Event, error) {
 		payload            []byte
 		nextRetry, claimed time.Time
 	)
-	err := s.db.QueryRowContext(ctx, s.q.get, id).Scan(&ev.ID, &ev.BizNo, &ev.EventType, &payload, &status,
+	err := s.db.QueryRowContext(ctx, s.q.get, id).Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &payload, &status,
 		&ev.RetryCount, &ev.ReclaimCount, dbTime{&nextRetry}, &owner, dbTime{&claimed}, &lastErr,
 		dbTime{&ev.CreateTime}, dbTime{&ev.UpdateTime})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -883,6 +916,13 @@ func (s *MySQLStore) wrap(op string, err error) error {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1146 { // ER_NO_SUCH_TABLE
 		return fmt.Errorf("outbox: %s: table %s does not exist (create it with CreateSchema or schema.sql): %w", op, s.table, err)
+	}
+	if errors.As(err, &me) && me.Number == 1054 { // ER_BAD_FIELD_ERROR
+		for _, col := range newerColumns {
+			if strings.Contains(me.Message, col) {
+				return fmt.Errorf("outbox: %s: table %s has no %s column: %s: %w", op, s.table, col, upgradeHint, err)
+			}
+		}
 	}
 	return fmt.Errorf("outbox: %s: %w", op, err)
 }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -80,6 +84,51 @@ func storeConformance(t *testing.T, h storeHarness) {
 		require.NoError(t, err)
 		require.Len(t, evs, 1)
 		assert.Equal(t, ids[3], evs[0].ID)
+	})
+
+	// Every event a store hands out carries the event id it got at insert, unchanged by
+	// claims, retries and reclaims: a resend carries the id of the first send, so that
+	// consumers can recognise it.
+	t.Run("EventIDKeptThroughClaimRetryAndReclaim", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		id := b.insert(t, 1)[0]
+		want := b.get(t, id).EventID
+		require.NotEmpty(t, want)
+
+		evs, err := s.Candidates(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, evs, 1)
+		assert.Equal(t, want, evs[0].EventID, "candidate")
+		evs, err = s.ClaimDue(ctx, owner, 1, 1<<20)
+		require.NoError(t, err)
+		require.Len(t, evs, 1)
+		assert.Equal(t, want, evs[0].EventID, "batch claim")
+
+		ok, err := s.ReleaseForRetry(ctx, id, owner, 1, 0, "boom")
+		require.NoError(t, err)
+		require.True(t, ok)
+		b.makeDue(t, id)
+		evs, err = s.ClaimDue(ctx, other, 1, 1<<20)
+		require.NoError(t, err)
+		require.Len(t, evs, 1)
+		assert.Equal(t, want, evs[0].EventID, "claimed again after a retry")
+
+		b.ageClaim(t, id, time.Hour)
+		n, _, err := s.ReclaimExpired(ctx, time.Minute, 3)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		evs, err = s.Candidates(ctx, 1)
+		require.NoError(t, err)
+		require.Len(t, evs, 1)
+		assert.Equal(t, want, evs[0].EventID, "candidate after a reclaim")
+		won, err := s.Claim(ctx, evs[0], owner)
+		require.NoError(t, err)
+		require.True(t, won)
+		ok, err = s.MarkSuccess(ctx, id, owner)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.Equal(t, want, b.get(t, id).EventID, "after success")
 	})
 
 	t.Run("ClaimIsWonByExactlyOne", func(t *testing.T) {
@@ -407,6 +456,108 @@ func TestMySQLStoreGetNotFound(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 }
 
+// Each event gets a UUIDv7 at insert, in canonical form, different from every other, in the
+// order of the inserts (so that uk_event_id grows at its end), and Get shows it.
+func TestMySQLStoreEventIDIsAUUIDv7(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := append(b.insert(t, 50), b.insert(t, 50)...)
+	seen := map[string]int64{}
+	eventIDs := make([]string, len(ids))
+	for i, id := range ids {
+		ev := b.get(t, id)
+		u, err := uuid.Parse(ev.EventID)
+		require.NoError(t, err, "event %d: %q", id, ev.EventID)
+		assert.Equal(t, uuid.Version(7), u.Version(), "event %d: %s", id, ev.EventID)
+		assert.Equal(t, uuid.RFC4122, u.Variant(), "event %d: %s", id, ev.EventID)
+		assert.Equal(t, u.String(), ev.EventID, "canonical: lowercase, with hyphens")
+		if prev, dup := seen[ev.EventID]; dup {
+			t.Errorf("events %d and %d share event id %s", prev, id, ev.EventID)
+		}
+		seen[ev.EventID] = id
+		eventIDs[i] = ev.EventID
+	}
+	assert.True(t, slices.IsSorted(eventIDs), "event ids ascend with the inserts")
+	assert.Equal(t, b.eventIDs(t)[ids[0]], eventIDs[0], "Get shows the stored id")
+}
+
+// Row ids repeat between tables and when a table is recreated; event ids never do. This is
+// the case a consumer deduplicating on the row id gets wrong: the second table's events, or
+// the recreated table's, look like the first one's and are dropped.
+func TestMySQLStoreEventIDsNeverRepeatAcrossTablesOrRecreation(t *testing.T) {
+	t.Parallel()
+	a, other := setup(t), setup(t)
+	ctx := context.Background()
+	rowIDs := a.insert(t, 10)
+	require.Equal(t, rowIDs, other.insert(t, 10), "two tables: the same row ids")
+	first, second := a.eventIDs(t), other.eventIDs(t)
+	for id, eid := range first {
+		assert.NotContains(t, slices.Collect(maps.Values(second)), eid, "event %d", id)
+	}
+
+	// Recreated: DROP and CreateSchema, as a reset or a restore from an empty backup would.
+	a.exec(t, "DROP TABLE {t}")
+	require.NoError(t, a.store.CreateSchema(ctx))
+	require.Equal(t, rowIDs, a.insert(t, 10), "the recreated table: the same row ids again")
+	recreated := a.eventIDs(t)
+	for id, eid := range recreated {
+		assert.NotEqual(t, first[id], eid, "row %d got its predecessor's event id", id)
+		assert.NotContains(t, slices.Collect(maps.Values(first)), eid, "row %d", id)
+	}
+
+	// uk_event_id: a row that repeats an event id, a copy say, is refused.
+	_, err := a.db.Exec("INSERT INTO `"+a.store.Table()+"` (event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time) "+
+		"SELECT event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time FROM `"+a.store.Table()+"` WHERE id = ?", rowIDs[0])
+	var me *mysql.MySQLError
+	require.ErrorAs(t, err, &me)
+	assert.Equal(t, uint16(1062), me.Number, "duplicate key")
+}
+
+// A table made before event ids: CreateSchema says so at startup, and so does every
+// statement that needs the column, naming the fix. The README's upgrade then makes it
+// usable, with an id for every row it already had.
+func TestMySQLStoreTableWithoutEventIDNamesTheUpgrade(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.insert(t, 3)
+	b.exec(t, "ALTER TABLE {t} DROP INDEX uk_event_id, DROP COLUMN event_id, DROP COLUMN reclaim_count") // the old layout
+
+	err := b.store.CreateSchema(ctx)
+	require.Error(t, err)
+	t.Logf("CreateSchema: %v", err)
+	assert.Contains(t, err.Error(), "no event_id or reclaim_count column")
+	assert.Contains(t, err.Error(), "Upgrading")
+	tx, err := b.store.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no event_id column")
+	require.NoError(t, tx.Rollback())
+	_, err = b.store.Candidates(ctx, 10)
+	require.Error(t, err)
+	t.Logf("Candidates: %v", err)
+	assert.Contains(t, err.Error(), "Upgrading")
+
+	// The README's "Upgrading" statements.
+	b.exec(t, "ALTER TABLE {t} ADD COLUMN event_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NULL AFTER id")
+	b.exec(t, "UPDATE {t} SET event_id = UUID() WHERE event_id IS NULL")
+	b.exec(t, "ALTER TABLE {t} MODIFY event_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, "+
+		"ADD UNIQUE KEY uk_event_id (event_id), ADD COLUMN reclaim_count INT NOT NULL DEFAULT 0 AFTER retry_count")
+
+	require.NoError(t, b.store.CreateSchema(ctx))
+	ids := append(slices.Sorted(maps.Keys(b.eventIDs(t))), b.insert(t, 1)...)
+	seen := map[string]bool{}
+	for _, id := range ids {
+		ev := b.get(t, id)
+		_, err := uuid.Parse(ev.EventID)
+		require.NoError(t, err, "event %d: %q", id, ev.EventID)
+		assert.False(t, seen[ev.EventID], "event %d repeats %s", id, ev.EventID)
+		seen[ev.EventID] = true
+	}
+	assert.Len(t, seen, 4)
+}
+
 func TestMySQLStoreMissingTableNamesTheFix(t *testing.T) {
 	t.Parallel()
 	db := testsvc.OpenDB(t)
@@ -436,6 +587,15 @@ func TestMySQLStoreCreateSchemaIsIdempotentAndIndexed(t *testing.T) {
 	require.NoError(t, rows.Err())
 	assert.Equal(t, []string{"status", "next_retry_time"}, got["idx_status_next_retry"])
 	assert.Equal(t, []string{"status", "claimed_at"}, got["idx_status_claimed_at"])
+	assert.Equal(t, []string{"event_id"}, got["uk_event_id"])
+	var nonUnique int
+	require.NoError(t, b.db.QueryRow("SELECT MIN(non_unique) FROM information_schema.statistics "+
+		"WHERE table_schema = DATABASE() AND table_name = ? AND index_name = 'uk_event_id'", b.store.Table()).Scan(&nonUnique))
+	assert.Zero(t, nonUnique, "uk_event_id is unique")
+	var position int
+	require.NoError(t, b.db.QueryRow("SELECT ordinal_position FROM information_schema.columns "+
+		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'event_id'", b.store.Table()).Scan(&position))
+	assert.Equal(t, 2, position, "event_id comes right after id")
 
 	var precision int
 	require.NoError(t, b.db.QueryRow("SELECT datetime_precision FROM information_schema.columns "+
@@ -446,14 +606,14 @@ func TestMySQLStoreCreateSchemaIsIdempotentAndIndexed(t *testing.T) {
 	// in place (schema.sql says why).
 	columns := map[string]string{}
 	rows, err = b.db.Query("SELECT column_name, column_type, is_nullable, COALESCE(collation_name, '') FROM information_schema.columns "+
-		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN ('status', 'claim_owner', 'claimed_at')", b.store.Table())
+		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN ('status', 'claim_owner', 'claimed_at', 'event_id')", b.store.Table())
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
 		var name, typ, nullable, collation string
 		require.NoError(t, rows.Scan(&name, &typ, &nullable, &collation))
 		columns[name] = strings.ReplaceAll(typ, " ", "") + " null=" + nullable
-		if name == "claim_owner" {
+		if name == "claim_owner" || name == "event_id" {
 			columns[name] += " " + collation // status's collation is the server's default
 		}
 	}
@@ -462,6 +622,8 @@ func TestMySQLStoreCreateSchemaIsIdempotentAndIndexed(t *testing.T) {
 		"status":      "enum('WAIT','SENDING','SUCCESS','FAIL') null=NO",
 		"claim_owner": "char(64) null=NO utf8mb4_bin",
 		"claimed_at":  "datetime(3) null=NO",
+		// written once; ASCII, exactly 36 bytes, compared byte for byte
+		"event_id": "char(36) null=NO ascii_bin",
 	}, columns)
 }
 

@@ -13,6 +13,27 @@
 // -duplicate N makes the first publisher lose the acknowledgement of N sends (the broker got
 // the message, the publisher records a failure), so those events are sent twice: the consumer
 // must suppress the duplicates and still award each order's points exactly once.
+//
+// The points service deduplicates on the eventId message property, the UUIDv7 the library
+// gives each event at insert, never on the outbox row's id: row ids start again at 1 when the
+// outbox table is recreated, and a consumer that remembered them would drop every new event as
+// a duplicate of an old one (main_test.go recreates the table between two runs to show that
+// nothing is dropped).
+//
+// A message the points service can never process (no eventId, an eventId that is not a
+// UUID, a body that is not an ORDER_CREATED payload) is recorded in example_rejected_message
+// with the reason, and acknowledged. Retrying cannot fix it: handed back to RocketMQ, it would
+// be redelivered 16 times over about 4¾ hours (10 s, 30 s, 1 min, … 2 h) and only then parked
+// in the group's dead-letter queue, a topic no consumer reads until someone sets one up. The
+// table keeps it where the points service's own data is, with the reason, for a person to
+// look at and replay. A failure that may pass (the database is down) takes the other path: the
+// message is handed back, redelivered later, and dead-lettered (%DLQ%example_points_service)
+// only after those 16 attempts.
+//
+// The example's tables are its own, in the database of -dsn. An outbox table left by an
+// older version of this example (from before event ids, without the event_id column) is
+// dropped and created again if all its events were sent; if some were not, the example stops
+// and says how to upgrade the table instead.
 package main
 
 import (
@@ -22,11 +43,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,23 +58,28 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
 )
 
 type options struct {
 	dsn, namesrv, topic string
+	table, group        string // the outbox table, the points service's consumer group
 	orders, instances   int
 	duplicate           int
 	timeout             time.Duration
 	verbose             bool
+	out                 io.Writer // where the progress and the summary go
 }
 
 func main() {
-	var o options
+	o := options{out: os.Stdout}
 	flag.StringVar(&o.dsn, "dsn", "root@tcp(127.0.0.1:3306)/outbox_test?parseTime=true", "MySQL DSN")
 	flag.StringVar(&o.namesrv, "namesrv", "127.0.0.1:9876", "RocketMQ name server")
 	flag.StringVar(&o.topic, "topic", outbox.TopicDefault, "RocketMQ topic")
+	flag.StringVar(&o.table, "table", outbox.TableDefault, "outbox table")
+	flag.StringVar(&o.group, "group", "example_points_service", "the points service's consumer group")
 	flag.IntVar(&o.orders, "orders", 1000, "orders to create")
 	flag.IntVar(&o.instances, "instances", 3, "publisher instances")
 	flag.IntVar(&o.duplicate, "duplicate", 5, "sends whose acknowledgement the first publisher loses, to show the consumer suppressing duplicates")
@@ -63,11 +91,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	lost, err := run(ctx, o)
+	sum, err := run(ctx, o)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if lost != 0 {
+	if sum.lost() != 0 {
 		os.Exit(1)
 	}
 }
@@ -78,8 +106,8 @@ CREATE TABLE IF NOT EXISTS example_orders (
 	user_id  BIGINT      NOT NULL,
 	amount   INT         NOT NULL
 );
--- the points service's record of every message it has processed: uk_msg_id is the guard
--- against a second delivery of the same event
+-- the points service's record of every message it has processed, by eventId: uk_msg_id is
+-- the guard against a second delivery of the same event
 CREATE TABLE IF NOT EXISTS example_consumed_message (
 	msg_id      VARCHAR(64) NOT NULL,
 	consumed_at DATETIME(3) NOT NULL,
@@ -93,6 +121,15 @@ CREATE TABLE IF NOT EXISTS example_user_points (
 	type     VARCHAR(32) NOT NULL,
 	points   INT         NOT NULL,
 	UNIQUE KEY uk_order_type (order_no, type)
+);
+-- messages the points service can never process, with the reason, for a person to look at
+CREATE TABLE IF NOT EXISTS example_rejected_message (
+	msg_key     VARCHAR(128)  NOT NULL PRIMARY KEY, -- the eventId, or the broker's id without one
+	topic       VARCHAR(127)  NOT NULL,
+	reason      VARCHAR(1024) NOT NULL,
+	body        MEDIUMBLOB    NOT NULL,
+	deliveries  INT           NOT NULL DEFAULT 1,
+	rejected_at DATETIME(3)   NOT NULL
 )`
 
 func openDB(dsn string) (*sql.DB, error) {
@@ -104,38 +141,44 @@ func openDB(dsn string) (*sql.DB, error) {
 	return sql.Open("mysql", cfg.FormatDSN())
 }
 
-func run(ctx context.Context, o options) (lost int, err error) {
+// summary is what one run did.
+type summary struct {
+	prefix                     string // of this run's order numbers
+	orders, published, awarded int
+	consumed, duplicates       int64 // deliveries of this run's events, and those suppressed
+	rejected                   int64 // messages recorded as unprocessable, whatever their run
+	lostAcks                   int64 // acknowledgements the first instance dropped on purpose
+}
+
+// lost is how many orders got no points.
+func (s summary) lost() int { return s.orders - s.awarded }
+
+func run(ctx context.Context, o options) (sum summary, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	db, err := openDB(o.dsn)
 	if err != nil {
-		return 0, err
+		return sum, err
 	}
 	defer db.Close()
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{})
+	store, err := prepareTables(ctx, db, o)
 	if err != nil {
-		return 0, err
-	}
-	if err := store.CreateSchema(ctx); err != nil {
-		return 0, err
-	}
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		return 0, fmt.Errorf("create example tables: %w", err)
+		return sum, err
 	}
 	runID := strconv.FormatInt(time.Now().UnixMilli(), 36)
 	prefix := "ORD-" + runID + "-"
 
-	points, err := startPointsService(ctx, db, o, prefix)
+	points, err := startPointsService(ctx, db, o, "points-"+runID, prefix)
 	if err != nil {
-		return 0, err
+		return sum, err
 	}
 	defer points.shutdown()
 
 	start := time.Now()
 	if err := createOrders(ctx, store, prefix, o.orders); err != nil {
-		return 0, err
+		return sum, err
 	}
-	fmt.Printf("order API: created %d orders, each with its event, in one transaction per order\n", o.orders)
+	fmt.Fprintf(o.out, "order API: created %d orders, each with its event, in one transaction per order\n", o.orders)
 
 	pubCtx, stopPublishers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -145,7 +188,7 @@ func run(ctx context.Context, o options) (lost int, err error) {
 		if err != nil {
 			stopPublishers()
 			wg.Wait()
-			return 0, err
+			return sum, err
 		}
 		wg.Go(func() {
 			defer closeSender()
@@ -160,7 +203,7 @@ func run(ctx context.Context, o options) (lost int, err error) {
 		if awarded, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM example_user_points WHERE order_no LIKE ?", prefix); err != nil {
 			break
 		}
-		if published, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM t_event_record WHERE status = 'SUCCESS' AND biz_no LIKE ?", prefix); err != nil {
+		if published, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM `"+o.table+"` WHERE status = 'SUCCESS' AND biz_no LIKE ?", prefix); err != nil {
 			break
 		}
 		if awarded >= o.orders && published >= o.orders && points.consumed.Load() >= int64(o.orders)+lostAcks.Load() {
@@ -172,21 +215,63 @@ func run(ctx context.Context, o options) (lost int, err error) {
 	stopPublishers()
 	wg.Wait()
 	if err != nil {
-		return 0, err
+		return sum, err
 	}
 
-	lost = o.orders - awarded
-	fmt.Printf("\nsummary (%d publisher instances, %s)\n", o.instances, elapsed.Round(time.Millisecond))
-	fmt.Printf("  orders created        %6d\n", o.orders)
-	fmt.Printf("  events published      %6d\n", published)
-	fmt.Printf("  messages consumed     %6d\n", points.consumed.Load())
-	fmt.Printf("  duplicates suppressed %6d\n", points.duplicates.Load())
-	fmt.Printf("  points awarded        %6d\n", awarded)
-	fmt.Printf("  lost                  %6d\n", lost)
+	sum = summary{prefix: prefix, orders: o.orders, published: published, awarded: awarded,
+		consumed: points.consumed.Load(), duplicates: points.duplicates.Load(),
+		rejected: points.rejected.Load(), lostAcks: lostAcks.Load()}
+	fmt.Fprintf(o.out, "\nsummary (%d publisher instances, %s)\n", o.instances, elapsed.Round(time.Millisecond))
+	fmt.Fprintf(o.out, "  orders created        %6d\n", sum.orders)
+	fmt.Fprintf(o.out, "  events published      %6d\n", sum.published)
+	fmt.Fprintf(o.out, "  messages consumed     %6d\n", sum.consumed)
+	fmt.Fprintf(o.out, "  duplicates suppressed %6d\n", sum.duplicates)
+	fmt.Fprintf(o.out, "  messages rejected     %6d\n", sum.rejected)
+	fmt.Fprintf(o.out, "  points awarded        %6d\n", sum.awarded)
+	fmt.Fprintf(o.out, "  lost                  %6d\n", sum.lost())
 	if published < o.orders {
-		return lost, fmt.Errorf("%d events still unpublished after %s", o.orders-published, o.timeout)
+		return sum, fmt.Errorf("%d events still unpublished after %s", o.orders-published, o.timeout)
 	}
-	return lost, nil
+	return sum, nil
+}
+
+// prepareTables creates the example's tables where they are missing and returns the outbox
+// store. An outbox table from before event ids is this example's old output: it is dropped
+// and created again if every event in it was sent, and otherwise left alone with an error
+// that says how to upgrade it, since its unsent events are still owed to someone.
+func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLStore, error) {
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table})
+	if err != nil {
+		return nil, err
+	}
+	var columns, newer int
+	err = db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN column_name IN ('event_id', 'reclaim_count') THEN 1 END)
+	FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?`, o.table).Scan(&columns, &newer)
+	if err != nil {
+		return nil, fmt.Errorf("look for the outbox table %s: %w", o.table, err)
+	}
+	if columns > 0 && newer < 2 {
+		var unsent int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+o.table+"` WHERE status IN ('WAIT', 'SENDING')").Scan(&unsent); err != nil {
+			return nil, fmt.Errorf("count the unsent events of %s: %w", o.table, err)
+		}
+		if unsent > 0 {
+			return nil, fmt.Errorf("the outbox table %s was made by an older version of this example (no event_id or reclaim_count column) "+
+				"and still holds %d unsent events: upgrade it as the README's \"Upgrading\" section says, "+
+				"or drop it to discard them", o.table, unsent)
+		}
+		if _, err := db.ExecContext(ctx, "DROP TABLE `"+o.table+"`"); err != nil {
+			return nil, fmt.Errorf("drop the outdated outbox table %s: %w", o.table, err)
+		}
+		fmt.Fprintf(o.out, "the outbox table %s, made by an older version of this example without event ids, held only sent events: dropped and created again\n", o.table)
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		return nil, fmt.Errorf("create example tables: %w", err)
+	}
+	return store, nil
 }
 
 func createOrders(ctx context.Context, store *outbox.MySQLStore, prefix string, n int) error {
@@ -235,8 +320,9 @@ func newInstance(o options, i int, lostAcks *atomic.Int64) (*outbox.Publisher, f
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table})
 	if err != nil {
+		_ = db.Close()
 		return nil, nil, err
 	}
 	instanceID := fmt.Sprintf("order-%d-%s", i, outbox.DefaultInstanceID())
@@ -302,16 +388,19 @@ func (l *lossyAcks) Send(ctx context.Context, ev outbox.Event) error {
 type pointsService struct {
 	db                   *sql.DB
 	prefix               string
-	consumed, duplicates atomic.Int64
+	consumed, duplicates atomic.Int64 // deliveries of this run's events, and those suppressed
+	rejected             atomic.Int64 // messages recorded as unprocessable
+	retries              atomic.Int64 // deliveries handed back to RocketMQ for a later retry
 	consumer             rocketmq.PushConsumer
 }
 
-func startPointsService(ctx context.Context, db *sql.DB, o options, prefix string) (*pointsService, error) {
+func startPointsService(ctx context.Context, db *sql.DB, o options, instance, prefix string) (*pointsService, error) {
 	s := &pointsService{db: db, prefix: prefix}
 	// A fixed group, as a real service has: it resumes where the last run stopped.
 	c, err := rocketmq.NewPushConsumer(
 		consumer.WithNameServer([]string{o.namesrv}),
-		consumer.WithGroupName("example_points_service"),
+		consumer.WithGroupName(o.group),
+		consumer.WithInstance(instance),
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
 	)
 	if err != nil {
@@ -322,6 +411,7 @@ func startPointsService(ctx context.Context, db *sql.DB, o options, prefix strin
 			for _, m := range msgs {
 				if err := s.handle(ctx, m); err != nil {
 					log.Printf("points service: %v (will be redelivered)", err)
+					s.retries.Add(1)
 					return consumer.ConsumeRetryLater, nil
 				}
 			}
@@ -341,57 +431,95 @@ func (s *pointsService) shutdown() { _ = s.consumer.Shutdown() }
 
 const errDuplicateKey = 1062
 
-// handle awards the order's points once, whatever the number of deliveries: the eventId
+// handle awards the order's points once, whatever the number of deliveries. The eventId is
+// the event's UUID, unique for all time, so it is what a delivery is recognised by: the
 // pre-check, the consumed-message row (uk_msg_id) and the points row (uk_order_type) are
 // written in one transaction, and either unique key turns a duplicate into a no-op.
+//
+// A message that can never be processed is rejected (recorded and acknowledged); an error
+// returned here is one that may pass, and the message is redelivered.
 func (s *pointsService) handle(ctx context.Context, m *primitive.MessageExt) error {
-	msgID, orderNo := m.GetProperty(outbox.PropertyEventID), m.GetProperty(outbox.PropertyBizNo)
-	mine := len(orderNo) >= len(s.prefix) && orderNo[:len(s.prefix)] == s.prefix
+	eventID, orderNo := m.GetProperty(outbox.PropertyEventID), m.GetProperty(outbox.PropertyBizNo)
+	mine := strings.HasPrefix(orderNo, s.prefix)
 	if mine {
 		s.consumed.Add(1)
 	}
+	if eventID == "" {
+		return s.reject(ctx, m, "no eventId property: the message cannot be deduplicated")
+	}
+	if !isUUID(eventID) {
+		return s.reject(ctx, m, fmt.Sprintf("eventId %.64q is not a UUID: it cannot be told apart from other events' ids", eventID))
+	}
+	var ev orderCreated
+	if err := json.Unmarshal(m.Body, &ev); err != nil {
+		return s.reject(ctx, m, "body is not an ORDER_CREATED payload: "+err.Error())
+	}
+	if ev.OrderNo == "" {
+		return s.reject(ctx, m, "body has no orderNo")
+	}
+	duplicate := func() error {
+		if mine {
+			s.duplicates.Add(1)
+		}
+		return nil
+	}
+
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var seen int
-	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM example_consumed_message WHERE msg_id = ?", msgID).Scan(&seen); err != nil {
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM example_consumed_message WHERE msg_id = ?", eventID).Scan(&seen); err != nil {
 		return err
 	}
 	if seen > 0 {
-		if mine {
-			s.duplicates.Add(1)
-		}
-		return nil
+		return duplicate()
 	}
 	var me *mysql.MySQLError
-	_, err = tx.ExecContext(ctx, "INSERT INTO example_consumed_message (msg_id, consumed_at) VALUES (?, NOW(3))", msgID)
+	_, err = tx.ExecContext(ctx, "INSERT INTO example_consumed_message (msg_id, consumed_at) VALUES (?, NOW(3))", eventID)
 	if errors.As(err, &me) && me.Number == errDuplicateKey { // a concurrent duplicate won
-		if mine {
-			s.duplicates.Add(1)
-		}
-		return nil
+		return duplicate()
 	}
 	if err != nil {
 		return err
 	}
-	var ev orderCreated
-	if err := json.Unmarshal(m.Body, &ev); err != nil {
-		return fmt.Errorf("message %s: bad body %q: %w", msgID, m.Body, err)
-	}
 	_, err = tx.ExecContext(ctx, "INSERT INTO example_user_points (user_id, order_no, type, points) VALUES (?, ?, 'ORDER_CREATED', ?)",
 		ev.UserID, ev.OrderNo, ev.Amount/10)
 	if errors.As(err, &me) && me.Number == errDuplicateKey {
-		if mine {
-			s.duplicates.Add(1)
-		}
-		return nil
+		return duplicate()
 	}
 	if err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+// reject records a message that can never be processed, with the reason, so that it is
+// acknowledged rather than redelivered; a second delivery of it only counts.
+func (s *pointsService) reject(ctx context.Context, m *primitive.MessageExt, reason string) error {
+	key := m.GetProperty(outbox.PropertyEventID)
+	if !isUUID(key) {
+		key = "msgId:" + m.MsgId
+	}
+	reason = strings.ToValidUTF8(reason, "?")
+	if r := []rune(reason); len(r) > 1024 {
+		reason = string(r[:1021]) + "..."
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO example_rejected_message (msg_key, topic, reason, body, deliveries, rejected_at)
+	VALUES (?, ?, ?, ?, 1, NOW(3)) ON DUPLICATE KEY UPDATE deliveries = deliveries + 1`, key, m.Topic, reason, m.Body)
+	if err != nil {
+		return fmt.Errorf("record rejected message %s: %w", key, err)
+	}
+	s.rejected.Add(1)
+	log.Printf("points service: rejected message %s: %s", key, reason)
+	return nil
+}
+
+// isUUID reports whether id is a UUID in the canonical form the outbox sends.
+func isUUID(id string) bool {
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
 }
 
 func countPrefix(ctx context.Context, db *sql.DB, query, prefix string) (int, error) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
 )
@@ -146,14 +147,18 @@ func (t *table) fill(ctx context.Context, n int) error {
 	for done := 0; done < n; done += chunk {
 		rows := min(chunk, n-done)
 		var q strings.Builder
-		q.WriteString("INSERT INTO `" + t.name + "` (biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) VALUES ")
-		args := make([]any, 0, rows*2)
+		q.WriteString("INSERT INTO `" + t.name + "` (event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) VALUES ")
+		args := make([]any, 0, rows*3)
 		for i := range rows {
 			if i > 0 {
 				q.WriteByte(',')
 			}
-			q.WriteString("(?, 'BENCH', ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))")
-			args = append(args, fmt.Sprint("ORD-", done+i), payload)
+			q.WriteString("(?, ?, 'BENCH', ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))")
+			eventID, err := uuid.NewV7() // as InsertEvent makes them
+			if err != nil {
+				return fmt.Errorf("fill: %w", err)
+			}
+			args = append(args, eventID.String(), fmt.Sprint("ORD-", done+i), payload)
 		}
 		if _, err := t.db.ExecContext(ctx, q.String(), args...); err != nil {
 			return fmt.Errorf("fill: %w", err)
