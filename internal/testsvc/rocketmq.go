@@ -264,11 +264,20 @@ func script(args ...string) ([]byte, error) {
 	return exec.Command("bash", append([]string{rocketmqScript()}, args...)...).CombinedOutput()
 }
 
+// RocketMQDirEnv names the script's work directory. The tests that stop a broker run only
+// when it is set (eval the output of scripts/rocketmq.sh start, as CI does): a broker that
+// was started for others is never stopped because its name server was exported.
+const RocketMQDirEnv = "OUTBOX_ROCKETMQ_DIR"
+
 // requireScriptInstance skips or fails t unless the test RocketMQ instance was started by
-// scripts/rocketmq.sh, so that the script can stop and start its brokers.
+// scripts/rocketmq.sh and named by its OUTBOX_ROCKETMQ_* variables, so that the script can
+// stop and start its brokers.
 func requireScriptInstance(t testing.TB) {
 	t.Helper()
 	RocketMQNameServer(t)
+	if os.Getenv(RocketMQDirEnv) == "" {
+		missing(t, fmt.Errorf("this test stops a broker: set %s and the other OUTBOX_ROCKETMQ_* variables that bash scripts/rocketmq.sh start prints (eval its output), so that it stops the instance the tests use and no other", RocketMQDirEnv))
+	}
 	if out, err := script("status"); err != nil {
 		missing(t, fmt.Errorf("the brokers were not started by scripts/rocketmq.sh (or not with the OUTBOX_ROCKETMQ_* variables it printed), so this test cannot stop one: %v\n%s", err, out))
 	}
