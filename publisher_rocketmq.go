@@ -5,14 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
+	rmqerrors "github.com/apache/rocketmq-client-go/v2/errors"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
@@ -34,10 +38,17 @@ const (
 	PropertyEventID   = "eventId"
 	PropertyEventType = "eventType"
 	PropertyBizNo     = "bizNo"
+)
 
-	// RocketMQ's response code for a message the broker will never accept (too large, bad
-	// properties): retrying cannot help.
-	codeMessageIllegal = 13
+// The broker's response codes that decide how a failed send is classified (RocketMQ's
+// ResponseCode; the client returns them as "CODE: n, DESC: ..." errors).
+const (
+	codeSystemError         = 1  // SYSTEM_ERROR: mostly the broker's own trouble (see classifySendError)
+	codeSystemBusy          = 2  // SYSTEM_BUSY: flow control, a full send queue
+	codeMessageIllegal      = 13 // MESSAGE_ILLEGAL: body over maxMessageSize, properties over 32 KB
+	codeServiceNotAvailable = 14 // SERVICE_NOT_AVAILABLE: disk full, store shut down, a slave
+	codeNoPermission        = 16 // NO_PERMISSION: broker or topic not writable, ACL refusal
+	codeTopicNotExist       = 17 // TOPIC_NOT_EXIST: not on this broker, auto-create off
 )
 
 // topicRE is the broker's rule for topic names.
@@ -56,16 +67,22 @@ type RocketMQConfig struct {
 	GroupName string
 
 	// InstanceName tells apart producers in one process (the client shares one connection
-	// per process and instance name). Defaults to a random name per sender.
+	// per process and instance name, and refuses a second producer of the same group on
+	// it). Defaults to a random name per sender.
 	InstanceName string
 
 	// SendTimeout bounds one Send, the client's own retries included; keep it equal to the
 	// publisher's [Config.SendTimeout]. Each attempt gets SendTimeout / SendAttempts.
-	// Defaults to 3 seconds.
+	// Defaults to 3 seconds. One wait escapes it, in the client: until a topic's route is
+	// known, each attempt asks the name server with the client's fixed 6 s timeout, so a
+	// name server that accepts connections and never answers holds a send 6 s per attempt.
 	SendTimeout time.Duration
 
-	// SendAttempts is how many times the client tries one send before giving up (it moves
-	// to another broker between tries). Defaults to 3.
+	// SendAttempts is how many times the client tries one send before giving up. Between
+	// tries it moves to a queue of another broker, which is what carries sends over to the
+	// surviving brokers of a cluster when one dies: with 1 there is no failover, and every
+	// send that picks the dead broker's queues fails until the client's route refresh (every
+	// 30 s) drops it. Defaults to 3.
 	SendAttempts int
 
 	// MaxBatchBytes bounds the encoded size of one batch send (the broker refuses a batch over
@@ -87,16 +104,51 @@ type RocketMQConfig struct {
 // send. The message body is the payload; its properties are eventId, eventType and bizNo;
 // its key is the biz no (so a lookup by key finds it) and its tag the event type.
 //
-// A send succeeds only when the broker answers SEND_OK. A message the broker will never
-// accept (code 13: too large, illegal properties) fails with a [Permanent] error, which
-// dead-letters the event at once; anything else (a timeout, a busy broker, no route yet) is
-// retried with the publisher's backoff.
+// A send succeeds only when the broker answers SEND_OK. A failed send's error says whose
+// fault it is, decided from what rocketmq-client-go returns:
+//
+//	Permanent (dead-lettered at once): the broker refuses the message itself.
+//	  - code 13 MESSAGE_ILLEGAL: body over the broker's maxMessageSize, properties over
+//	    32 KB, and the like;
+//	  - an empty payload, refused by the sender before any send: the broker fails a
+//	    message without a body on every attempt.
+//	Unavailable (back to WAIT, no retry counted; the publisher pauses and probes): the
+//	broker, its route or the way to it is down, and the same send works once it is back.
+//	  - no route: "route info not found" (the name server does not answer, or the topic
+//	    exists on no broker and the broker does not auto-create it);
+//	  - the network: connection refused or reset, dial errors, EOF;
+//	  - no answer within the attempt's timeout ("request timeout", a deadline exceeded);
+//	    the attempts go to the other brokers of a cluster first, so this is what is left
+//	    once none answered;
+//	  - code 2 SYSTEM_BUSY, code 14 SERVICE_NOT_AVAILABLE (disk full, store shut down),
+//	    code 16 NO_PERMISSION (broker or topic not writable, ACL), code 17 TOPIC_NOT_EXIST,
+//	    and code 1 SYSTEM_ERROR when the broker says it is busy or short of in-sync replicas;
+//	  - the sender (or the caller's producer) is closed: [ErrSenderClosed].
+//	Anything else (retried with backoff, counted against [Config.MaxRetry]):
+//	  - other codes, and a status other than SEND_OK (FLUSH_DISK_TIMEOUT,
+//	    FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). With those statuses the broker has
+//	    stored the message: the retry sends it again, so they are a source of duplicates.
+//
+// A timeout is not proof that nothing was stored: the broker may have written the message
+// and its answer been lost. The next send then delivers it twice; consumers deduplicate on
+// eventId.
+//
+// Close waits for the sends in flight and makes every later Send fail with
+// [ErrSenderClosed] without touching the producer, so a publisher still running never
+// races the producer's shutdown.
 type RocketMQSender struct {
-	producer  rocketmq.Producer
-	topic     string
-	timeout   time.Duration
-	maxBatch  int
-	owned     bool
+	producer rocketmq.Producer
+	topic    string
+	timeout  time.Duration
+	maxBatch int
+	owned    bool
+
+	// mu orders the start of every send against Close: a send registers in inflight under
+	// mu, and only while closed is false, so once Close has set closed it waits for exactly
+	// the sends that started before it.
+	mu        sync.Mutex
+	closed    bool
+	inflight  sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -134,10 +186,12 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: NameServers %v: %v", ErrInvalidConfig, cfg.NameServers, err)
 	}
+	group := cmp.Or(cfg.GroupName, ProducerGroupDefault)
+	instance := cmp.Or(cfg.InstanceName, "outbox-"+randomSuffix())
 	p, err := rocketmq.NewProducer(
 		producer.WithNameServer(addrs),
-		producer.WithGroupName(cmp.Or(cfg.GroupName, ProducerGroupDefault)),
-		producer.WithInstanceName(cmp.Or(cfg.InstanceName, "outbox-"+randomSuffix())),
+		producer.WithGroupName(group),
+		producer.WithInstanceName(instance),
 		producer.WithRetry(attempts-1),
 		producer.WithSendMsgTimeout(timeout/time.Duration(attempts)),
 	)
@@ -145,7 +199,13 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 		return nil, fmt.Errorf("outbox: could not create RocketMQ producer: %w", err)
 	}
 	if err := p.Start(); err != nil {
-		return nil, fmt.Errorf("outbox: could not start RocketMQ producer: %w", err)
+		// The one way Start fails is a group already registered on the client instance
+		// this producer shares with another (same InstanceName). Such a producer has
+		// started nothing of its own, and its Shutdown would unregister the other
+		// producer's group from the shared client and shut that client down under it: so
+		// it is dropped, not shut down.
+		return nil, fmt.Errorf("outbox: could not start RocketMQ producer of group %q on client instance %q (another producer of the group uses that InstanceName in this process?): %w",
+			group, instance, err)
 	}
 	s.producer, s.owned = p, true
 	return s, nil
@@ -169,66 +229,154 @@ func (s *RocketMQSender) Message(ev Event) *primitive.Message {
 
 // Send implements [Sender].
 func (s *RocketMQSender) Send(ctx context.Context, ev Event) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	res, err := s.producer.SendSync(ctx, s.Message(ev))
-	if err != nil {
-		return classifySendError(err)
+	if err := s.begin(); err != nil {
+		return err
 	}
-	if res.Status != primitive.SendOK {
-		return fmt.Errorf("rocketmq: send not confirmed: status %d (%s)", res.Status, sendStatusName(res.Status))
+	defer s.inflight.Done()
+	return s.send(ctx, ev)
+}
+
+// begin registers a send in flight, unless the sender is closed.
+func (s *RocketMQSender) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("rocketmq: %w", ErrSenderClosed)
 	}
+	s.inflight.Add(1)
 	return nil
 }
 
-// SendBatch implements [BatchSender]: the events go in as few sends as fit under
-// MaxBatchBytes, each confirmed as a whole. If the broker refuses a batch as illegal (one of
-// its messages is), its events are sent one by one, so that only the illegal one is
-// dead-lettered. Messages of a batch carry no client message id: consumers deduplicate on the
-// eventId property, as they should anyway.
-func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
+// errEmptyBody is the error of an event with no payload. RocketMQ's own Java client refuses
+// an empty body, and the broker fails a single message without one (5.3.3 answers code 1,
+// a NullPointerException), on every attempt.
+var errEmptyBody = Permanent(errors.New("rocketmq: the payload is empty; RocketMQ does not accept a message without a body"))
+
+func (s *RocketMQSender) send(ctx context.Context, ev Event) error {
+	if len(ev.Payload) == 0 {
+		return errEmptyBody
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	res, err := s.producer.SendSync(ctx, s.Message(ev))
+	return sendOutcome("send", res, err)
+}
+
+// SendBatch implements [BatchSender]: the events go in as few sends as fit under
+// MaxBatchBytes, each confirmed as a whole, all within one SendTimeout. If the broker refuses
+// a batch as illegal (one of its messages is), its events are sent one by one, so that only
+// the illegal one is dead-lettered. Events whose turn never comes (the deadline passed, or an
+// earlier send of the batch found the broker unavailable) are not sent, and their errors
+// say so: the publisher returns them to WAIT without counting an attempt. Messages of a
+// batch carry no client message id: consumers deduplicate on the eventId property, as they
+// should anyway.
+func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
 	errs := make([]error, len(evs))
-	for start := 0; start < len(evs); {
+	if err := s.begin(); err != nil {
+		fill(errs, err)
+		return errs
+	}
+	defer s.inflight.Done()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+
+	// The positions of the events to send: an event without a payload fails alone.
+	todo := make([]int, 0, len(evs))
+	for i, ev := range evs {
+		if len(ev.Payload) == 0 {
+			errs[i] = errEmptyBody
+		} else {
+			todo = append(todo, i)
+		}
+	}
+	var skip error // set once the rest of the batch is not to be sent
+	for start := 0; start < len(todo); {
 		end, size := start, 0
-		for end < len(evs) && end-start < maxBatchMessages {
-			n := messageSize(evs[end])
+		for end < len(todo) && end-start < maxBatchMessages {
+			n := messageSize(evs[todo[end]])
 			if end > start && size+n > s.maxBatch {
 				break
 			}
 			size += n
 			end++
 		}
-		chunk := evs[start:end]
-		if ctx.Err() != nil {
-			fill(errs[start:end], errNotSent)
-		} else if err := s.sendChunk(ctx, chunk); err != nil && IsPermanent(err) && len(chunk) > 1 {
-			for i, ev := range chunk {
-				errs[start+i] = s.Send(ctx, ev)
-			}
-		} else {
-			fill(errs[start:end], err)
-		}
+		chunk := todo[start:end]
 		start = end
+		if skip == nil && ctx.Err() != nil {
+			skip = errNotSent
+		}
+		if skip != nil {
+			fillAt(errs, chunk, skip)
+			continue
+		}
+		err := s.sendChunk(ctx, evs, chunk)
+		if err != nil && IsPermanent(err) && len(chunk) > 1 {
+			skip = s.sendOneByOne(ctx, evs, chunk, errs)
+			continue
+		}
+		fillAt(errs, chunk, err)
+		if IsUnavailable(err) {
+			skip = notSent(err)
+		}
 	}
 	return errs
 }
 
-func (s *RocketMQSender) sendChunk(ctx context.Context, evs []Event) error {
-	msgs := make([]*primitive.Message, len(evs))
-	for i, ev := range evs {
-		msgs[i] = s.Message(ev)
+// sendOneByOne sends the events of evs at positions chunk (a refused batch) one at a time,
+// while the batch's deadline lasts and the broker answers, and returns why it stopped early
+// (nil if it did not).
+func (s *RocketMQSender) sendOneByOne(ctx context.Context, evs []Event, chunk []int, errs []error) error {
+	for k, i := range chunk {
+		if ctx.Err() != nil {
+			fillAt(errs, chunk[k:], errNotSent)
+			return errNotSent
+		}
+		errs[i] = s.send(ctx, evs[i])
+		if IsUnavailable(errs[i]) {
+			skip := notSent(errs[i])
+			fillAt(errs, chunk[k+1:], skip)
+			return skip
+		}
+	}
+	return nil
+}
+
+// sendChunk sends the events of evs at positions chunk as one batch.
+func (s *RocketMQSender) sendChunk(ctx context.Context, evs []Event, chunk []int) error {
+	msgs := make([]*primitive.Message, len(chunk))
+	for k, i := range chunk {
+		msgs[k] = s.Message(evs[i])
 	}
 	res, err := s.producer.SendSync(ctx, msgs...)
+	return sendOutcome("batch send", res, err)
+}
+
+// sendOutcome turns SendSync's answer into the sender's error.
+func sendOutcome(what string, res *primitive.SendResult, err error) error {
 	if err != nil {
 		return classifySendError(err)
 	}
 	if res.Status != primitive.SendOK {
-		return fmt.Errorf("rocketmq: batch send not confirmed: status %d (%s)", res.Status, sendStatusName(res.Status))
+		// The broker stored the message but could not flush it, or copy it to a slave, in
+		// time: retried like any failure, so the message may be delivered twice.
+		return fmt.Errorf("rocketmq: %s not confirmed: status %d (%s)", what, res.Status, sendStatusName(res.Status))
 	}
 	return nil
 }
+
+// notSentError is the error of a batch's event that was never tried because an earlier send
+// of the batch found the broker unavailable. It is errNotSent to the publisher, and wraps
+// the unavailable error that stopped the batch.
+type notSentError struct{ cause error }
+
+func notSent(cause error) error { return &notSentError{cause: cause} }
+
+func (e *notSentError) Error() string {
+	return "not sent: an earlier send of the batch found the broker unavailable: " + e.cause.Error()
+}
+
+func (e *notSentError) Is(target error) bool { return target == errNotSent }
+func (e *notSentError) Unwrap() error        { return e.cause }
 
 // messageSize estimates an event's encoded size in a batch: body, properties, and the
 // per-message header.
@@ -242,32 +390,101 @@ func fill(errs []error, err error) {
 	}
 }
 
-// Close shuts down the producer if the sender built it. It is safe to call more than once.
-func (s *RocketMQSender) Close() error {
-	if !s.owned {
-		return nil
+// fillAt sets errs[i] to err for every i of at.
+func fillAt(errs []error, at []int, err error) {
+	for _, i := range at {
+		errs[i] = err
 	}
-	s.closeOnce.Do(func() { s.closeErr = s.producer.Shutdown() })
+}
+
+// Close stops the sender: every Send or SendBatch that starts after it returns an error
+// wrapping [ErrSenderClosed] and never reaches the producer; the sends already in flight
+// are waited for (each is bounded by SendTimeout, see [RocketMQConfig.SendTimeout]); then
+// the producer is shut down if the sender built it. It is safe to call more than once, and
+// from several goroutines: every call returns once the sender is closed.
+func (s *RocketMQSender) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.inflight.Wait()
+		if s.owned {
+			s.closeErr = s.producer.Shutdown()
+		}
+	})
 	return s.closeErr
 }
 
-var brokerCodeRE = regexp.MustCompile(`CODE: (\d+)`)
+// brokerCodeRE reads the broker's response code and remark from the client's error text
+// ("CODE: 13, DESC: ..." from the send path, "CODE: 13  DESC: ..." from its error types).
+var brokerCodeRE = regexp.MustCompile(`CODE: (-?\d+),?\s+DESC: ([^\n]*)`)
 
-// classifySendError marks the errors no retry can fix as [Permanent]. The client returns
-// broker refusals as plain errors of the form "CODE: n, DESC: ...".
+// classifySendError marks a failed send as [Permanent], [Unavailable] or neither (see
+// [RocketMQSender] for the table and why). The client has no error types for most of its
+// failures: the send path returns broker refusals as "CODE: n, DESC: ..." text and a
+// missing route as "... route info not found", so those are read from the text.
 func classifySendError(err error) error {
-	err = fmt.Errorf("rocketmq: %w", err)
+	wrapped := fmt.Errorf("rocketmq: %w", err)
+	if code, desc, ok := brokerCode(err); ok {
+		switch {
+		case code == codeMessageIllegal:
+			return Permanent(wrapped)
+		case code == codeSystemBusy, code == codeServiceNotAvailable, code == codeNoPermission,
+			code == codeTopicNotExist:
+			return Unavailable(wrapped)
+		case code == codeSystemError && brokerInTrouble(desc):
+			return Unavailable(wrapped)
+		}
+		return wrapped
+	}
+	switch {
+	case errors.Is(err, rmqerrors.ErrNotRunning), errors.Is(err, rmqerrors.ErrService):
+		// The producer is not started, or was shut down (a caller-owned one): nothing was
+		// sent, and nothing will be through it.
+		return fmt.Errorf("rocketmq: %w: the producer is not running: %w", ErrSenderClosed, err)
+	case unreachable(err):
+		return Unavailable(wrapped)
+	}
+	return wrapped
+}
+
+// brokerCode returns the broker's response code and remark carried by err, if any.
+func brokerCode(err error) (code int, desc string, ok bool) {
 	var brokerErr primitive.MQBrokerErr
-	code := -1
 	if errors.As(err, &brokerErr) {
-		code = int(brokerErr.ResponseCode)
-	} else if m := brokerCodeRE.FindStringSubmatch(err.Error()); m != nil {
-		code, _ = strconv.Atoi(m[1])
+		return int(brokerErr.ResponseCode), brokerErr.ErrorMessage, true
 	}
-	if code == codeMessageIllegal {
-		return Permanent(err)
+	m := brokerCodeRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, "", false
 	}
-	return err
+	code, convErr := strconv.Atoi(m[1])
+	return code, m[2], convErr == nil
+}
+
+// brokerInTrouble reports whether a SYSTEM_ERROR remark is about the broker rather than the
+// message: page cache busy ("[PC_SYNCHRONIZED]broker busy"), "create mapped file failed,
+// server is busy or broken", "in-sync replicas not enough".
+func brokerInTrouble(desc string) bool {
+	desc = strings.ToLower(desc)
+	return strings.Contains(desc, "busy") || strings.Contains(desc, "in-sync replicas")
+}
+
+// unreachable reports whether err says that the broker or the name server could not be
+// reached, or did not answer in time.
+func unreachable(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.As(err, &netErr), // dial errors, refused and reset connections, i/o timeouts
+		errors.Is(err, rmqerrors.ErrRequestTimeout), // no answer within the attempt's timeout
+		errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, rmqerrors.ErrTopicNotExist), errors.Is(err, rmqerrors.ErrRouteNotFound),
+		errors.Is(err, rmqerrors.ErrBrokerNotFound), errors.Is(err, rmqerrors.ErrNoNameserver):
+		return true
+	}
+	var remotingErr *primitive.RemotingErr
+	return errors.As(err, &remotingErr) || strings.Contains(err.Error(), "route info not found")
 }
 
 func sendStatusName(s primitive.SendStatus) string {

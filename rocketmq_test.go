@@ -5,18 +5,24 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
+	rmqerrors "github.com/apache/rocketmq-client-go/v2/errors"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/testsvc"
@@ -141,8 +147,10 @@ func TestRocketMQOversizePayloadDeadLettersAtOnce(t *testing.T) {
 	cfg.SendTimeout, cfg.Lease = 20*time.Second, 10*time.Minute
 	cfg.OnDeadLetter = func(_ context.Context, _ outbox.Event, cause error) { dead = append(dead, cause) }
 	p := newPublisher(t, store, sender, cfg)
+	start := time.Now()
 	stats, err := p.PublishPending(ctx)
 	require.NoError(t, err)
+	t.Logf("oversize message: dead-lettered %s after the round began", time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, 1, stats.DeadLettered)
 	got := b.get(t, id)
 	assert.Equal(t, outbox.StatusFail, got.Status)
@@ -254,6 +262,8 @@ func TestRocketMQSenderWithCallersProducer(t *testing.T) {
 	_, err = p.PublishPending(context.Background())
 	require.NoError(t, err)
 	require.NoError(t, sender.Close())
+	err = sender.Send(context.Background(), b.get(t, ids[0]))
+	require.ErrorIs(t, err, outbox.ErrSenderClosed, "a closed sender sends nothing")
 
 	// Close left the caller's producer running.
 	_, err = prod.SendSync(context.Background(), primitive.NewMessage(topic, []byte("after close")))
@@ -265,10 +275,10 @@ func TestRocketMQSenderWithCallersProducer(t *testing.T) {
 	}
 }
 
-// A send with no route to any broker (the name server does not answer) fails within the send
-// timeout as a transient error: the event goes back to WAIT with backoff, not to FAIL. The
-// client's own complaints reach the sender's logger, not stderr.
-func TestRocketMQNoRouteIsTransient(t *testing.T) {
+// A send with no route to any broker (nothing answers at the name server's address) fails
+// within the send timeout as Unavailable: the event is not dead-lettered. The client's own
+// complaints reach the sender's logger, not stderr.
+func TestRocketMQNoNameServerIsUnavailable(t *testing.T) {
 	t.Parallel()
 	testsvc.RocketMQNameServer(t)
 	b := setup(t)
@@ -282,15 +292,148 @@ func TestRocketMQNoRouteIsTransient(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sender.Close() })
+
+	start := time.Now()
+	err = sender.Send(context.Background(), b.get(t, id))
+	t.Logf("no name server: error after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	require.ErrorContains(t, err, "route info not found")
+	assert.True(t, outbox.IsUnavailable(err), "unavailable: %v", err)
+	assert.False(t, outbox.IsPermanent(err))
+
 	p := newPublisher(t, b.store, sender, fastConfig("p", &logSink{}))
-	stats, err := p.PublishPending(context.Background())
+	_, err = p.PublishPending(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 1, stats.Retried)
 	got := b.get(t, id)
-	assert.Equal(t, outbox.StatusWait, got.Status)
-	assert.Equal(t, 1, got.RetryCount)
-	assert.Contains(t, got.LastError, "route")
+	assert.Equal(t, outbox.StatusWait, got.Status, "not dead-lettered")
 	assert.NotEmpty(t, clientLogs.atLeast(slog.LevelDebug), "the client's logs were routed to the sender's logger")
+}
+
+// Each class of failure, produced by a real name server and broker, is classified as the
+// sender's documentation says, and the sender says so within the time logged. (The broker
+// being down is in TestRocketMQBrokerOutageLosesNothing and TestRocketMQClusterSurvivesABroker.)
+func TestRocketMQFailureClassesOnARealBroker(t *testing.T) {
+	t.Parallel()
+	ns := testsvc.RocketMQNameServer(t)
+	ev := outbox.Event{ID: 1, EventID: "classes", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`)}
+
+	// A name server that accepts connections and never answers: the client's route lookup
+	// waits its own fixed 6 s per attempt, whatever the send's timeout.
+	t.Run("NameServerSilent", func(t *testing.T) {
+		t.Parallel()
+		addr := silentServer(t)
+		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
+			NameServers: []string{addr}, GroupName: testsvc.UniqueTable("pg"),
+			SendTimeout: time.Second, SendAttempts: 1,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, sender.Close()) })
+		start := time.Now()
+		err = sender.Send(context.Background(), ev)
+		t.Logf("silent name server (1 attempt, 1 s timeout): error after %s: %v", time.Since(start).Round(time.Millisecond), err)
+		require.ErrorContains(t, err, "route info not found")
+		assert.True(t, outbox.IsUnavailable(err))
+	})
+
+	// A topic that exists on no broker, on a cluster that does not create topics on first
+	// use (the producer's template topic for auto-creation does not exist either).
+	t.Run("TopicDoesNotExist", func(t *testing.T) {
+		t.Parallel()
+		addrs, err := primitive.NewNamesrvAddr(ns)
+		require.NoError(t, err)
+		prod, err := rocketmq.NewProducer(producer.WithNameServer(addrs), producer.WithGroupName(testsvc.UniqueTable("pg")),
+			producer.WithInstanceName(testsvc.UniqueTable("nt")), producer.WithCreateTopicKey(testsvc.UniqueTable("NO_TEMPLATE")))
+		require.NoError(t, err)
+		require.NoError(t, prod.Start())
+		t.Cleanup(func() { _ = prod.Shutdown() })
+		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: prod, Topic: testsvc.UniqueTable("OUTBOX_NONE")})
+		require.NoError(t, err)
+		start := time.Now()
+		err = sender.Send(context.Background(), ev)
+		t.Logf("topic does not exist: error after %s: %v", time.Since(start).Round(time.Millisecond), err)
+		require.ErrorContains(t, err, "route info not found")
+		assert.True(t, outbox.IsUnavailable(err))
+	})
+
+	// An empty body: the broker fails it on every attempt, so the sender refuses it itself.
+	t.Run("EmptyBody", func(t *testing.T) {
+		t.Parallel()
+		topic := testsvc.NewTopic(t, "OUTBOX_EMPTY")
+		addrs, err := primitive.NewNamesrvAddr(ns)
+		require.NoError(t, err)
+		prod, err := rocketmq.NewProducer(producer.WithNameServer(addrs), producer.WithGroupName(testsvc.UniqueTable("pg")),
+			producer.WithInstanceName(testsvc.UniqueTable("eb")), producer.WithRetry(0))
+		require.NoError(t, err)
+		require.NoError(t, prod.Start())
+		t.Cleanup(func() { _ = prod.Shutdown() })
+		_, err = prod.SendSync(context.Background(), primitive.NewMessage(topic, nil))
+		require.Error(t, err, "the broker refuses a message without a body")
+		t.Logf("the broker's answer to an empty body: %v", err)
+
+		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: prod, Topic: topic})
+		require.NoError(t, err)
+		empty := ev
+		empty.Payload = nil
+		err = sender.Send(context.Background(), empty)
+		assert.True(t, outbox.IsPermanent(err), "%v", err)
+	})
+}
+
+// silentServer listens on a free loopback port, accepts connections and never answers.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A producer that cannot start (its group already runs on the client instance it would
+// share, same InstanceName) makes NewRocketMQSender fail with a clear error, leaks nothing,
+// and leaves the other producer working: shutting the failed one down would unregister the
+// group from the shared client and shut that client down under the other sender. Not
+// parallel: it looks for goroutines that outlive the failed constructor.
+func TestRocketMQSenderWhoseProducerCannotStart(t *testing.T) {
+	topic := testsvc.NewTopic(t, "OUTBOX_START")
+	cfg := outbox.RocketMQConfig{
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic,
+		GroupName: testsvc.UniqueTable("pg"), InstanceName: testsvc.UniqueTable("shared"),
+	}
+	first, err := outbox.NewRocketMQSender(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, first.Close()) })
+
+	before := goleak.IgnoreCurrent()
+	_, err = outbox.NewRocketMQSender(cfg)
+	require.ErrorIs(t, err, rmqerrors.ErrProducerCreated)
+	assert.ErrorContains(t, err, "InstanceName")
+	require.NoError(t, findLeaks(10*time.Second, append(rocketmqClientLifetimes, before)...))
+
+	ev := outbox.Event{ID: 1, EventID: "start", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`)}
+	require.NoError(t, first.Send(context.Background(), ev), "the sender whose client was shared still sends")
 }
 
 // fakeProducer answers SendSync with a fixed result (or respond's), for the classification
@@ -332,7 +475,7 @@ func TestRocketMQSendBatchChunksBySize(t *testing.T) {
 }
 
 // A batch the broker refuses as illegal is sent again one by one, so that only the illegal
-// event is dead-lettered; a transient error fails the whole batch, to be retried.
+// event is dead-lettered; a broker that is unavailable fails the whole batch, unavailable.
 func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 	t.Parallel()
 	illegal := errors.New("CODE: 13, DESC: the message is illegal")
@@ -346,10 +489,11 @@ func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 	}}
 	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: fp, Topic: "T"})
 	require.NoError(t, err)
+	body := []byte("{}")
 	evs := []outbox.Event{
-		{ID: 1, EventID: "event-1", BizNo: "A", EventType: "E"},
-		{ID: 2, EventID: "event-2", BizNo: "B", EventType: "E"},
-		{ID: 3, EventID: "event-3", BizNo: "C", EventType: "E"},
+		{ID: 1, EventID: "event-1", BizNo: "A", EventType: "E", Payload: body},
+		{ID: 2, EventID: "event-2", BizNo: "B", EventType: "E", Payload: body},
+		{ID: 3, EventID: "event-3", BizNo: "C", EventType: "E", Payload: body},
 	}
 	errs := s.SendBatch(context.Background(), evs)
 	require.Len(t, errs, 3)
@@ -365,30 +509,67 @@ func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 	for _, err := range errs {
 		require.ErrorContains(t, err, "CODE: 14")
 		assert.False(t, outbox.IsPermanent(err))
+		assert.True(t, outbox.IsUnavailable(err))
 	}
-	assert.Equal(t, []int{3}, fp.calls, "transient: no one-by-one resend")
+	assert.Equal(t, []int{3}, fp.calls, "unavailable: no one-by-one resend")
 }
 
+// The mapping from what the client returns to the sender's error classes, with each class's
+// real texts (read from rocketmq-client-go and the broker's SendMessageProcessor; the
+// real-broker tests below produce most of them for real).
 func TestRocketMQSendOutcomes(t *testing.T) {
 	t.Parallel()
 	const eventID = "01960b3e-8f1c-7a2b-9c3d-4e5f60718293"
 	ev := outbox.Event{ID: 7, EventID: eventID, BizNo: "ORD-7", EventType: "ORDER_PAID", Payload: []byte("{}")}
+	const (
+		ok = iota
+		plain
+		permanent
+		unavailable
+		closed
+	)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}}
 	cases := []struct {
-		name      string
-		res       *primitive.SendResult
-		err       error
-		wantErr   string
-		permanent bool
+		name    string
+		res     *primitive.SendResult
+		err     error
+		wantErr string
+		class   int
 	}{
-		{"SendOK", &primitive.SendResult{Status: primitive.SendOK}, nil, "", false},
-		{"FlushDiskTimeout", &primitive.SendResult{Status: primitive.SendFlushDiskTimeout}, nil, "FLUSH_DISK_TIMEOUT", false},
-		{"SlaveNotAvailable", &primitive.SendResult{Status: primitive.SendSlaveNotAvailable}, nil, "SLAVE_NOT_AVAILABLE", false},
-		{"MessageIllegal", nil, errors.New("CODE: 13, DESC: the message body size over max value, MAX: 4194304"), "CODE: 13", true},
-		{"MessageIllegalTyped", nil, primitive.MQBrokerErr{ResponseCode: 13, ErrorMessage: "illegal"}, "CODE: 13", true},
-		{"BrokerBusy", nil, errors.New("CODE: 2, DESC: [TIMEOUT_CLEAN_QUEUE]broker busy"), "broker busy", false},
-		{"ServiceNotAvailable", nil, errors.New("CODE: 14, DESC: service not available now"), "CODE: 14", false},
-		{"NoRoute", nil, errors.New("the topic=T route info not found"), "route info not found", false},
-		{"Timeout", nil, context.DeadlineExceeded, "deadline exceeded", false},
+		{"SendOK", &primitive.SendResult{Status: primitive.SendOK}, nil, "", ok},
+		// The broker stored the message but did not confirm it: a retry, and a duplicate.
+		{"FlushDiskTimeout", &primitive.SendResult{Status: primitive.SendFlushDiskTimeout}, nil, "FLUSH_DISK_TIMEOUT", plain},
+		{"FlushSlaveTimeout", &primitive.SendResult{Status: primitive.SendFlushSlaveTimeout}, nil, "FLUSH_SLAVE_TIMEOUT", plain},
+		{"SlaveNotAvailable", &primitive.SendResult{Status: primitive.SendSlaveNotAvailable}, nil, "SLAVE_NOT_AVAILABLE", plain},
+		// The message itself.
+		{"MessageIllegal", nil, errors.New("CODE: 13, DESC: the message is illegal, maybe msg body or properties length not matched. msg body length limit 4194304B, msg properties length limit 32KB."), "CODE: 13", permanent},
+		{"MessageIllegalTyped", nil, primitive.MQBrokerErr{ResponseCode: 13, ErrorMessage: "illegal"}, "CODE: 13", permanent},
+		// The broker, its route, the way to it.
+		{"BrokerBusy", nil, errors.New("CODE: 2, DESC: [TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: 1001ms"), "broker busy", unavailable},
+		{"PageCacheBusy", nil, errors.New("CODE: 1, DESC: [PC_SYNCHRONIZED]broker busy, start flow control for a while"), "PC_SYNCHRONIZED", unavailable},
+		{"MappedFileFailed", nil, errors.New("CODE: 1, DESC: create mapped file failed, server is busy or broken."), "mapped file", unavailable},
+		{"InSyncReplicas", nil, errors.New("CODE: 1, DESC: in-sync replicas not enough"), "in-sync", unavailable},
+		{"ServiceNotAvailable", nil, errors.New("CODE: 14, DESC: service not available now. It may be caused by one of the following reasons: the broker's disk is full"), "CODE: 14", unavailable},
+		{"ServiceNotAvailableTyped", nil, primitive.MQBrokerErr{ResponseCode: 14, ErrorMessage: "service not available now"}, "CODE: 14", unavailable},
+		{"NoPermission", nil, errors.New("CODE: 16, DESC: the broker[127.0.0.1] sending message is forbidden"), "forbidden", unavailable},
+		{"TopicNotExist", nil, errors.New("CODE: 17, DESC: topic[T] not exist, apply first please!"), "CODE: 17", unavailable},
+		{"TopicNotExistClientErr", nil, primitive.NewMQClientErr(17, "No topic route info in name server for the topic: T"), "CODE: 17", unavailable},
+		{"NoRoute", nil, errors.New("the topic=T route info not found"), "route info not found", unavailable},
+		{"NoBrokerAddress", nil, errors.New("topic=T route info not found"), "route info not found", unavailable},
+		{"NameServerUnreachable", nil, primitive.NewRemotingErr("dial tcp 127.0.0.1:1: connect: connection refused"), "connection refused", unavailable},
+		{"ConnectionRefused", nil, refused, "connection refused", unavailable},
+		{"ConnectionReset", nil, reset, "connection reset", unavailable},
+		{"ConnectionClosed", nil, io.EOF, "EOF", unavailable},
+		{"NoAnswer", nil, rmqerrors.ErrRequestTimeout, "request timeout", unavailable},
+		{"Timeout", nil, context.DeadlineExceeded, "deadline exceeded", unavailable},
+		// The producer: a caller's producer not started, or shut down.
+		{"ProducerNotStarted", nil, rmqerrors.ErrNotRunning, "producer not started", closed},
+		{"ClientShutDown", nil, rmqerrors.ErrService, "service close", closed},
+		// Anything else.
+		{"SystemError", nil, errors.New("CODE: 1, DESC: UNKNOWN_ERROR"), "UNKNOWN_ERROR", plain},
+		{"RequestCodeNotSupported", nil, errors.New("CODE: 3, DESC: request type 310 not supported"), "CODE: 3", plain},
+		{"Unknown", nil, errors.New("something unexpected"), "something unexpected", plain},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -396,12 +577,17 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 			s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: fp, Topic: "T"})
 			require.NoError(t, err)
 			err = s.Send(context.Background(), ev)
-			if c.wantErr == "" {
+			if c.class == ok {
 				require.NoError(t, err)
 			} else {
 				require.ErrorContains(t, err, c.wantErr)
+				if c.err != nil {
+					require.ErrorIs(t, err, c.err, "the client's error is kept")
+				}
 			}
-			assert.Equal(t, c.permanent, outbox.IsPermanent(err))
+			assert.Equal(t, c.class == permanent, outbox.IsPermanent(err), "permanent: %v", err)
+			assert.Equal(t, c.class == unavailable || c.class == closed, outbox.IsUnavailable(err), "unavailable: %v", err)
+			assert.Equal(t, c.class == closed, errors.Is(err, outbox.ErrSenderClosed), "closed: %v", err)
 			require.Len(t, fp.msgs, 1)
 			m := fp.msgs[0]
 			assert.Equal(t, "T", m.Topic)
@@ -414,22 +600,32 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 	}
 }
 
-// The broker stops mid-run: sends fail, rows go back to WAIT with backoff (none is
-// dead-lettered); once the broker is back every event arrives, none lost. Not parallel: it
-// stops the broker the other tests use.
+// outageEnv sets how long TestRocketMQBrokerOutageLosesNothing keeps the broker down, as a
+// Go duration; the README's figure for a 10-minute outage is OUTBOX_TEST_OUTAGE=10m.
+const outageEnv = "OUTBOX_TEST_OUTAGE"
+
+// The only broker stops mid-run, with the library's defaults but for the poll interval
+// (MaxRetry 3, MaxProbeDelay 15 s): every send fails as Unavailable, the publisher pauses and
+// probes, no retry is spent and nothing is dead-lettered, however long the outage; once the
+// broker is back every event arrives, none lost. Not parallel: it stops the broker the other
+// tests use.
 func TestRocketMQBrokerOutageLosesNothing(t *testing.T) {
 	const before, during = 100, 100
+	outage := 5 * time.Second
+	if v := os.Getenv(outageEnv); v != "" {
+		var err error
+		outage, err = time.ParseDuration(v)
+		require.NoError(t, err, "%s", outageEnv)
+	}
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_OUTAGE")
 	consumer := testsvc.Consume(t, topic)
 	ids := b.insert(t, before)
 
 	logs := &logSink{}
-	cfg := fastConfig("order-outage", logs)
-	cfg.PollInterval = 20 * time.Millisecond
-	cfg.Backoff = outbox.ConstantBackoff(300 * time.Millisecond)
-	cfg.MaxRetry = 10_000 // an outage must not dead-letter anything
-	p := newPublisher(t, b.store, newRocketMQSender(t, topic, nil), cfg)
+	cfg := outbox.Config{InstanceID: "order-outage", ClaimMode: testClaimMode, PollInterval: 20 * time.Millisecond, Logger: slog.New(logs)}
+	sender := &watchedSender{RocketMQSender: newRocketMQSender(t, topic, nil)}
+	p := newPublisher(t, b.store, sender, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- p.Run(ctx) }()
@@ -437,25 +633,39 @@ func TestRocketMQBrokerOutageLosesNothing(t *testing.T) {
 
 	consumer.WaitDistinct(t, before, time.Minute)
 	testsvc.StopBroker(t)
-	ids = append(ids, b.insert(t, during)...)
+	stopped := time.Now()
+	for range 10 { // committed during the outage, a few at a time
+		ids = append(ids, b.insert(t, during/10)...)
+		time.Sleep(outage / 20)
+	}
+	require.Eventually(t, p.BrokerUnavailable, time.Minute, 10*time.Millisecond, "the publisher notices the outage")
+	time.Sleep(time.Until(stopped.Add(outage)))
 
-	var retried int
-	require.Eventually(t, func() bool {
-		require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE status = 'WAIT' AND retry_count > 0").Scan(&retried))
-		return retried == during
-	}, time.Minute, 100*time.Millisecond, "every event written during the outage fails and waits for its retry")
-	var lastErr string
-	require.NoError(t, b.db.QueryRow("SELECT last_error FROM `"+b.store.Table()+"` WHERE retry_count > 0 LIMIT 1").Scan(&lastErr))
-	t.Logf("during the outage: %d events back in WAIT, e.g. %q", retried, lastErr)
+	fails := sender.failures(stopped)
+	require.NotEmpty(t, fails)
+	t.Logf("first failed send %s after the broker stopped: %v", fails[0].at.Sub(stopped).Round(time.Millisecond), fails[0].err)
+	for _, f := range fails {
+		assert.True(t, outbox.IsUnavailable(f.err) || notSentErr(f.err), "an outage is Unavailable: %v", f.err)
+		assert.False(t, outbox.IsPermanent(f.err), "%v", f.err)
+	}
 	assert.Zero(t, b.countStatus(t, outbox.StatusFail))
-	assert.Positive(t, logs.count(slog.LevelWarn, "will retry"))
+	assert.Zero(t, b.retried(t), "an outage spends no retry")
+	assert.Zero(t, b.countStatus(t, outbox.StatusSending), "probed events went back to WAIT")
+	t.Logf("%s outage: %d send attempts failed (%d probes), %d events waiting", outage, len(fails),
+		logs.count(slog.LevelWarn, "broker still unavailable"), b.countStatus(t, outbox.StatusWait))
 
-	outage := time.Now()
+	restart := time.Now()
 	testsvc.StartBroker(t)
-	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == before+during },
+	answering := time.Now()
+	t.Logf("the script restarted the broker and saw it registered in %s", answering.Sub(restart).Round(time.Millisecond))
+	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) },
 		3*time.Minute, 100*time.Millisecond)
-	consumer.WaitDistinct(t, before+during, 2*time.Minute)
-	t.Logf("all %d events delivered %s after the broker was started again", before+during, time.Since(outage).Round(time.Millisecond))
+	consumer.WaitDistinct(t, len(ids), 2*time.Minute)
+	t.Logf("after the broker answered again: first successful send %s, all %d events consumed %s",
+		sender.firstSuccess(restart).Sub(answering).Round(time.Millisecond), len(ids), time.Since(answering).Round(time.Millisecond))
+	assert.Zero(t, b.countStatus(t, outbox.StatusFail))
+	assert.Zero(t, b.retried(t))
+	assert.False(t, p.BrokerUnavailable())
 
 	got, eventIDs := consumer.Deliveries(), b.eventIDs(t)
 	dups := 0
@@ -466,3 +676,85 @@ func TestRocketMQBrokerOutageLosesNothing(t *testing.T) {
 	}
 	t.Logf("duplicate deliveries across the outage: %d", dups)
 }
+
+// watchedSender is a RocketMQ sender that records the outcome of every event it sends.
+type watchedSender struct {
+	*outbox.RocketMQSender
+	mu    sync.Mutex
+	sends []sendRecord
+}
+
+type sendRecord struct {
+	at  time.Time
+	err error
+}
+
+func (w *watchedSender) Send(ctx context.Context, ev outbox.Event) error {
+	err := w.RocketMQSender.Send(ctx, ev)
+	w.record(err)
+	return err
+}
+
+func (w *watchedSender) SendBatch(ctx context.Context, evs []outbox.Event) []error {
+	errs := w.RocketMQSender.SendBatch(ctx, evs)
+	w.record(errs...)
+	return errs
+}
+
+func (w *watchedSender) record(errs ...error) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, err := range errs {
+		w.sends = append(w.sends, sendRecord{at: now, err: err})
+	}
+}
+
+// failures returns the failed sends since from.
+func (w *watchedSender) failures(from time.Time) []sendRecord {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []sendRecord
+	for _, r := range w.sends {
+		if r.err != nil && !r.at.Before(from) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// firstSuccess returns when the first successful send since from returned.
+func (w *watchedSender) firstSuccess(from time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.sends {
+		if r.err == nil && !r.at.Before(from) {
+			return r.at
+		}
+	}
+	return time.Time{}
+}
+
+// longestPause returns the longest time between successive successful sends in [from, to],
+// and when it began.
+func (w *watchedSender) longestPause(from, to time.Time) (pause time.Duration, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last := from
+	for _, r := range w.sends {
+		if r.err != nil || r.at.Before(from) || r.at.After(to) {
+			continue
+		}
+		if d := r.at.Sub(last); d > pause {
+			pause, at = d, last
+		}
+		last = r.at
+	}
+	if d := to.Sub(last); d > pause {
+		pause, at = d, last
+	}
+	return pause, at
+}
+
+// notSentErr reports whether err is a batch's "not sent" error: the event was never tried.
+func notSentErr(err error) bool { return strings.HasPrefix(err.Error(), "not sent") }

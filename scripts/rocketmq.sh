@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# Runs a real Apache RocketMQ 5.x name server and broker on this machine for the
+# Runs a real Apache RocketMQ 5.x name server and one or two brokers (broker-a,
+# broker-b: two masters of one cluster, DefaultCluster) on this machine for the
 # outbox integration tests, from Apache's jars on Maven Central (no Docker, no
-# distribution download). Both listen on and advertise 127.0.0.1.
+# distribution download). All listen on and advertise 127.0.0.1.
 #
 # Usage:
-#   scripts/rocketmq.sh start            start (or re-check) name server + broker, create topics
+#   scripts/rocketmq.sh start            start (or re-check) the name server and the brokers,
+#                                        create the topics on every broker
 #   scripts/rocketmq.sh status           processes, memory, ports, registration; exit 1 if unhealthy
-#   scripts/rocketmq.sh topic NAME       create/update a topic and wait until it has a route
-#   scripts/rocketmq.sh stop [--clean]   stop both; --clean also deletes the store, logs and config
-#   scripts/rocketmq.sh stop-broker      stop the broker alone (an outage, for the tests);
-#                                        `start` brings it back with its store
+#   scripts/rocketmq.sh topic NAME       create/update a topic on every broker and wait until
+#                                        its route names them all
+#   scripts/rocketmq.sh stop [--clean]   stop everything; --clean also deletes the stores, logs
+#                                        and config
+#   scripts/rocketmq.sh stop-broker [NAME] [--kill]
+#                                        stop one broker (default broker-a), an outage for the
+#                                        tests; --kill sends SIGKILL (a crash: no shutdown hook,
+#                                        no unregistering) instead of SIGTERM
+#   scripts/rocketmq.sh start-broker NAME
+#                                        start one broker again, with its store, and wait until
+#                                        it has registered (its name server must be running);
+#                                        `start` also brings back a stopped broker
 #
-# `start` prints `export OUTBOX_TEST_ROCKETMQ_NAMESRV=127.0.0.1:9876` on stdout (all
-# other messages go to stderr), so `eval "$(scripts/rocketmq.sh start)"` works.
+# `start` prints `export` lines on stdout (all other messages go to stderr), so
+# `eval "$(scripts/rocketmq.sh start)"` sets OUTBOX_TEST_ROCKETMQ_NAMESRV and
+# OUTBOX_TEST_ROCKETMQ_BROKER (and OUTBOX_TEST_ROCKETMQ_BROKER_B with two brokers) for
+# the tests, and the OUTBOX_ROCKETMQ_* variables below, so that the tests that stop and
+# start a broker through this script act on this instance.
 #
 # Environment (all optional):
-#   OUTBOX_ROCKETMQ_DIR      runtime state: store, logs, pid files (default /tmp/outbox-rocketmq)
+#   OUTBOX_ROCKETMQ_DIR      runtime state: stores, logs, pid files (default /tmp/outbox-rocketmq)
+#   OUTBOX_ROCKETMQ_BROKERS  1 (default: broker-a) or 2 (broker-a and broker-b)
 #   OUTBOX_ROCKETMQ_TOPICS   topics `start` creates, space or comma separated
 #                            (default ORDER_EVENT_TOPIC)
 #   OUTBOX_ROCKETMQ_TIMEOUT  seconds to wait for each step (default 120)
 #   OUTBOX_ROCKETMQ_CACHE    jar cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/outbox-rocketmq)
-#   OUTBOX_ROCKETMQ_NAMESRV_PORT, OUTBOX_ROCKETMQ_BROKER_PORT
-#                            default 9876 and 10911; the broker also uses BROKER_PORT-2
-#                            (its "fast" port) and BROKER_PORT+1 (HA)
+#   OUTBOX_ROCKETMQ_NAMESRV_PORT, OUTBOX_ROCKETMQ_BROKER_PORT, OUTBOX_ROCKETMQ_BROKER_B_PORT
+#                            default 9876, 10911 (broker-a) and BROKER_PORT+10 (broker-b);
+#                            each broker also uses its port-2 (its "fast" port) and port+1 (HA)
 #   JAVA_HOME                Java 11+ (tested with 17); otherwise `java` on PATH
 #   MVN                      Maven command (default mvn)
 set -euo pipefail
@@ -30,7 +44,6 @@ set -euo pipefail
 readonly ROCKETMQ_VERSION=5.3.3
 readonly HOST=127.0.0.1
 readonly CLUSTER=DefaultCluster
-readonly BROKER_NAME=broker-a
 readonly NAMESRV_MAIN=org.apache.rocketmq.namesrv.NamesrvStartup
 readonly BROKER_MAIN=org.apache.rocketmq.broker.BrokerStartup
 readonly ADMIN_MAIN=org.apache.rocketmq.tools.command.MQAdminStartup
@@ -44,8 +57,8 @@ readonly TOPICS="${OUTBOX_ROCKETMQ_TOPICS:-ORDER_EVENT_TOPIC}"
 readonly TIMEOUT="${OUTBOX_ROCKETMQ_TIMEOUT:-120}"
 readonly NAMESRV_PORT="${OUTBOX_ROCKETMQ_NAMESRV_PORT:-9876}"
 readonly BROKER_PORT="${OUTBOX_ROCKETMQ_BROKER_PORT:-10911}"
-readonly FAST_PORT=$((BROKER_PORT - 2)) # opened by the broker, not configurable
-readonly HA_PORT=$((BROKER_PORT + 1))
+readonly BROKER_B_PORT="${OUTBOX_ROCKETMQ_BROKER_B_PORT:-$((BROKER_PORT + 10))}"
+readonly BROKER_COUNT="${OUTBOX_ROCKETMQ_BROKERS:-1}"
 readonly NAMESRV_ADDR="$HOST:$NAMESRV_PORT"
 readonly MVN="${MVN:-mvn}"
 readonly JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
@@ -56,7 +69,40 @@ WORK_DIR="$(cd "${OUTBOX_ROCKETMQ_DIR:-/tmp/outbox-rocketmq}" && pwd)"
 readonly WORK_DIR
 readonly CONF_DIR="$WORK_DIR/conf"
 readonly LOG_DIR="$WORK_DIR/logs"
-readonly STORE_DIR="$WORK_DIR/store"
+
+case $BROKER_COUNT in
+  1) BROKERS=(broker-a) ;;
+  2) BROKERS=(broker-a broker-b) ;;
+  *)
+    printf '[rocketmq] ERROR: OUTBOX_ROCKETMQ_BROKERS must be 1 or 2, not %s\n' "$BROKER_COUNT" >&2
+    exit 2
+    ;;
+esac
+readonly BROKERS
+readonly ALL_BROKERS=(broker-a broker-b)
+
+# Each broker's process name (its pid, conf, .out and .log files), store and port.
+# broker-a keeps the names of the time when there was one broker ("broker", "store"),
+# so that an instance started by an earlier version of this script is still found.
+proc_of() {
+  case $1 in
+    broker-a) echo broker ;;
+    broker-b) echo broker-b ;;
+  esac
+}
+store_of() {
+  case $1 in
+    broker-a) echo "$WORK_DIR/store" ;;
+    broker-b) echo "$WORK_DIR/store-b" ;;
+  esac
+}
+port_of() {
+  case $1 in
+    broker-a) echo "$BROKER_PORT" ;;
+    broker-b) echo "$BROKER_B_PORT" ;;
+  esac
+}
+valid_broker() { [[ $1 == broker-a || $1 == broker-b ]]; }
 
 # Flags for every JVM here.
 readonly COMMON_JVM=(
@@ -80,8 +126,8 @@ readonly COMMON_JVM=(
   "-Drmq.logback.configurationFile=$CONF_DIR/logback.xml"
 )
 readonly NAMESRV_JVM=(-Xms128m -Xmx256m -XX:+UseSerialGC "-Doutbox.rmq.logfile=$LOG_DIR/namesrv.log")
-readonly BROKER_JVM=(-Xms256m -Xmx512m -XX:MaxDirectMemorySize=256m -XX:+UseG1GC
-  "-Doutbox.rmq.logfile=$LOG_DIR/broker.log")
+# Each broker adds -Doutbox.rmq.logfile=$LOG_DIR/<process name>.log.
+readonly BROKER_JVM=(-Xms256m -Xmx512m -XX:MaxDirectMemorySize=256m -XX:+UseG1GC)
 # Short-lived admin tool: small heap, C1 only, for a quick start.
 readonly ADMIN_JVM=(-Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
   "-Doutbox.rmq.logfile=$LOG_DIR/admin.log")
@@ -107,7 +153,7 @@ die() {
 
 dump_logs() {
   local f
-  for f in "$LOG_DIR/namesrv.out" "$LOG_DIR/namesrv.log" "$LOG_DIR/broker.out" "$LOG_DIR/broker.log"; do
+  for f in "$LOG_DIR"/namesrv.{out,log} "$LOG_DIR"/broker.{out,log} "$LOG_DIR"/broker-b.{out,log}; do
     [[ -s $f ]] || continue
     log "---- last lines of $f"
     tail -n 30 "$f" >&2
@@ -151,16 +197,22 @@ fetch_jars() {
   mv "$tmp" "$LIB_DIR"
 }
 
-# Writes this run's config files from the templates next to this script.
+# Writes this run's config files from the templates next to this script: the name
+# server's, and one per broker (conf/broker.conf for broker-a, conf/broker-b.conf).
 render_config() {
-  mkdir -p "$CONF_DIR" "$LOG_DIR" "$STORE_DIR"
-  local f store
-  # The store path goes into a sed replacement: escape \ | and &.
-  store="$(printf '%s' "$STORE_DIR" | sed -e 's/[\\|&]/\\&/g')"
-  for f in namesrv.conf broker.conf; do
+  mkdir -p "$CONF_DIR" "$LOG_DIR"
+  sed -e "s|@HOST@|$HOST|g" -e "s|@NAMESRV_PORT@|$NAMESRV_PORT|g" \
+    "$TEMPLATES/namesrv.conf" >"$CONF_DIR/namesrv.conf"
+  local name store port
+  for name in "${ALL_BROKERS[@]}"; do
+    port="$(port_of "$name")"
+    mkdir -p "$(store_of "$name")"
+    # The store path goes into a sed replacement: escape \ | and &.
+    store="$(store_of "$name" | sed -e 's/[\\|&]/\\&/g')"
     sed -e "s|@HOST@|$HOST|g" -e "s|@NAMESRV_PORT@|$NAMESRV_PORT|g" \
-      -e "s|@BROKER_PORT@|$BROKER_PORT|g" -e "s|@HA_PORT@|$HA_PORT|g" \
-      -e "s|@STORE_DIR@|$store|g" "$TEMPLATES/$f" >"$CONF_DIR/$f"
+      -e "s|@BROKER_NAME@|$name|g" -e "s|@BROKER_PORT@|$port|g" \
+      -e "s|@HA_PORT@|$((port + 1))|g" -e "s|@STORE_DIR@|$store|g" \
+      "$TEMPLATES/broker.conf" >"$CONF_DIR/$(proc_of "$name").conf"
   done
   cp "$TEMPLATES/logback.xml" "$CONF_DIR/logback.xml"
 }
@@ -185,7 +237,7 @@ pid_of() { cat "$WORK_DIR/$1.pid" 2>/dev/null || true; }
 main_class_of() {
   case $1 in
     namesrv) echo "$NAMESRV_MAIN" ;;
-    broker) echo "$BROKER_MAIN" ;;
+    broker | broker-b) echo "$BROKER_MAIN" ;;
   esac
 }
 
@@ -199,6 +251,8 @@ is_running() {
   [[ $args == *"$(main_class_of "$1")"* ]]
 }
 
+broker_running() { is_running "$(proc_of "$1")"; }
+
 # True while the process exists and is not a zombie waiting to be reaped.
 alive() {
   local state
@@ -208,14 +262,19 @@ alive() {
 
 port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
-# admin_expect REGEX ARGS...: runs the admin tool (MQAdminStartup ARGS) until
-# its output matches the extended REGEX (success) or it exits (failure); the
-# output is left in ADMIN_OUT. The tool's JVM idles ~2 s after its work (Netty's
-# graceful shutdown) and exits 0 even when the command failed, so its output is
-# what counts, and once it matched the JVM is stopped rather than waited for.
+# admin_expect REGEX... -- ARGS...: runs the admin tool (MQAdminStartup ARGS)
+# until its output matches every extended REGEX (success) or it exits (failure);
+# the output is left in ADMIN_OUT. The tool's JVM idles ~2 s after its work
+# (Netty's graceful shutdown) and exits 0 even when the command failed, so its
+# output is what counts, and once it matched the JVM is stopped rather than
+# waited for.
 ADMIN_OUT=""
 admin_expect() {
-  local regex=$1
+  local regexes=()
+  while [[ $1 != -- ]]; do
+    regexes+=("$1")
+    shift
+  done
   shift
   local out rc=1 deadline=$((SECONDS + 60))
   out="$(mktemp "${TMPDIR:-/tmp}/outbox-rocketmq-admin.XXXXXX")"
@@ -223,12 +282,12 @@ admin_expect() {
     </dev/null >"$out" 2>&1 9>&- &
   local pid=$!
   while :; do
-    if grep -Eq -- "$regex" "$out"; then
+    if all_match "$out" "${regexes[@]}"; then
       rc=0
       break
     fi
     if ! kill -0 "$pid" 2>/dev/null; then
-      grep -Eq -- "$regex" "$out" && rc=0
+      all_match "$out" "${regexes[@]}" && rc=0
       break
     fi
     ((SECONDS < deadline)) || break
@@ -241,14 +300,28 @@ admin_expect() {
   return "$rc"
 }
 
+# all_match FILE REGEX...: every REGEX matches some line of FILE.
+all_match() {
+  local file=$1 regex
+  shift
+  for regex in "$@"; do
+    grep -Eq -- "$regex" "$file" || return 1
+  done
+}
+
+addr_re() { printf '%s' "${HOST//./\\.}:$(port_of "$1")"; }
+
 broker_registered() {
   local sp='[[:space:]]+'
-  admin_expect "^${CLUSTER}${sp}${BROKER_NAME}${sp}0${sp}${HOST//./\\.}:${BROKER_PORT}${sp}" \
+  admin_expect "^${CLUSTER}${sp}$1${sp}0${sp}$(addr_re "$1")${sp}" -- \
     clusterList -n "$NAMESRV_ADDR"
 }
 
+# A route for the topic that names every broker of this instance.
 topic_has_route() {
-  admin_expect "\"${HOST//./\\.}:${BROKER_PORT}\"" topicRoute -n "$NAMESRV_ADDR" -t "$1"
+  local topic=$1 name regexes=()
+  for name in "${BROKERS[@]}"; do regexes+=("\"$(addr_re "$name")\""); done
+  admin_expect "${regexes[@]}" -- topicRoute -n "$NAMESRV_ADDR" -t "$topic"
 }
 
 # wait_until DESCRIPTION PROCESS-OR-EMPTY COMMAND...: polls COMMAND for up to
@@ -299,29 +372,42 @@ start_namesrv() {
   wait_until "name server boot message" namesrv grep -q "The Name Server boot success" "$LOG_DIR/namesrv.out"
 }
 
+# start_broker NAME: launches the broker and waits for its boot message (not for
+# its registration).
 start_broker() {
-  local port
-  for port in "$BROKER_PORT" "$FAST_PORT" "$HA_PORT"; do
-    port_open "$port" && die "port $port is taken by another process (no broker of ours runs)"
+  local name=$1 proc port p
+  proc="$(proc_of "$name")"
+  port="$(port_of "$name")"
+  for p in "$port" "$((port - 2))" "$((port + 1))"; do
+    port_open "$p" && die "port $p is taken by another process (no $name of ours runs)"
   done
-  log "starting broker $BROKER_NAME on $HOST:$BROKER_PORT"
-  launch broker "${COMMON_JVM[@]}" "${BROKER_JVM[@]}" -cp "$LIB_DIR/*" \
-    "$BROKER_MAIN" -c "$CONF_DIR/broker.conf"
-  wait_until "broker boot message" broker grep -q "The broker\[.*boot success" "$LOG_DIR/broker.out"
+  log "starting broker $name on $HOST:$port"
+  launch "$proc" "${COMMON_JVM[@]}" "${BROKER_JVM[@]}" "-Doutbox.rmq.logfile=$LOG_DIR/$proc.log" \
+    -cp "$LIB_DIR/*" "$BROKER_MAIN" -c "$CONF_DIR/$proc.conf"
+  wait_until "broker $name boot message" "$proc" grep -q "The broker\[.*boot success" "$LOG_DIR/$proc.out"
+}
+
+wait_registered() {
+  local name=$1
+  wait_until "broker $name registered at $NAMESRV_ADDR as $HOST:$(port_of "$name")" \
+    "$(proc_of "$name")" broker_registered "$name"
 }
 
 valid_topic() { [[ $1 =~ ^[A-Za-z0-9_%|-]{1,127}$ ]]; }
 
+# ensure_topic NAME: creates the topic on every master of the cluster (updateTopic
+# -c), checks that each broker of this instance said success, and waits until the
+# name server's route for it names them all.
 ensure_topic() {
-  local topic=$1
+  local topic=$1 name regexes=()
   valid_topic "$topic" || die "invalid topic name '$topic' (letters, digits, _ - % |; at most 127)"
-  if ! admin_expect "^create topic to ${HOST//./\\.}:${BROKER_PORT} success" \
-    updateTopic -n "$NAMESRV_ADDR" -c "$CLUSTER" -t "$topic"; then
+  for name in "${BROKERS[@]}"; do regexes+=("^create topic to $(addr_re "$name") success"); done
+  if ! admin_expect "${regexes[@]}" -- updateTopic -n "$NAMESRV_ADDR" -c "$CLUSTER" -t "$topic"; then
     printf '%s\n' "$ADMIN_OUT" >&2
-    die "could not create topic $topic"
+    die "could not create topic $topic on ${BROKERS[*]}"
   fi
-  wait_until "a route for topic $topic" broker topic_has_route "$topic"
-  log "topic $topic ready"
+  wait_until "a route for topic $topic on ${BROKERS[*]}" "" topic_has_route "$topic"
+  log "topic $topic ready on ${BROKERS[*]}"
 }
 
 ensure_topics() {
@@ -330,13 +416,33 @@ ensure_topics() {
   for topic in "${topics[@]}"; do ensure_topic "$topic"; done
 }
 
-print_env() { echo "export OUTBOX_TEST_ROCKETMQ_NAMESRV=$NAMESRV_ADDR"; }
+print_env() {
+  echo "export OUTBOX_TEST_ROCKETMQ_NAMESRV=$NAMESRV_ADDR"
+  echo "export OUTBOX_TEST_ROCKETMQ_BROKER=$HOST:$BROKER_PORT"
+  if ((BROKER_COUNT == 2)); then
+    echo "export OUTBOX_TEST_ROCKETMQ_BROKER_B=$HOST:$BROKER_B_PORT"
+  fi
+  # For the tests that stop and start a broker through this script.
+  printf 'export OUTBOX_ROCKETMQ_DIR=%q\n' "$WORK_DIR"
+  echo "export OUTBOX_ROCKETMQ_BROKERS=$BROKER_COUNT"
+  echo "export OUTBOX_ROCKETMQ_NAMESRV_PORT=$NAMESRV_PORT"
+  echo "export OUTBOX_ROCKETMQ_BROKER_PORT=$BROKER_PORT"
+  echo "export OUTBOX_ROCKETMQ_BROKER_B_PORT=$BROKER_B_PORT"
+}
+
+all_healthy() {
+  local name
+  is_running namesrv || return 1
+  for name in "${BROKERS[@]}"; do
+    broker_running "$name" && broker_registered "$name" || return 1
+  done
+}
 
 cmd_start() {
   check_java
   fetch_jars
-  if is_running namesrv && is_running broker && broker_registered; then
-    log "already running and healthy (name server $NAMESRV_ADDR, broker $HOST:$BROKER_PORT)"
+  if all_healthy; then
+    log "already running and healthy (name server $NAMESRV_ADDR, brokers ${BROKERS[*]})"
     ensure_topics
     print_env
     return 0
@@ -344,10 +450,12 @@ cmd_start() {
   check_disk
   render_config
   DUMP_LOGS_ON_FAIL=true
-  local t0=$SECONDS
+  local t0=$SECONDS name
   is_running namesrv || start_namesrv
-  is_running broker || start_broker
-  wait_until "broker $BROKER_NAME registered at $NAMESRV_ADDR as $HOST:$BROKER_PORT" broker broker_registered
+  for name in "${BROKERS[@]}"; do
+    broker_running "$name" || start_broker "$name"
+  done
+  for name in "${BROKERS[@]}"; do wait_registered "$name"; done
   ensure_topics
   STARTED=()
   DUMP_LOGS_ON_FAIL=false
@@ -355,53 +463,88 @@ cmd_start() {
   print_env
 }
 
+# start-broker NAME: one broker, against a name server that is already up (ours or
+# not: a second broker can join any name server on this host).
+cmd_start_broker() {
+  [[ $# -eq 1 ]] || usage
+  local name=$1
+  valid_broker "$name" || die "unknown broker '$name' (broker-a or broker-b)"
+  check_java
+  fetch_jars
+  port_open "$NAMESRV_PORT" || die "no name server answers on $NAMESRV_ADDR (run: $0 start)"
+  if ! broker_running "$name"; then
+    check_disk
+    render_config
+    DUMP_LOGS_ON_FAIL=true
+    start_broker "$name"
+  fi
+  wait_registered "$name"
+  STARTED=()
+  DUMP_LOGS_ON_FAIL=false
+  log "broker $name running and registered at $NAMESRV_ADDR"
+}
+
 # Resident memory of a process, from /proc (Linux).
 rss_of() { awk '/^VmRSS:/ { printf "%d MiB", $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo "?"; }
 
+# report_proc PROC LABEL: prints whether it runs, with pid, memory and ports.
+report_proc() {
+  local proc=$1 label=$2 pid
+  pid="$(pid_of "$proc")"
+  if is_running "$proc"; then
+    log "$label: running, pid $pid, RSS $(rss_of "$pid")"
+    if command -v ss >/dev/null 2>&1; then
+      ss -Hltnp 2>/dev/null | grep "pid=$pid," | awk '{ print "  listening on " $4 }' >&2 || true
+    fi
+    return 0
+  fi
+  log "$label: not running"
+  return 1
+}
+
+# status: the name server and both brokers; only those this instance is meant to
+# run (OUTBOX_ROCKETMQ_BROKERS) decide the exit status.
 cmd_status() {
-  local healthy=0 name pid
-  for name in namesrv broker; do
-    pid="$(pid_of "$name")"
-    if is_running "$name"; then
-      log "$name: running, pid $pid, RSS $(rss_of "$pid")"
-      if command -v ss >/dev/null 2>&1; then
-        ss -Hltnp 2>/dev/null | grep "pid=$pid," | awk '{ print "  listening on " $4 }' >&2 || true
+  local healthy=0 name expected
+  report_proc namesrv namesrv || healthy=1
+  for name in "${ALL_BROKERS[@]}"; do
+    expected=false
+    [[ " ${BROKERS[*]} " == *" $name "* ]] && expected=true
+    if report_proc "$(proc_of "$name")" "$name"; then
+      check_java
+      if broker_registered "$name"; then
+        log "  registered at $NAMESRV_ADDR as $HOST:$(port_of "$name")"
+      else
+        log "  not (yet) registered at $NAMESRV_ADDR"
+        $expected && healthy=1
       fi
-    else
-      log "$name: not running"
+    elif $expected; then
       healthy=1
     fi
   done
-  if ((healthy == 0)); then
-    check_java
-    if broker_registered; then
-      log "broker $BROKER_NAME registered at $NAMESRV_ADDR as $HOST:$BROKER_PORT"
-    else
-      log "broker $BROKER_NAME not (yet) registered at $NAMESRV_ADDR"
-      healthy=1
-    fi
-  fi
-  log "work dir: $WORK_DIR"
+  log "work dir: $WORK_DIR (brokers expected: ${BROKERS[*]})"
   return "$healthy"
 }
 
 cmd_topic() {
   [[ $# -eq 1 ]] || usage
-  if ! is_running namesrv || ! is_running broker; then
-    die "RocketMQ is not running (run: $0 start)"
-  fi
+  local name
+  is_running namesrv || die "RocketMQ is not running (run: $0 start)"
+  for name in "${BROKERS[@]}"; do
+    broker_running "$name" || die "broker $name is not running (run: $0 start)"
+  done
   check_java
   ensure_topic "$1"
 }
 
-# stop_proc NAME: SIGTERM (the broker's shutdown hook flushes the store and
-# unregisters), then SIGKILL after 60 s.
+# stop_proc NAME [SIGNAL]: SIGTERM (the broker's shutdown hook flushes the store
+# and unregisters), then SIGKILL after 60 s; with SIGNAL KILL, SIGKILL at once.
 stop_proc() {
-  local name=$1 pid _
+  local name=$1 signal=${2:-TERM} pid _
   pid="$(pid_of "$name")"
   if is_running "$name"; then
-    log "stopping $name (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
+    log "stopping $name (pid $pid, SIG$signal)"
+    kill -"$signal" "$pid" 2>/dev/null || true
     for _ in $(seq 600); do
       alive "$pid" || break
       sleep 0.1
@@ -415,26 +558,40 @@ stop_proc() {
   rm -f "$WORK_DIR/$name.pid"
 }
 
+cmd_stop_broker() {
+  local name=broker-a signal=TERM arg
+  for arg in "$@"; do
+    case $arg in
+      --kill) signal=KILL ;;
+      broker-a | broker-b) name=$arg ;;
+      *) die "stop-broker: unknown argument '$arg' (broker-a, broker-b, --kill)" ;;
+    esac
+  done
+  broker_running "$name" || log "broker $name was not running"
+  stop_proc "$(proc_of "$name")" "$signal"
+}
+
 cmd_stop() {
-  local clean=false
+  local clean=false name
   case ${1:-} in
     "") ;;
     --clean) clean=true ;;
     *) usage ;;
   esac
-  if ! is_running broker && ! is_running namesrv; then
+  if ! is_running namesrv && ! broker_running broker-a && ! broker_running broker-b; then
     log "nothing of ours was running"
   fi
-  # Broker first, so it can unregister from a live name server.
-  stop_proc broker
+  # Brokers first, so they can unregister from a live name server.
+  for name in "${ALL_BROKERS[@]}"; do stop_proc "$(proc_of "$name")"; done
   stop_proc namesrv
   if $clean; then
     # Only what this script creates: the work dir may be a shared folder.
-    rm -rf "$STORE_DIR" "$LOG_DIR" "$CONF_DIR" "$WORK_DIR/namesrv" "$WORK_DIR/.lock"
+    rm -rf "$(store_of broker-a)" "$(store_of broker-b)" "$LOG_DIR" "$CONF_DIR" \
+      "$WORK_DIR/namesrv" "$WORK_DIR/.lock"
     rmdir "$WORK_DIR" 2>/dev/null || true
-    log "stopped; removed the store, logs and config under $WORK_DIR"
-  elif [[ -d $STORE_DIR ]]; then
-    log "stopped (store kept in $STORE_DIR)"
+    log "stopped; removed the stores, logs and config under $WORK_DIR"
+  else
+    log "stopped (stores kept under $WORK_DIR)"
   fi
 }
 
@@ -443,7 +600,7 @@ main() {
   local cmd=$1
   shift
   case $cmd in
-    start | stop | stop-broker | topic)
+    start | stop | stop-broker | start-broker | topic)
       # One start/stop/topic at a time (e.g. parallel test packages); the JVMs
       # are started with fd 9 closed so they never hold this lock.
       if command -v flock >/dev/null 2>&1; then
@@ -455,7 +612,8 @@ main() {
   case $cmd in
     start) [[ $# -eq 0 ]] || usage; cmd_start ;;
     stop) cmd_stop "$@" ;;
-    stop-broker) [[ $# -eq 0 ]] || usage; stop_proc broker ;;
+    stop-broker) cmd_stop_broker "$@" ;;
+    start-broker) cmd_start_broker "$@" ;;
     status) [[ $# -eq 0 ]] || usage; cmd_status ;;
     topic) cmd_topic "$@" ;;
     -h | --help | help) usage ;;

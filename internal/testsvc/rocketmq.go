@@ -27,6 +27,11 @@ const (
 	// RocketMQBrokerEnv names the variable holding the broker's address, where tests create
 	// their topics. Defaults to 127.0.0.1:10911.
 	RocketMQBrokerEnv = "OUTBOX_TEST_ROCKETMQ_BROKER"
+	// RocketMQBrokerBEnv names the variable holding the address of a second broker of the
+	// same cluster and name server, broker-b, for the tests that need two brokers
+	// (OUTBOX_ROCKETMQ_BROKERS=2 bash scripts/rocketmq.sh start prints it). Unset, those
+	// tests skip (or fail under OUTBOX_REQUIRE_SERVICES=1).
+	RocketMQBrokerBEnv = "OUTBOX_TEST_ROCKETMQ_BROKER_B"
 	// RocketMQDockerEnv, set to 1 when RocketMQNameServerEnv is unset, starts the official
 	// apache/rocketmq image through testcontainers-go (for laptops with Docker, no Java).
 	RocketMQDockerEnv = "OUTBOX_TEST_ROCKETMQ_DOCKER"
@@ -91,9 +96,40 @@ func brokerAddr() string {
 	return "127.0.0.1:10911"
 }
 
+// RocketMQBrokerB returns the second broker's address, skipping or failing t if there is
+// none.
+func RocketMQBrokerB(t testing.TB) string {
+	t.Helper()
+	RocketMQNameServer(t)
+	addr := os.Getenv(RocketMQBrokerBEnv)
+	if addr == "" {
+		missing(t, fmt.Errorf("no second broker: set %s (OUTBOX_ROCKETMQ_BROKERS=2 bash scripts/rocketmq.sh start runs broker-b and prints it)", RocketMQBrokerBEnv))
+	}
+	return addr
+}
+
 // NewTopic creates a fresh topic on the test broker and waits until its route can be read
 // from the name server, so that producers and consumers can use it at once.
 func NewTopic(t testing.TB, prefix string) string {
+	t.Helper()
+	RocketMQNameServer(t)
+	return newTopic(t, prefix, brokerAddr())
+}
+
+// NewClusterTopic creates a fresh topic on both brokers, broker-a and broker-b (see
+// [RocketMQBrokerB]), and waits until its route names both.
+func NewClusterTopic(t testing.TB, prefix string) string {
+	t.Helper()
+	return newTopic(t, prefix, brokerAddr(), RocketMQBrokerB(t))
+}
+
+// NewTopicOnBrokerB creates a fresh topic on broker-b alone.
+func NewTopicOnBrokerB(t testing.TB, prefix string) string {
+	t.Helper()
+	return newTopic(t, prefix, RocketMQBrokerB(t))
+}
+
+func newTopic(t testing.TB, prefix string, brokers ...string) string {
 	t.Helper()
 	ns := RocketMQNameServer(t)
 	topic := UniqueTable(prefix)
@@ -104,18 +140,24 @@ func NewTopic(t testing.TB, prefix string) string {
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := adm.CreateTopic(ctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(brokerAddr()),
-		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
-		missing(t, fmt.Errorf("create topic %s on broker %s: %w", topic, brokerAddr(), err))
+	for _, broker := range brokers {
+		if err := adm.CreateTopic(ctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(broker),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+			missing(t, fmt.Errorf("create topic %s on broker %s: %w", topic, broker, err))
+		}
 	}
 	for {
 		mqs, err := adm.FetchPublishMessageQueues(ctx, topic)
-		if err == nil && len(mqs) > 0 {
+		names := map[string]bool{}
+		for _, mq := range mqs {
+			names[mq.BrokerName] = true
+		}
+		if err == nil && len(names) >= len(brokers) {
 			return topic
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("topic %s has no route after 60 s: %v", topic, err)
+			t.Fatalf("topic %s has no route on %d brokers after 60 s (route: %v): %v", topic, len(brokers), names, err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -169,6 +211,18 @@ func (c *Consumer) Messages() []*primitive.MessageExt {
 	return append([]*primitive.MessageExt(nil), c.msgs...)
 }
 
+// StoreHosts returns, for every broker address that stored a message received so far, how
+// many it stored.
+func (c *Consumer) StoreHosts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for _, m := range c.msgs {
+		out[m.StoreHost]++
+	}
+	return out
+}
+
 // Deliveries returns, for every eventId received, how many times it arrived.
 func (c *Consumer) Deliveries() map[string]int {
 	c.mu.Lock()
@@ -204,18 +258,40 @@ func rocketmqScript() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "rocketmq.sh")
 }
 
-// StopBroker stops the test broker (the name server stays up) and makes sure it is started
-// again when t ends, whatever the outcome. Only a broker that scripts/rocketmq.sh started
-// can be stopped.
-func StopBroker(t testing.TB) {
+// script runs scripts/rocketmq.sh with args. It acts on the instance the OUTBOX_ROCKETMQ_*
+// variables name (the defaults if unset; `start` prints them).
+func script(args ...string) ([]byte, error) {
+	return exec.Command("bash", append([]string{rocketmqScript()}, args...)...).CombinedOutput()
+}
+
+// RocketMQDirEnv names the script's work directory. The tests that stop a broker run only
+// when it is set (eval the output of scripts/rocketmq.sh start, as CI does): a broker that
+// was started for others is never stopped because its name server was exported.
+const RocketMQDirEnv = "OUTBOX_ROCKETMQ_DIR"
+
+// requireScriptInstance skips or fails t unless the test RocketMQ instance was started by
+// scripts/rocketmq.sh and named by its OUTBOX_ROCKETMQ_* variables, so that the script can
+// stop and start its brokers.
+func requireScriptInstance(t testing.TB) {
 	t.Helper()
 	RocketMQNameServer(t)
-	if out, err := exec.Command("bash", rocketmqScript(), "status").CombinedOutput(); err != nil {
-		missing(t, fmt.Errorf("the broker was not started by scripts/rocketmq.sh, so this test cannot stop it: %v\n%s", err, out))
+	if os.Getenv(RocketMQDirEnv) == "" {
+		missing(t, fmt.Errorf("this test stops a broker: set %s and the other OUTBOX_ROCKETMQ_* variables that bash scripts/rocketmq.sh start prints (eval its output), so that it stops the instance the tests use and no other", RocketMQDirEnv))
 	}
+	if out, err := script("status"); err != nil {
+		missing(t, fmt.Errorf("the brokers were not started by scripts/rocketmq.sh (or not with the OUTBOX_ROCKETMQ_* variables it printed), so this test cannot stop one: %v\n%s", err, out))
+	}
+}
+
+// StopBroker stops the test broker, broker-a (the name server stays up), and makes sure it
+// is started again when t ends, whatever the outcome. Only a broker that
+// scripts/rocketmq.sh started can be stopped.
+func StopBroker(t testing.TB) {
+	t.Helper()
+	requireScriptInstance(t)
 	t.Cleanup(func() { StartBroker(t) })
-	if out, err := exec.Command("bash", rocketmqScript(), "stop-broker").CombinedOutput(); err != nil {
-		t.Fatalf("stop broker: %v\n%s", err, out)
+	if out, err := script("stop-broker", "broker-a"); err != nil {
+		t.Fatalf("stop broker-a: %v\n%s", err, out)
 	}
 }
 
@@ -223,7 +299,29 @@ func StopBroker(t testing.TB) {
 // registered with the name server.
 func StartBroker(t testing.TB) {
 	t.Helper()
-	if out, err := exec.Command("bash", rocketmqScript(), "start").CombinedOutput(); err != nil {
+	if out, err := script("start"); err != nil {
 		t.Fatalf("start broker: %v\n%s", err, out)
+	}
+}
+
+// KillBrokerB kills broker-b with SIGKILL, a crash: no shutdown hook runs, nothing is
+// unregistered from the name server. It is started again when t ends, whatever the
+// outcome (see [StartBrokerB]).
+func KillBrokerB(t testing.TB) {
+	t.Helper()
+	RocketMQBrokerB(t)
+	requireScriptInstance(t)
+	t.Cleanup(func() { StartBrokerB(t) })
+	if out, err := script("stop-broker", "broker-b", "--kill"); err != nil {
+		t.Fatalf("kill broker-b: %v\n%s", err, out)
+	}
+}
+
+// StartBrokerB starts broker-b again, with the store it had, and waits until it has
+// registered with the name server. Nothing happens if it runs.
+func StartBrokerB(t testing.TB) {
+	t.Helper()
+	if out, err := script("start-broker", "broker-b"); err != nil {
+		t.Fatalf("start broker-b: %v\n%s", err, out)
 	}
 }
