@@ -93,11 +93,22 @@ func dockerReachable() (ok bool) {
 // parameters, e.g. "time_zone='+08:00'".
 func OpenDB(t testing.TB, params ...string) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(MySQLDSN(t))
+	dsn := MySQLDSN(t)
+	return openDB(t, dsn, MySQLDSNEnv+"="+dsn, "", params...)
+}
+
+// openDB opens a pool on dsn (where names it in errors), as user with no password unless
+// user is empty, and closes it when t ends.
+func openDB(t testing.TB, dsn, where, user string, params ...string) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		t.Fatalf("parse %s: %v", MySQLDSNEnv, err)
+		t.Fatalf("parse DSN %q: %v", dsn, err)
 	}
 	cfg.ParseTime = true
+	if user != "" {
+		cfg.User, cfg.Passwd = user, ""
+	}
 	for _, p := range params {
 		k, v, _ := strings.Cut(p, "=")
 		if cfg.Params == nil {
@@ -114,7 +125,7 @@ func OpenDB(t testing.TB, params ...string) *sql.DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
-		missing(t, fmt.Errorf("MySQL at %s=%s does not answer: %w", MySQLDSNEnv, MySQLDSN(t), err))
+		missing(t, fmt.Errorf("MySQL at %s does not answer: %w", where, err))
 	}
 	return db
 }
