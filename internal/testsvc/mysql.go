@@ -172,3 +172,27 @@ func NewStoreOn(t testing.TB, db *sql.DB, table string) *outbox.MySQLStore {
 	}
 	return store
 }
+
+// NewDatabase creates a database of t's own on the test server, opens a pool on it, and
+// drops the database when t ends: for tests whose table names are not theirs to choose
+// (a fuzzer's, say), so that no name can meet another test's table.
+func NewDatabase(t testing.TB) *sql.DB {
+	t.Helper()
+	admin := OpenDB(t)
+	name := UniqueTable("outbox_db")
+	ctx := context.Background()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	cfg, err := mysql.ParseDSN(MySQLDSN(t))
+	if err != nil {
+		t.Fatalf("parse %s: %v", MySQLDSNEnv, err)
+	}
+	cfg.DBName = name
+	return openDB(t, cfg.FormatDSN(), "database "+name+" on "+MySQLDSNEnv, "")
+}
