@@ -15,3 +15,6 @@ func ClaimLockNameForTest(s *MySQLStore) string { return claimLockName(s.table) 
 // SetClaimTurnWaitForTest sets how long s's batch claims wait for their turn. Call it before
 // s is used.
 func SetClaimTurnWaitForTest(s *MySQLStore, d time.Duration) { s.claimTurnWait = d }
+
+// ConfigForTest returns p's configuration with its defaults filled in, as p runs with it.
+func ConfigForTest(p *Publisher) Config { return p.cfg }

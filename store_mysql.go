@@ -72,9 +72,10 @@ type MySQLConfig struct {
 	// keeps the throughput of many instances at that of a few (see the README's figures).
 	//
 	// The lock orders claims; it does not protect anything. A claim that waits more than a
-	// second goes ahead without it (and the store's claims skip the turns for the next ten
-	// seconds), and every claim stays correct with or without it. Set
-	// ConcurrentClaims where GET_LOCK is unavailable, e.g. behind a proxy that forbids it.
+	// second, or whose GET_LOCK fails or is refused, goes ahead without it (and the store's
+	// claims skip the turns for the next ten seconds), and every claim stays correct with
+	// or without it. Set ConcurrentClaims where GET_LOCK is unavailable, e.g. behind a
+	// proxy that forbids it: such a claim would close its connection every ten seconds.
 	// The per-row claim mode ([ClaimPerRow]) never takes the lock.
 	ConcurrentClaims bool
 }
@@ -485,6 +486,14 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 		return nil, s.wrap("claim due events", err)
 	}
 	defer conn.Close()
+	// A session whose GET_LOCK failed may hold the lock all the same: once the claim is done
+	// (after its commit or rollback), it is closed, not returned to the pool.
+	turn := turnSkipped
+	defer func() {
+		if turn == turnFailed {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
 	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, s.wrap("claim due events", err)
@@ -501,7 +510,6 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		return err
 	}
-	turn := false
 	if !s.concurrentClaims {
 		if turn, err = s.takeClaimTurn(ctx, tx); err != nil {
 			return nil, discard(err)
@@ -516,7 +524,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 	if err != nil {
 		err = s.wrap("lock due events", err)
 	}
-	if turn {
+	if turn == turnTaken {
 		if endErr := s.endClaimTurn(ctx, tx); endErr != nil {
 			return nil, discard(errors.Join(err, endErr))
 		}
@@ -616,24 +624,70 @@ func (s *MySQLStore) readPayloads(ctx context.Context, tx *sql.Tx, evs []Event, 
 	return nil
 }
 
-// takeClaimTurn waits for this table's claim lock and reports whether it got it. Not getting
-// it within claimTurnWait is not an error: the claim goes ahead without it, and so do this
-// store's claims for the next turnPause.
-func (s *MySQLStore) takeClaimTurn(ctx context.Context, tx *sql.Tx) (bool, error) {
+// claimTurn is what became of a claim's request for its turn.
+type claimTurn int
+
+const (
+	// turnSkipped: no turn, and no lock held. Turns are paused, or the wait timed out.
+	turnSkipped claimTurn = iota
+	// turnTaken: the session holds the lock and releases it after its SELECT.
+	turnTaken
+	// turnFailed: GET_LOCK failed or was refused (its wait was killed, a proxy forbids it,
+	// the server answered with an error). The claim goes on without the turn, but the
+	// session may hold the lock, so its connection is closed after the claim.
+	turnFailed
+)
+
+// takeClaimTurn waits for this table's claim lock. Not getting it is never the claim's
+// error: when the wait runs out (claimTurnWait), is killed, or GET_LOCK fails or is refused,
+// the claim goes ahead without the turn, and so do this store's claims for the next
+// turnPause. It returns an error only for a connection that is gone or a ctx that is done
+// (the claim cannot go on without them), and for a deadlock or lock wait timeout, after
+// which ClaimDue runs the claim again, without the turn.
+func (s *MySQLStore) takeClaimTurn(ctx context.Context, tx *sql.Tx) (claimTurn, error) {
 	if time.Since(s.born) < time.Duration(s.turnsPausedUntil.Load()) {
-		return false, nil
+		return turnSkipped, nil
 	}
 	var got sql.NullInt64 // 1: ours; 0: timed out; NULL: an error such as a killed wait
 	query := fmt.Sprintf(s.q.takeClaimTurn, int(s.claimTurnWait/time.Second))
-	if err := tx.QueryRowContext(ctx, query).Scan(&got); err != nil {
-		return false, s.wrap("claim due events: take the claim lock with GET_LOCK "+
-			"(set MySQLConfig.ConcurrentClaims where the server or a proxy does not allow it)", err)
+	err := tx.QueryRowContext(ctx, query).Scan(&got)
+	switch {
+	case err != nil && !turnRefused(ctx, err):
+		if isLockConflict(err) {
+			s.pauseTurns() // the claim runs again (retryOnLockConflict), without the turn
+		}
+		return turnSkipped, s.wrap("claim due events: take the claim lock with GET_LOCK", err)
+	case err != nil || !got.Valid:
+		s.pauseTurns()
+		return turnFailed, nil
+	case got.Int64 != 1:
+		s.pauseTurns()
+		return turnSkipped, nil
 	}
-	if !got.Valid || got.Int64 != 1 {
-		s.turnsPausedUntil.Store(int64(time.Since(s.born) + turnPause))
-		return false, nil
+	return turnTaken, nil
+}
+
+// pauseTurns makes this store's claims go without turns for the next turnPause.
+func (s *MySQLStore) pauseTurns() {
+	s.turnsPausedUntil.Store(int64(time.Since(s.born) + turnPause))
+}
+
+// turnRefused reports whether GET_LOCK's error is the server's (or a proxy's) answer on a
+// connection that lives on, so that the claim can go on without the turn: not a lost or
+// killed connection, not a done ctx, and not a deadlock or lock wait timeout (which may have
+// rolled back the claim's transaction; the claim runs again).
+func turnRefused(ctx context.Context, err error) bool {
+	var me *mysql.MySQLError
+	if ctx.Err() != nil || !errors.As(err, &me) || isLockConflict(err) {
+		return false
 	}
-	return true, nil
+	switch me.Number {
+	case 1053, // ER_SERVER_SHUTDOWN
+		1927, // ER_CONNECTION_KILLED (MariaDB)
+		4031: // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+		return false
+	}
+	return true
 }
 
 // endClaimTurn releases the claim lock, even when ctx is done, so that the other instances

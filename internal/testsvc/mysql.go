@@ -93,11 +93,22 @@ func dockerReachable() (ok bool) {
 // parameters, e.g. "time_zone='+08:00'".
 func OpenDB(t testing.TB, params ...string) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(MySQLDSN(t))
+	dsn := MySQLDSN(t)
+	return openDB(t, dsn, MySQLDSNEnv+"="+dsn, "", params...)
+}
+
+// openDB opens a pool on dsn (where names it in errors), as user with no password unless
+// user is empty, and closes it when t ends.
+func openDB(t testing.TB, dsn, where, user string, params ...string) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		t.Fatalf("parse %s: %v", MySQLDSNEnv, err)
+		t.Fatalf("parse DSN %q: %v", dsn, err)
 	}
 	cfg.ParseTime = true
+	if user != "" {
+		cfg.User, cfg.Passwd = user, ""
+	}
 	for _, p := range params {
 		k, v, _ := strings.Cut(p, "=")
 		if cfg.Params == nil {
@@ -114,7 +125,7 @@ func OpenDB(t testing.TB, params ...string) *sql.DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
-		missing(t, fmt.Errorf("MySQL at %s=%s does not answer: %w", MySQLDSNEnv, MySQLDSN(t), err))
+		missing(t, fmt.Errorf("MySQL at %s does not answer: %w", where, err))
 	}
 	return db
 }
@@ -160,4 +171,28 @@ func NewStoreOn(t testing.TB, db *sql.DB, table string) *outbox.MySQLStore {
 		t.Fatalf("new store: %v", err)
 	}
 	return store
+}
+
+// NewDatabase creates a database of t's own on the test server, opens a pool on it, and
+// drops the database when t ends: for tests whose table names are not theirs to choose
+// (a fuzzer's, say), so that no name can meet another test's table.
+func NewDatabase(t testing.TB) *sql.DB {
+	t.Helper()
+	admin := OpenDB(t)
+	name := UniqueTable("outbox_db")
+	ctx := context.Background()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	cfg, err := mysql.ParseDSN(MySQLDSN(t))
+	if err != nil {
+		t.Fatalf("parse %s: %v", MySQLDSNEnv, err)
+	}
+	cfg.DBName = name
+	return openDB(t, cfg.FormatDSN(), "database "+name+" on "+MySQLDSNEnv, "")
 }
