@@ -211,7 +211,7 @@ var configFields = []configField{
 	{name: "PollInterval", kind: kindDuration, ok: positiveField("PollInterval")},
 	{name: "ReclaimInterval", kind: kindDuration, ok: positiveField("ReclaimInterval")},
 	{name: "Lease", kind: kindDuration, ok: func(c outbox.Config) bool { return c.Lease >= time.Second }},
-	{name: "MaxRetry", kind: kindInt, ok: positiveField("MaxRetry")},
+	{name: "MaxRetry", kind: kindInt, ok: func(c outbox.Config) bool { return c.MaxRetry > 0 || c.MaxRetry == outbox.NoRetries }},
 	{name: "Backoff", kind: kindChoice, choices: []any{nil, outbox.Backoff(outbox.DefaultBackoff), outbox.ConstantBackoff(time.Second)},
 		ok: func(c outbox.Config) bool { return c.Backoff != nil }},
 	{name: "SendTimeout", kind: kindDuration, ok: positiveField("SendTimeout")},
@@ -220,6 +220,13 @@ var configFields = []configField{
 		ok: func(c outbox.Config) bool { return c.Logger != nil }},
 	{name: "OnDeadLetter", kind: kindChoice, choices: []any{nil, func(context.Context, outbox.Event, error) {}},
 		ok: func(outbox.Config) bool { return true }},
+	// Fields added later go last, so that saved inputs keep decoding as they did.
+	{name: "MaxBackoff", kind: kindDuration, ok: func(c outbox.Config) bool {
+		return c.MaxBackoff > 0 && c.MaxBackoff <= 366*24*time.Hour
+	}},
+	{name: "MaxReclaims", kind: kindInt, ok: positiveField("MaxReclaims")},
+	{name: "MaxClaimBytes", kind: kindInt, ok: positiveField("MaxClaimBytes")},
+	{name: "MaxProbeDelay", kind: kindDuration, ok: positiveField("MaxProbeDelay")},
 }
 
 // configRules are the documented rules between fields, on an accepted publisher's config.
@@ -308,6 +315,10 @@ func FuzzConfig(f *testing.F) {
 		{"SendTimeout": time.Minute + 1},
 		{"BatchSize": -1},
 		{"MaxRetry": -1},
+		{"MaxRetry": -2},
+		{"MaxRetry": outbox.RetryForever},
+		{"MaxBackoff": 367 * 24 * time.Hour},
+		{"MaxReclaims": -1, "MaxClaimBytes": 1, "MaxProbeDelay": time.Millisecond},
 		{"PollInterval": math.MinInt64},
 		{"ClaimMode": 2},
 		{"InstanceID": " padded"},
@@ -552,7 +563,7 @@ func FuzzRocketMQConfig(f *testing.F) {
 		require.NoError(t, err, "a documented-valid config is accepted")
 		defer func() { require.NoError(t, s.Close()) }()
 		require.Equal(t, want, s.Topic())
-		evs := []outbox.Event{{ID: 1, BizNo: "A", EventType: "E"}, {ID: 2, BizNo: "B", EventType: "E"}}
+		evs := []outbox.Event{{ID: 1, BizNo: "A", EventType: "E", Payload: []byte("a")}, {ID: 2, BizNo: "B", EventType: "E", Payload: []byte("b")}}
 		sendErr := s.Send(context.Background(), evs[0])
 		batchErrs := s.SendBatch(context.Background(), evs)
 		if timeout == 0 || timeout >= int64(time.Second) {
