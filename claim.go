@@ -249,9 +249,9 @@ func (p *Publisher) fetch(ctx context.Context, what string, fn func(context.Cont
 	evs, err := fn(sctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			p.log.ErrorContext(ctx, "outbox: "+what, slog.Any("error", err))
+			p.log.ErrorContext(ctx, "outbox: could not "+what+"; trying again next round", slog.Any("error", err))
 		}
-		return nil, fmt.Errorf("outbox: %s: %w", what, err)
+		return nil, err
 	}
 	return evs, nil
 }
@@ -349,7 +349,8 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 		// the next claim.
 		p.releaseOwed = true
 		if ctx.Err() == nil {
-			p.log.ErrorContext(ctx, "outbox: claim", slog.Int64("event_id", ev.ID), slog.Any("error", err))
+			p.log.ErrorContext(ctx, "outbox: could not claim an event; trying again next round",
+				slog.Int64("event_id", ev.ID), slog.Any("error", err))
 		}
 		stats.add(outcomeClaimFailed)
 		return outcomeClaimFailed

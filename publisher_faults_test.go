@@ -98,7 +98,7 @@ func TestBrokerOutageSpendsNoRetries(t *testing.T) {
 			assert.LessOrEqual(t, tried, int64(logs.count(slog.LevelWarn, "broker still unavailable")+2))
 			assert.Zero(t, b.countStatus(t, outbox.StatusFail))
 			assert.Zero(t, b.retried(t), "an outage spends no retry")
-			assert.Zero(t, b.countStatus(t, outbox.StatusSending), "probed events go back to WAIT")
+			assert.LessOrEqual(t, b.countStatus(t, outbox.StatusSending), 1, "probed events go back to WAIT (one probe may be in flight)")
 			assert.Equal(t, 1, logs.count(slog.LevelError, "broker unavailable"), "the outage is an error once, not per event")
 
 			sender.down.Store(false)

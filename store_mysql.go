@@ -949,7 +949,9 @@ func idList(ids []int64) string {
 
 // ignoreDone drops the error of a rollback on a transaction that has already ended.
 func ignoreDone(err error) error {
-	if errors.Is(err, sql.ErrTxDone) {
+	if errors.Is(err, sql.ErrTxDone) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) {
+		// Ended already, or its connection is gone, which ends it: the error that made the
+		// caller roll back says all there is to say.
 		return nil
 	}
 	return err
