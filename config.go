@@ -57,6 +57,9 @@ const (
 	SendTimeoutDefault     = 3 * time.Second
 	StoreTimeoutDefault    = 5 * time.Second
 
+	// MinSendTimeout is the shortest SendTimeout a publisher or a RocketMQ sender accepts.
+	MinSendTimeout = 10 * time.Millisecond
+
 	// NoRetries, as [Config.MaxRetry], dead-letters an event at its first failed send.
 	NoRetries = -1
 	// RetryForever, as [Config.MaxRetry], never dead-letters an event for failed sends, and
@@ -141,7 +144,7 @@ type Config struct {
 	MaxProbeDelay time.Duration
 
 	// SendTimeout bounds one call to [Sender.Send], the client's own retries included. It
-	// must be at most a tenth of Lease, so that a send never outlives its lease in practice.
+	// must be at least [MinSendTimeout] and at most a tenth of Lease, so that a send never outlives its lease in practice.
 	// Defaults to 3 seconds.
 	SendTimeout time.Duration
 
@@ -220,6 +223,10 @@ func (c Config) validate() error {
 	}
 	if c.Lease < time.Second {
 		return fmt.Errorf("%w: Lease must be at least 1s, got %s", ErrInvalidConfig, c.Lease)
+	}
+	if c.SendTimeout < MinSendTimeout {
+		return fmt.Errorf("%w: SendTimeout must be at least %s, got %s: a send that can never finish in time would fail forever",
+			ErrInvalidConfig, MinSendTimeout, c.SendTimeout)
 	}
 	if c.SendTimeout > c.Lease/10 {
 		return fmt.Errorf("%w: SendTimeout (%s) must be at most a tenth of Lease (%s), or a slow send outlives its lease and is sent twice",

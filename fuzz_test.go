@@ -214,7 +214,7 @@ var configFields = []configField{
 	{name: "MaxRetry", kind: kindInt, ok: func(c outbox.Config) bool { return c.MaxRetry > 0 || c.MaxRetry == outbox.NoRetries }},
 	{name: "Backoff", kind: kindChoice, choices: []any{nil, outbox.Backoff(outbox.DefaultBackoff), outbox.ConstantBackoff(time.Second)},
 		ok: func(c outbox.Config) bool { return c.Backoff != nil }},
-	{name: "SendTimeout", kind: kindDuration, ok: positiveField("SendTimeout")},
+	{name: "SendTimeout", kind: kindDuration, ok: func(c outbox.Config) bool { return c.SendTimeout >= outbox.MinSendTimeout }},
 	{name: "StoreTimeout", kind: kindDuration, ok: positiveField("StoreTimeout")},
 	{name: "Logger", kind: kindChoice, choices: []any{nil, slog.New(slog.DiscardHandler)},
 		ok: func(c outbox.Config) bool { return c.Logger != nil }},
@@ -554,7 +554,7 @@ func FuzzRocketMQConfig(f *testing.F) {
 		if want == "" {
 			want = outbox.TopicDefault
 		}
-		valid := documentedTopic(want) && timeout >= 0 && attempts >= 0 && maxBatch >= 0 && maxBatch <= 4<<20
+		valid := documentedTopic(want) && (timeout == 0 || timeout >= int64(outbox.MinSendTimeout)) && attempts >= 0 && maxBatch >= 0 && maxBatch <= 4<<20
 		if !valid {
 			require.Error(t, err)
 			require.ErrorIs(t, err, outbox.ErrInvalidConfig)

@@ -193,6 +193,7 @@ func TestNewPublisherRejectsBadConfig(t *testing.T) {
 		{"NegativeMaxClaimBytes", outbox.Config{MaxClaimBytes: -1}, "MaxClaimBytes must be positive"},
 		{"NegativeMaxProbeDelay", outbox.Config{MaxProbeDelay: -time.Second}, "MaxProbeDelay must be positive"},
 		{"NegativeSendTimeout", outbox.Config{SendTimeout: -time.Second}, "SendTimeout must be positive"},
+		{"SendTimeoutTooShort", outbox.Config{SendTimeout: time.Millisecond}, "SendTimeout must be at least 10ms, got 1ms"},
 		{"NegativeStoreTimeout", outbox.Config{StoreTimeout: -time.Second}, "StoreTimeout must be positive"},
 		{"LeaseUnderASecond", outbox.Config{Lease: 500 * time.Millisecond, SendTimeout: time.Millisecond}, "Lease must be at least 1s"},
 		{"SendTimeoutOverATenthOfLease", outbox.Config{Lease: 10 * time.Second, SendTimeout: 1001 * time.Millisecond}, "at most a tenth of Lease"},

@@ -166,8 +166,8 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	switch {
 	case maxBatch < 0 || maxBatch > 4<<20:
 		return nil, fmt.Errorf("%w: MaxBatchBytes must be between 1 and 4 MiB (the broker's limit), got %d", ErrInvalidConfig, maxBatch)
-	case timeout < 0:
-		return nil, fmt.Errorf("%w: SendTimeout must be positive, got %s", ErrInvalidConfig, timeout)
+	case timeout < MinSendTimeout:
+		return nil, fmt.Errorf("%w: SendTimeout must be at least %s, got %s", ErrInvalidConfig, MinSendTimeout, timeout)
 	case attempts < 0:
 		return nil, fmt.Errorf("%w: SendAttempts must be positive, got %d", ErrInvalidConfig, attempts)
 	}

@@ -228,6 +228,7 @@ func TestRocketMQSenderRejectsBadConfig(t *testing.T) {
 		{"TopicWithSpace", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "ORDER EVENTS"}, "topic"},
 		{"TopicTooLong", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: strings.Repeat("T", 128)}, "topic"},
 		{"NegativeSendTimeout", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendTimeout: -time.Second}, "SendTimeout"},
+		{"SendTimeoutTooShort", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendTimeout: time.Microsecond}, "SendTimeout must be at least 10ms"},
 		{"NegativeAttempts", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendAttempts: -1}, "SendAttempts"},
 		{"BadNameServer", outbox.RocketMQConfig{NameServers: []string{"not an address"}}, "NameServers"},
 		{"BatchOverBrokerLimit", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, MaxBatchBytes: 5 << 20}, "MaxBatchBytes"},
