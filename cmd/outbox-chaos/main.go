@@ -57,7 +57,7 @@ type options struct {
 	gapMin, gapMax              time.Duration
 	outageMin, outageMax        time.Duration
 	lease, reclaim, poll        time.Duration
-	faults, killWhen            string
+	faults, killWhen, claimMode string
 	keep                        bool
 	workdir                     string
 
@@ -93,6 +93,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.outageMax, "outage-max", 30*time.Second, "longest time a service stays stopped")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "publishers' Config.Lease (short, so that a killed publisher's rows come back quickly; at least 10 × the 3 s SendTimeout)")
 	fs.DurationVar(&o.reclaim, "reclaim", 5*time.Second, "publishers' Config.ReclaimInterval")
+	fs.StringVar(&o.claimMode, "claim-mode", outbox.ClaimBatch.String(), "publishers' Config.ClaimMode: batch or per-row")
 	fs.DurationVar(&o.poll, "poll", 0, "publishers' Config.PollInterval (0: the library's default)")
 	fs.StringVar(&o.faults, "faults", "kill,broker,db", "kinds of fault to inject: kill, broker, db")
 	fs.StringVar(&o.killWhen, "kill-when", "in-flight", "in-flight: SIGKILL the chosen publisher as soon as it holds claimed rows (waiting up to 10 s; at the default poll a publisher is idle most of the time); any: at once")
@@ -146,6 +147,9 @@ func parseOptions(args []string) (*options, error) {
 		return nil, fmt.Errorf("-kill-when: %q is neither in-flight nor any", o.killWhen)
 	case !o.external && (o.dsn != "" || o.namesrv != ""):
 		return nil, errors.New("-dsn and -namesrv are for -external; the managed services pick their own")
+	}
+	if _, err := claimMode(o.claimMode); err != nil {
+		return nil, fmt.Errorf("-claim-mode: %w", err)
 	}
 	for _, k := range strings.Split(o.faults, ",") {
 		if k != faultKill && k != faultBroker && k != faultDB {
@@ -215,8 +219,9 @@ func runChaos(args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, o.deadline)
 	defer cancel()
 
-	fmt.Printf("outbox chaos run %s, seed %d: %d events by %d writers over %s, %d publisher processes, %d broker(s), faults %s%s\n",
-		stamp, o.seed, o.events, o.writers, o.duration, o.publishers, o.brokers, o.faults, map[bool]string{true: " (short: one of each kind)"}[o.short])
+	fmt.Printf("outbox chaos run %s, seed %d: %d events by %d writers over %s, %d publisher processes (%s claims), %d broker(s), faults %s%s\n",
+		stamp, o.seed, o.events, o.writers, o.duration, o.publishers, o.claimMode, o.brokers, o.faults,
+		map[bool]string{true: " (short: one of each kind)"}[o.short])
 	logf("logs in %s", dir)
 	code := c.run(ctx, dir)
 	if !o.keep {
@@ -274,7 +279,7 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 		return 2
 	}
 	c.pubs = &procs{exe: exe, dir: dir, logf: logf, base: publishOptions{
-		dsn: dsn, table: c.table, namesrv: namesrv, topic: o.topic, dir: dir,
+		dsn: dsn, table: c.table, namesrv: namesrv, topic: o.topic, dir: dir, claimMode: o.claimMode,
 		lease: o.lease, reclaim: o.reclaim, poll: o.poll}}
 	for range o.publishers {
 		if _, err := c.pubs.start(); err != nil {

@@ -24,6 +24,7 @@ import (
 type publishOptions struct {
 	dsn, table, namesrv, topic string
 	instance, dir              string
+	claimMode                  string
 	lease, reclaim, poll       time.Duration
 }
 
@@ -34,6 +35,7 @@ func (o *publishOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.topic, "topic", "", "RocketMQ topic")
 	fs.StringVar(&o.instance, "instance", "", "the publisher's InstanceID")
 	fs.StringVar(&o.dir, "dir", ".", "where the process writes INSTANCE.log (slog JSON) and INSTANCE.outcomes")
+	fs.StringVar(&o.claimMode, "claim-mode", outbox.ClaimBatch.String(), "Config.ClaimMode: batch or per-row")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "Config.Lease")
 	fs.DurationVar(&o.reclaim, "reclaim", 5*time.Second, "Config.ReclaimInterval")
 	fs.DurationVar(&o.poll, "poll", 0, "Config.PollInterval (0: the library's default)")
@@ -43,7 +45,7 @@ func (o *publishOptions) flags(fs *flag.FlagSet) {
 func (o publishOptions) args() []string {
 	return []string{"publish",
 		"-dsn", o.dsn, "-table", o.table, "-namesrv", o.namesrv, "-topic", o.topic,
-		"-instance", o.instance, "-dir", o.dir,
+		"-instance", o.instance, "-dir", o.dir, "-claim-mode", o.claimMode,
 		"-lease", o.lease.String(), "-reclaim", o.reclaim.String(), "-poll", o.poll.String()}
 }
 
@@ -60,6 +62,10 @@ func runPublisher(args []string) int {
 	}
 	if o.dsn == "" || o.table == "" || o.namesrv == "" || o.topic == "" || o.instance == "" {
 		fmt.Fprintln(os.Stderr, "publish: -dsn, -table, -namesrv, -topic and -instance are required")
+		return 2
+	}
+	if _, err := claimMode(o.claimMode); err != nil {
+		fmt.Fprintln(os.Stderr, "publish:", err)
 		return 2
 	}
 	if err := publish(o); err != nil {
@@ -102,10 +108,15 @@ func publish(o publishOptions) error {
 		return err
 	}
 	defer sender.Close()
+	mode, err := claimMode(o.claimMode)
+	if err != nil {
+		return err
+	}
 	p, err := outbox.NewPublisher(recordingStore{MySQLStore: store, log: outcomes},
 		&recordingSender{inner: sender, log: outcomes, clientRetries: &clientRetries},
 		outbox.Config{
 			InstanceID:      o.instance,
+			ClaimMode:       mode,
 			Lease:           o.lease,
 			ReclaimInterval: o.reclaim,
 			PollInterval:    o.poll,
@@ -117,6 +128,16 @@ func publish(o publishOptions) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return p.Run(ctx)
+}
+
+func claimMode(s string) (outbox.ClaimMode, error) {
+	switch s {
+	case outbox.ClaimBatch.String():
+		return outbox.ClaimBatch, nil
+	case outbox.ClaimPerRow.String():
+		return outbox.ClaimPerRow, nil
+	}
+	return 0, fmt.Errorf("claim mode %q is neither %s nor %s", s, outbox.ClaimBatch, outbox.ClaimPerRow)
 }
 
 // recordingStore is the MySQL store with every claim and every outcome written under a claim

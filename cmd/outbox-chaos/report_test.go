@@ -344,6 +344,8 @@ func TestShortFormKeepsExplicitFlags(t *testing.T) {
 		{"-events", "0"},
 		{"-gap-min", "10s", "-gap-max", "5s"},
 		{"-faults", "kill,flood"},
+		{"-claim-mode", "sometimes"},
+		{"-kill-when", "later"},
 		{"-external", "-dsn", "x"},
 		{"-dsn", "x"},
 		{"extra"},

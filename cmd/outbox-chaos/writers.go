@@ -81,7 +81,7 @@ func (w *writers) write(ctx context.Context, i int64) bool {
 	pause := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		biz := fmt.Sprintf("%s-%07d-%d", w.tag, i, attempt)
-		err, committing := w.tx(ctx, biz)
+		committing, err := w.tx(ctx, biz)
 		if err == nil {
 			w.mu.Lock()
 			w.res.Committed = append(w.res.Committed, commit{BizNo: biz, At: time.Now()})
@@ -110,23 +110,23 @@ func (w *writers) write(ctx context.Context, i int64) bool {
 
 // tx writes one event in one transaction. committing says the error came from Commit, whose
 // outcome is then unknown.
-func (w *writers) tx(ctx context.Context, biz string) (err error, committing bool) {
+func (w *writers) tx(ctx context.Context, biz string) (committing bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	tx, err := w.store.BeginTx(ctx, nil)
 	if err != nil {
-		return err, false
+		return false, err
 	}
 	payload := fmt.Sprintf(`{"bizNo":"%s","pad":"`, biz)
 	payload += strings.Repeat("x", max(w.payload-len(payload)-2, 0)) + `"}`
 	if _, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: biz, EventType: "CHAOS_EVENT", Payload: []byte(payload)}); err != nil {
 		_ = tx.Rollback()
-		return err, false
+		return false, err
 	}
 	if err := tx.Commit(); err != nil {
-		return err, true
+		return true, err
 	}
-	return nil, false
+	return false, nil
 }
 
 // errorKey groups errors for the summary: the message without numbers that change.
