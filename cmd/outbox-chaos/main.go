@@ -221,7 +221,7 @@ func runChaos(args []string) int {
 
 	fmt.Printf("outbox chaos run %s, seed %d: %d events by %d writers over %s, %d publisher processes (%s claims), %d broker(s), faults %s%s\n",
 		stamp, o.seed, o.events, o.writers, o.duration, o.publishers, o.claimMode, o.brokers, o.faults,
-		map[bool]string{true: " (short: one of each kind)"}[o.short])
+		map[bool]string{true: " (short: one fault of each kind)"}[o.short])
 	logf("logs in %s", dir)
 	code := c.run(ctx, dir)
 	if !o.keep {

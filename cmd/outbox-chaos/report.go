@@ -532,7 +532,7 @@ func (r *report) print(w io.Writer) {
 		lostNote += "; by row status: " + countList(r.LostByState)
 	}
 	line("lost", r.Lost, lostNote)
-	line("duplicates", r.DuplicateCopies, fmt.Sprintf("extra copies stored, of %d events; explained: %s",
+	line("duplicates", r.DuplicateCopies, fmt.Sprintf("extra copies stored, of %d events; causes seen (events with each): %s",
 		r.DuplicateEvents, orNone(countList(r.Causes))))
 	line("unexplained duplicates", len(r.Unexplained), must0(len(r.Unexplained)))
 	line("claims overlapping a live claim", len(r.Overlaps), must0(len(r.Overlaps)))
