@@ -1,0 +1,710 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Fault kinds.
+const (
+	faultKill   = "kill"   // SIGKILL a publisher process, start a new one
+	faultBroker = "broker" // stop a broker, start it again
+	faultDB     = "db"     // stop the database server, start it again
+)
+
+// fault is one fault the run injected.
+type fault struct {
+	Kind   string
+	Target string    // the publisher instance, the broker's name, "mariadb"
+	Start  time.Time // the kill, or the stop command started
+	// End is when the fault was over: the new publisher started, or the service answered
+	// again (its start command returned).
+	End         time.Time
+	Replacement string // kill: the new publisher's instance id
+	Err         string // the restart failed
+}
+
+// row is one row of the outbox table at the end of the run.
+type row struct {
+	ID        int64
+	BizNo     string
+	Status    string
+	Retries   int
+	Owner     string
+	LastError string
+}
+
+// analysisInput is everything the report is computed from.
+type analysisInput struct {
+	Writers    writerResults
+	Rows       []row
+	Deliveries []delivery
+	Records    []record
+	BadLines   int                  // outcome-log lines that did not parse
+	Killed     map[string]time.Time // publisher instance -> when it was SIGKILLed
+	Lease      time.Duration
+	Begin      time.Time // when the writes began: fault times are printed from here
+	Faults     []fault
+	// SendingAfterStop is the rows still SENDING once every publisher was stopped cleanly.
+	SendingAfterStop int
+}
+
+// claimTolerance absorbs the gap between a database write and the log line written after it
+// returns, when claims are compared in time.
+const claimTolerance = 2 * time.Second
+
+// duplicate is an event stored by the broker more than once.
+type duplicate struct {
+	BizNo   string
+	ID      int64
+	Copies  int
+	Causes  []string // why, one entry per extra copy found
+	Records []record // its outcome-log records, in time order
+}
+
+func (d duplicate) explained() bool { return len(d.Causes) >= d.Copies-1 }
+
+// overlap is a claim taken while another instance's claim on the row was still live.
+type overlap struct {
+	ID          int64
+	BizNo       string
+	First, Then record
+}
+
+// faultResult is a fault with its recovery figures; a negative duration is "not seen".
+type faultResult struct {
+	fault
+	FirstSend     time.Duration // from End to the first confirmed send (kill: by the new publisher)
+	FirstDelivery time.Duration // from End to the first delivery of a message born after End
+	FirstCommit   time.Duration // db: from End to the writers' first commit
+	InFlight      int           // kill: rows the killed publisher held with no outcome recorded
+	InFlightDone  time.Duration // kill: from the kill until every one of them was acknowledged by another
+}
+
+// report is the outcome of a run.
+type report struct {
+	Committed          int // Commit returned nil, plus unknown outcomes found in the table
+	CommittedNil       int
+	UnknownFound       int // Commit errors whose event is in the table (committed after all)
+	UnknownMissing     int // Commit errors whose event is not in the table (rolled back)
+	AbortedPresent     int // transactions that failed before Commit, yet their row exists
+	MissingRows        int // Commit returned nil, but no row has the biz no
+	StrangerRows       int // rows no writer wrote
+	Rows               int
+	Delivered          int // committed events delivered at least once
+	Lost               int // committed events never delivered
+	LostByState        map[string]int
+	LostSample         []string
+	Messages           int // deliveries received in all
+	Redeliveries       int // the same stored message delivered again (the consumer's doing)
+	DuplicateEvents    int // events stored more than once
+	DuplicateCopies    int // the extra copies
+	Causes             map[string]int
+	Unexplained        []duplicate
+	Overlaps           []overlap
+	DeadLetters        int
+	DeadReasons        map[string]int
+	Sending            int // rows SENDING when the run ended, publishers still running
+	SendingAfterStop   int
+	Waiting            int
+	Foreign            int // deliveries of no row of this run
+	EventIDMismatch    int // events whose copies carry different eventIds, or eventIds shared by events
+	BodyMismatch       int
+	BadLines           int
+	Sends              map[string]int // send outcomes by kind
+	UnknownSendReasons map[string]int
+	Faults             []faultResult
+	Begin              time.Time
+}
+
+// failed lists what makes the run fail; empty means it passed.
+func (r *report) failed() []string {
+	var f []string
+	add := func(cond bool, format string, args ...any) {
+		if cond {
+			f = append(f, fmt.Sprintf(format, args...))
+		}
+	}
+	add(r.Lost > 0, "%d events lost", r.Lost)
+	add(r.DeadLetters > 0, "%d dead letters", r.DeadLetters)
+	add(r.Sending > 0, "%d rows left SENDING", r.Sending)
+	add(r.SendingAfterStop > 0, "%d rows SENDING after the publishers stopped", r.SendingAfterStop)
+	add(len(r.Unexplained) > 0, "%d unexplained duplicates", len(r.Unexplained))
+	add(len(r.Overlaps) > 0, "%d claims taken while another was live", len(r.Overlaps))
+	add(r.EventIDMismatch > 0, "%d events with inconsistent eventIds", r.EventIDMismatch)
+	add(r.BodyMismatch > 0, "%d messages whose body does not match their bizNo", r.BodyMismatch)
+	return f
+}
+
+// analyze computes the report. It is pure: everything comes from in.
+func analyze(in analysisInput) *report {
+	r := &report{
+		LostByState: map[string]int{}, Causes: map[string]int{}, DeadReasons: map[string]int{},
+		Sends: map[string]int{}, UnknownSendReasons: map[string]int{},
+		BadLines: in.BadLines, SendingAfterStop: in.SendingAfterStop, Rows: len(in.Rows), Begin: in.Begin,
+	}
+
+	rowByBiz := make(map[string]row, len(in.Rows))
+	bizByID := make(map[int64]string, len(in.Rows))
+	for _, rw := range in.Rows {
+		rowByBiz[rw.BizNo] = rw
+		bizByID[rw.ID] = rw.BizNo
+		switch rw.Status {
+		case "FAIL":
+			r.DeadLetters++
+			r.DeadReasons[reasonKey(rw.LastError)]++
+		case "SENDING":
+			r.Sending++
+		case "WAIT":
+			r.Waiting++
+		}
+	}
+
+	// What was committed: Commit returned nil, or returned an error and the row exists.
+	committed := map[string]bool{}
+	written := map[string]bool{}
+	for _, c := range in.Writers.Committed {
+		committed[c.BizNo] = true
+		written[c.BizNo] = true
+		if _, ok := rowByBiz[c.BizNo]; !ok {
+			r.MissingRows++
+		}
+	}
+	r.CommittedNil = len(in.Writers.Committed)
+	for _, b := range in.Writers.Unknown {
+		written[b] = true
+		if _, ok := rowByBiz[b]; ok {
+			committed[b] = true
+			r.UnknownFound++
+		} else {
+			r.UnknownMissing++
+		}
+	}
+	for _, b := range in.Writers.Aborted {
+		written[b] = true
+		if _, ok := rowByBiz[b]; ok {
+			r.AbortedPresent++
+		}
+	}
+	for b := range rowByBiz {
+		if !written[b] {
+			r.StrangerRows++
+		}
+	}
+	r.Committed = len(committed)
+
+	// Deliveries, grouped by event and by stored message.
+	r.Messages = len(in.Deliveries)
+	type copies struct {
+		stores   map[string]int // stored message -> deliveries
+		uniq     map[string]map[string]bool
+		eventIDs map[string]bool
+	}
+	byBiz := map[string]*copies{}
+	eventOwner := map[string]string{}
+	for _, d := range in.Deliveries {
+		if _, ok := rowByBiz[d.BizNo]; !ok {
+			r.Foreign++
+			continue
+		}
+		if !d.BodyOK {
+			r.BodyMismatch++
+		}
+		c := byBiz[d.BizNo]
+		if c == nil {
+			c = &copies{stores: map[string]int{}, uniq: map[string]map[string]bool{}, eventIDs: map[string]bool{}}
+			byBiz[d.BizNo] = c
+		}
+		c.stores[d.Store]++
+		if d.UniqKey != "" {
+			if c.uniq[d.UniqKey] == nil {
+				c.uniq[d.UniqKey] = map[string]bool{}
+			}
+			c.uniq[d.UniqKey][d.Store] = true
+		}
+		c.eventIDs[d.EventID] = true
+		if o, ok := eventOwner[d.EventID]; ok && o != d.BizNo {
+			r.EventIDMismatch++
+		}
+		eventOwner[d.EventID] = d.BizNo
+	}
+	for b := range committed {
+		if c := byBiz[b]; c != nil {
+			r.Delivered++
+			continue
+		}
+		r.Lost++
+		state := "no row"
+		if rw, ok := rowByBiz[b]; ok {
+			state = rw.Status
+		}
+		r.LostByState[state]++
+		if len(r.LostSample) < 10 {
+			r.LostSample = append(r.LostSample, b)
+		}
+	}
+	slices.Sort(r.LostSample)
+
+	// The outcome logs, per row, in time order.
+	recs := slices.Clone(in.Records)
+	slices.SortStableFunc(recs, func(a, b record) int { return a.At.Compare(b.At) })
+	byID := map[int64][]record{}
+	for _, rec := range recs {
+		byID[rec.ID] = append(byID[rec.ID], rec)
+		if rec.isSend() {
+			r.Sends[rec.Kind]++
+			if rec.Kind == kindUnknown {
+				r.UnknownSendReasons[reasonKey(rec.Detail)]++
+			}
+		}
+	}
+
+	// Duplicates: an event stored more than once, and why.
+	for _, b := range slices.Sorted(maps.Keys(byBiz)) {
+		c := byBiz[b]
+		if len(c.eventIDs) > 1 {
+			r.EventIDMismatch++
+		}
+		n := 0
+		for _, k := range c.stores {
+			n++
+			r.Redeliveries += k - 1
+		}
+		if n < 2 {
+			continue
+		}
+		d := duplicate{BizNo: b, ID: rowByBiz[b].ID, Copies: n, Records: byID[rowByBiz[b].ID]}
+		d.Causes = explain(d.Records, c.uniq, in.Killed, in.Lease)
+		r.DuplicateEvents++
+		r.DuplicateCopies += n - 1
+		if !d.explained() {
+			r.Unexplained = append(r.Unexplained, d)
+			continue
+		}
+		seen := map[string]bool{}
+		for _, cause := range d.Causes {
+			if !seen[cause] {
+				seen[cause] = true
+				r.Causes[cause]++
+			}
+		}
+	}
+
+	// Two live claims on one row, duplicate or not.
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		for _, o := range overlaps(byID[id], in.Lease) {
+			o.BizNo = bizByID[id]
+			r.Overlaps = append(r.Overlaps, o)
+		}
+	}
+
+	r.Faults = recoveries(in, recs)
+	return r
+}
+
+// Causes of a duplicate.
+const (
+	causeKill        = "reclaim after a kill"
+	causeUnknownSend = "unknown send outcome"
+	causeAck         = "acknowledgement failed"
+	causeClientRetry = "client retry within one send"
+)
+
+// explain finds the causes of an event's extra copies in its records (in time order), the
+// client message ids of its copies, and the publishers killed:
+//   - copies that share a client message id came from one SendSync call that the client
+//     retried internally after a try whose outcome it did not know;
+//   - a send whose outcome was unknown, after which the event was sent again;
+//   - a publisher killed while holding the event's claim, after a send that may have reached
+//     the broker (sent, unknown, or no outcome logged) and before its acknowledgement: the
+//     row was reclaimed after the lease and sent again;
+//   - a confirmed send whose acknowledgement failed (the row stayed SENDING and was reclaimed
+//     after the lease), or came after the lease had ended and found the row reclaimed.
+//
+// An acknowledgement that found its lease gone before the lease ended explains nothing:
+// that is another instance claiming a live claim. One cause per extra copy: a duplicate
+// with fewer causes than extra copies is unexplained.
+func explain(recs []record, uniq map[string]map[string]bool, killed map[string]time.Time, lease time.Duration) []string {
+	var causes []string
+	for _, stores := range uniq {
+		for range len(stores) - 1 {
+			causes = append(causes, causeClientRetry)
+		}
+	}
+	// Walk each instance's claims of the row: a claim, a send outcome, then a write under the
+	// claim (an acknowledgement, a release, a dead letter), which closes it. A claim still
+	// open at the end is one its instance never wrote an outcome for: killed while holding it.
+	type claimState struct {
+		open bool
+		at   time.Time // when the claim was taken
+		send string    // the send outcome under the claim, if one was logged
+	}
+	states := map[string]*claimState{}
+	closeClaim := func(st *claimState, write record, killed bool) {
+		if !st.open {
+			return
+		}
+		st.open = false
+		expired := !write.At.Before(st.at.Add(lease - claimTolerance))
+		switch {
+		case st.send == kindUnknown || st.send == kindSentRetried:
+			causes = append(causes, causeUnknownSend)
+		case st.send != kindSent:
+		case write.Kind == kindAckError:
+			causes = append(causes, causeAck)
+		case (write.Kind == kindAckLost || write.Kind == kindAckPartial) && expired:
+			causes = append(causes, causeAck)
+		}
+		if write.Kind == "" && killed && (st.send == "" || st.send == kindSent) {
+			causes = append(causes, causeKill)
+		}
+	}
+	for _, rec := range recs {
+		st := states[rec.Instance]
+		if st == nil {
+			st = &claimState{}
+			states[rec.Instance] = st
+		}
+		switch {
+		case rec.Kind == kindClaim:
+			closeClaim(st, record{At: rec.At}, false)
+			*st = claimState{open: true, at: rec.At}
+		case rec.isSend():
+			if st.send == "" || st.send == kindFailed {
+				st.send = rec.Kind
+			}
+		default:
+			closeClaim(st, rec, false)
+		}
+	}
+	for _, inst := range slices.Sorted(maps.Keys(states)) {
+		_, wasKilled := killed[inst]
+		closeClaim(states[inst], record{}, wasKilled)
+	}
+	return causes
+}
+
+// overlaps finds claims of a row (its records in time order) taken by one instance while
+// another's claim was live: not ended by an outcome written under it, and within the lease
+// (a killed publisher's claim stays live until the lease ends). The tolerance allows for the
+// log line following its database write.
+func overlaps(recs []record, lease time.Duration) []overlap {
+	type live struct {
+		claim record
+		until time.Time
+	}
+	var out []overlap
+	open := map[string]*live{}
+	for _, rec := range recs {
+		if l := open[rec.Instance]; l != nil && rec.endsClaim() {
+			l.until = minTime(l.until, rec.At)
+			continue
+		}
+		if rec.Kind != kindClaim {
+			continue
+		}
+		for _, inst := range slices.Sorted(maps.Keys(open)) {
+			l := open[inst]
+			if inst != rec.Instance && rec.At.Before(l.until.Add(-claimTolerance)) {
+				out = append(out, overlap{ID: rec.ID, First: l.claim, Then: rec})
+			}
+		}
+		open[rec.Instance] = &live{claim: rec, until: rec.At.Add(lease)}
+	}
+	return out
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// recoveries computes each fault's recovery figures from the records (in time order), the
+// deliveries and the writers' commits.
+func recoveries(in analysisInput, recs []record) []faultResult {
+	out := make([]faultResult, 0, len(in.Faults))
+	for _, f := range in.Faults {
+		fr := faultResult{fault: f, FirstSend: -1, FirstDelivery: -1, FirstCommit: -1, InFlightDone: -1}
+		for _, rec := range recs {
+			if rec.At.After(f.End) && rec.isSuccessfulSend() && (f.Kind != faultKill || rec.Instance == f.Replacement) {
+				fr.FirstSend = rec.At.Sub(f.End)
+				break
+			}
+		}
+		var first time.Time
+		for _, d := range in.Deliveries {
+			if !d.Born.Before(f.End.Truncate(time.Millisecond)) && (first.IsZero() || d.Received.Before(first)) {
+				first = d.Received
+			}
+		}
+		if !first.IsZero() {
+			fr.FirstDelivery = first.Sub(f.End)
+		}
+		if f.Kind == faultDB {
+			for _, c := range in.Writers.Committed {
+				if c.At.After(f.End) && (fr.FirstCommit < 0 || c.At.Sub(f.End) < fr.FirstCommit) {
+					fr.FirstCommit = c.At.Sub(f.End)
+				}
+			}
+		}
+		if f.Kind == faultKill {
+			fr.InFlight, fr.InFlightDone = inFlight(recs, f.Target, f.Start)
+		}
+		out = append(out, fr)
+	}
+	return out
+}
+
+// inFlight finds the rows the killed instance held when it was killed (claimed, with no
+// outcome written under the claim) and how long after the kill the last of them was
+// acknowledged by another instance (-1: not all were).
+func inFlight(recs []record, inst string, killedAt time.Time) (int, time.Duration) {
+	held := map[int64]bool{}
+	for _, rec := range recs {
+		if rec.Instance != inst || rec.At.After(killedAt) {
+			continue
+		}
+		switch {
+		case rec.Kind == kindClaim:
+			held[rec.ID] = true
+		case rec.endsClaim():
+			delete(held, rec.ID)
+		}
+	}
+	if len(held) == 0 {
+		return 0, 0
+	}
+	done := map[int64]time.Time{}
+	for _, rec := range recs {
+		if held[rec.ID] && rec.Kind == kindAck && rec.Instance != inst && rec.At.After(killedAt) {
+			if _, ok := done[rec.ID]; !ok {
+				done[rec.ID] = rec.At
+			}
+		}
+	}
+	if len(done) < len(held) {
+		return len(held), -1
+	}
+	var last time.Time
+	for _, t := range done {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return len(held), last.Sub(killedAt)
+}
+
+// reasonKey shortens an error for grouping.
+func reasonKey(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 100 {
+		s = s[:100] + "…"
+	}
+	if s == "" {
+		return "(no reason recorded)"
+	}
+	return s
+}
+
+// print writes the report.
+func (r *report) print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	line := func(name string, v int, note string) { fmt.Fprintf(tw, "  %s\t%d\t%s\n", name, v, note) }
+	must0 := func(v int) string {
+		if v == 0 {
+			return "must be 0: ok"
+		}
+		return "must be 0: FAILED"
+	}
+	line("events committed", r.Committed, fmt.Sprintf("Commit nil %d, Commit error but in the table %d (not in it: %d)",
+		r.CommittedNil, r.UnknownFound, r.UnknownMissing))
+	line("delivered (distinct)", r.Delivered, fmt.Sprintf("%d messages received in all", r.Messages))
+	lostNote := must0(r.Lost)
+	if r.Lost > 0 {
+		lostNote += "; by row status: " + countList(r.LostByState)
+	}
+	line("lost", r.Lost, lostNote)
+	line("duplicates", r.DuplicateCopies, fmt.Sprintf("extra copies stored, of %d events; causes seen (events with each): %s",
+		r.DuplicateEvents, orNone(countList(r.Causes))))
+	line("unexplained duplicates", len(r.Unexplained), must0(len(r.Unexplained)))
+	line("claims overlapping a live claim", len(r.Overlaps), must0(len(r.Overlaps)))
+	deadNote := must0(r.DeadLetters)
+	if r.DeadLetters > 0 {
+		deadNote += "; reasons: " + countList(r.DeadReasons)
+	}
+	line("dead letters (FAIL)", r.DeadLetters, deadNote)
+	line("rows left SENDING", r.Sending, must0(r.Sending)+fmt.Sprintf("; after the publishers stopped: %d", r.SendingAfterStop))
+	line("rows left WAIT", r.Waiting, "")
+	line("consumer redeliveries", r.Redeliveries, "the same stored message delivered again: not a second send")
+	line("eventId inconsistent", r.EventIDMismatch, must0(r.EventIDMismatch))
+	line("bodies not matching bizNo", r.BodyMismatch, must0(r.BodyMismatch))
+	line("send outcomes", r.Sends[kindSent]+r.Sends[kindSentRetried]+r.Sends[kindFailed]+r.Sends[kindUnknown], countList(r.Sends))
+	if r.AbortedPresent+r.MissingRows+r.StrangerRows+r.Foreign+r.BadLines > 0 {
+		line("rows of failed transactions", r.AbortedPresent, "")
+		line("committed rows missing", r.MissingRows, "")
+		line("rows no writer wrote", r.StrangerRows, "")
+		line("messages of no row", r.Foreign, "")
+		line("outcome-log lines unreadable", r.BadLines, "")
+	}
+	_ = tw.Flush()
+	if len(r.UnknownSendReasons) > 0 {
+		fmt.Fprintf(w, "  unknown send outcomes: %s\n", countList(r.UnknownSendReasons))
+	}
+	if len(r.LostSample) > 0 {
+		fmt.Fprintf(w, "  lost, e.g.: %s\n", strings.Join(r.LostSample, " "))
+	}
+	for i, d := range r.Unexplained {
+		if i == 20 {
+			fmt.Fprintf(w, "  ... and %d more unexplained duplicates\n", len(r.Unexplained)-i)
+			break
+		}
+		fmt.Fprintf(w, "  unexplained duplicate %s (row %d): %d copies, causes found %v\n", d.BizNo, d.ID, d.Copies, d.Causes)
+		for _, rec := range d.Records {
+			fmt.Fprintf(w, "      %s %-6s %-13s %s\n", rec.At.Format("15:04:05.000"), rec.Instance, rec.Kind, rec.Detail)
+		}
+	}
+	for i, o := range r.Overlaps {
+		if i == 20 {
+			fmt.Fprintf(w, "  ... and %d more overlapping claims\n", len(r.Overlaps)-i)
+			break
+		}
+		fmt.Fprintf(w, "  overlapping claim on %s (row %d): %s claimed at %s, %s at %s\n", o.BizNo, o.ID,
+			o.First.Instance, o.First.At.Format("15:04:05.000"), o.Then.Instance, o.Then.At.Format("15:04:05.000"))
+	}
+
+	if len(r.Faults) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nfaults (recovery from the fault's end: the new publisher started, or the service answered again)")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\tat\tfault\tdown\tfirst send\tfirst delivery\tnotes\t")
+	start := r.Begin
+	if start.IsZero() {
+		start = r.Faults[0].Start
+	}
+	for i, f := range r.Faults {
+		notes := ""
+		switch f.Kind {
+		case faultKill:
+			switch {
+			case f.InFlight == 0:
+				notes = fmt.Sprintf("new %s; it held no rows", f.Replacement)
+			case f.InFlightDone < 0:
+				notes = fmt.Sprintf("new %s; it held %d rows, not all sent by another", f.Replacement, f.InFlight)
+			default:
+				notes = fmt.Sprintf("new %s; it held %d rows, all SUCCESS %s after the kill", f.Replacement, f.InFlight, dur(f.InFlightDone))
+			}
+		case faultDB:
+			notes = "writers' first commit " + dur(f.FirstCommit)
+		}
+		if f.Err != "" {
+			notes += "; restart failed: " + firstLine(f.Err)
+		}
+		fmt.Fprintf(tw, "%d\t+%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, f.Start.Sub(start).Round(time.Second), describe(f.fault),
+			dur(f.End.Sub(f.Start)), dur(f.FirstSend), dur(f.FirstDelivery), notes)
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w, "\ntime to recover, worst of each kind")
+	for _, kind := range []string{faultKill, faultBroker, faultDB} {
+		var n, held int
+		var send, deliv, inflight time.Duration
+		for _, f := range r.Faults {
+			if f.Kind != kind {
+				continue
+			}
+			n++
+			send, deliv = worst(send, f.FirstSend), worst(deliv, f.FirstDelivery)
+			if f.InFlight > 0 {
+				held += f.InFlight
+				inflight = worst(inflight, f.InFlightDone)
+			}
+		}
+		if n == 0 {
+			fmt.Fprintf(w, "  %-18s not injected\n", kindName(kind))
+			continue
+		}
+		extra := ""
+		if kind == faultKill {
+			if held == 0 {
+				extra = "; no kill caught a row in flight"
+			} else {
+				extra = fmt.Sprintf("; the %d rows held by killed publishers SUCCESS after %s", held, dur(inflight))
+			}
+		}
+		fmt.Fprintf(w, "  %-18s %d× : first send %s, first delivery %s%s\n", kindName(kind), n, dur(send), dur(deliv), extra)
+	}
+}
+
+// worst keeps the larger duration, where a negative one (never seen) is the worst of all.
+func worst(a, b time.Duration) time.Duration {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return max(a, b)
+}
+
+func kindName(kind string) string {
+	switch kind {
+	case faultKill:
+		return "kill publisher"
+	case faultBroker:
+		return "restart broker"
+	case faultDB:
+		return "restart database"
+	}
+	return kind
+}
+
+func describe(f fault) string {
+	switch f.Kind {
+	case faultKill:
+		return "kill " + f.Target
+	case faultBroker:
+		return "restart " + f.Target
+	case faultDB:
+		return "restart database"
+	}
+	return f.Kind
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "never"
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+	return fmt.Sprintf("%.1fs", d.Seconds())
+}
+
+func countList(m map[string]int) string {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b)) })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}

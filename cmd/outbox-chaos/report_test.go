@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/go-outbox/outbox"
+)
+
+// TestMain checks for leaked goroutines, ignoring those already running before the tests
+// (the RocketMQ client's packages start a cache janitor when they are loaded).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+
+const lease = 30 * time.Second
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+// fake builds an analysis input: rows 1..n with biz nos b1..bn, all committed.
+type fake struct{ in analysisInput }
+
+func newFake(n int) *fake {
+	f := &fake{in: analysisInput{Lease: lease, Killed: map[string]time.Time{}}}
+	for i := 1; i <= n; i++ {
+		biz := fmt.Sprintf("b%d", i)
+		f.in.Writers.Committed = append(f.in.Writers.Committed, commit{BizNo: biz, At: at(0)})
+		f.in.Rows = append(f.in.Rows, row{ID: int64(i), BizNo: biz, Status: "SUCCESS"})
+	}
+	return f
+}
+
+// deliver records a delivery of row id's event, stored at store.
+func (f *fake) deliver(id int64, store string, born time.Duration) *fake {
+	biz := fmt.Sprintf("b%d", id)
+	f.in.Deliveries = append(f.in.Deliveries, delivery{BizNo: biz, EventID: fmt.Sprint(id), Store: store,
+		Born: at(born), Received: at(born + 100*time.Millisecond), BodyOK: true})
+	return f
+}
+
+// log appends an outcome record for row id.
+func (f *fake) log(d time.Duration, inst, kind string, id int64) *fake {
+	f.in.Records = append(f.in.Records, record{At: at(d), Instance: inst, Kind: kind, ID: id})
+	return f
+}
+
+// sentOnce gives row id the records and delivery of a clean send by inst at d.
+func (f *fake) sentOnce(id int64, inst string, d time.Duration) *fake {
+	return f.log(d, inst, kindClaim, id).log(d+time.Millisecond, inst, kindSent, id).
+		log(d+2*time.Millisecond, inst, kindAck, id).deliver(id, fmt.Sprintf("q/%d", id), d)
+}
+
+func TestCleanRunPasses(t *testing.T) {
+	f := newFake(3)
+	for id := int64(1); id <= 3; id++ {
+		f.sentOnce(id, "p01", time.Duration(id)*time.Second)
+	}
+	f.deliver(2, "q/2", 2*time.Second) // the consumer got the same stored message again
+	r := analyze(f.in)
+	assert.Equal(t, 3, r.Committed)
+	assert.Equal(t, 3, r.Delivered)
+	assert.Zero(t, r.Lost)
+	assert.Zero(t, r.DuplicateCopies, "a redelivery of one stored message is not a duplicate send")
+	assert.Equal(t, 1, r.Redeliveries)
+	assert.Empty(t, r.failed())
+	assert.Equal(t, 3, r.Sends[kindSent])
+}
+
+func TestLostAndDeadLetteredFail(t *testing.T) {
+	f := newFake(4)
+	f.sentOnce(1, "p01", time.Second)
+	f.in.Rows[1].Status, f.in.Rows[1].LastError = "FAIL", "rocketmq: connection refused"
+	f.in.Rows[2].Status = "SENDING"
+	f.in.Rows[3].Status = "SUCCESS" // SUCCESS, but never received: the worst kind of loss
+	r := analyze(f.in)
+	assert.Equal(t, 3, r.Lost)
+	assert.Equal(t, map[string]int{"FAIL": 1, "SENDING": 1, "SUCCESS": 1}, r.LostByState)
+	assert.Equal(t, 1, r.DeadLetters)
+	assert.Equal(t, map[string]int{"rocketmq: connection refused": 1}, r.DeadReasons)
+	assert.Equal(t, 1, r.Sending)
+	failed := strings.Join(r.failed(), "; ")
+	assert.Contains(t, failed, "3 events lost")
+	assert.Contains(t, failed, "1 dead letters")
+	assert.Contains(t, failed, "1 rows left SENDING")
+}
+
+func TestCommitsWithUnknownOutcomeAreCheckedInTheTable(t *testing.T) {
+	f := newFake(1)
+	f.sentOnce(1, "p01", time.Second)
+	// x1's Commit failed but the row exists: committed. x2's failed and it does not: rolled
+	// back. y1 failed before Commit and (wrongly) exists.
+	f.in.Writers.Unknown = []string{"x1", "x2"}
+	f.in.Writers.Aborted = []string{"y1"}
+	f.in.Rows = append(f.in.Rows, row{ID: 2, BizNo: "x1", Status: "SUCCESS"}, row{ID: 3, BizNo: "y1", Status: "SUCCESS"})
+	f.in.Deliveries = append(f.in.Deliveries, delivery{BizNo: "y1", EventID: "3", Store: "q/3", BodyOK: true})
+	r := analyze(f.in)
+	assert.Equal(t, 2, r.Committed, "Commit nil, plus the unknown outcome found in the table")
+	assert.Equal(t, 1, r.UnknownFound)
+	assert.Equal(t, 1, r.UnknownMissing)
+	assert.Equal(t, 1, r.AbortedPresent)
+	assert.Equal(t, 1, r.Lost, "x1 was committed and never delivered")
+	assert.Equal(t, []string{"x1"}, r.LostSample)
+}
+
+func TestDuplicateAfterKillIsExplained(t *testing.T) {
+	f := newFake(1)
+	// p01 claims and sends, and is killed before its acknowledgement; after the lease p02
+	// claims the reclaimed row and sends it again.
+	f.log(0, "p01", kindClaim, 1).log(10*time.Millisecond, "p01", kindSent, 1).deliver(1, "q/1", 0)
+	f.in.Killed["p01"] = at(time.Second)
+	f.log(lease+5*time.Second, "p02", kindClaim, 1).log(lease+5*time.Second+time.Millisecond, "p02", kindSent, 1).
+		log(lease+5*time.Second+2*time.Millisecond, "p02", kindAck, 1).deliver(1, "q/2", lease+5*time.Second)
+	r := analyze(f.in)
+	assert.Equal(t, 1, r.DuplicateCopies)
+	assert.Empty(t, r.Unexplained)
+	assert.Equal(t, map[string]int{causeKill: 1}, r.Causes)
+	assert.Empty(t, r.Overlaps)
+	assert.Empty(t, r.failed())
+}
+
+func TestKillBeforeTheSendOutcomeExplainsADuplicate(t *testing.T) {
+	f := newFake(1)
+	// Killed after the claim, with no outcome logged: the send may have happened.
+	f.log(0, "p01", kindClaim, 1).deliver(1, "q/p01", 0)
+	f.in.Killed["p01"] = at(time.Second)
+	f.sentOnce(1, "p02", lease+time.Second)
+	r := analyze(f.in)
+	assert.Empty(t, r.Unexplained)
+	assert.Equal(t, map[string]int{causeKill: 1}, r.Causes)
+}
+
+func TestKillAfterTheAcknowledgementExplainsNothing(t *testing.T) {
+	f := newFake(1)
+	f.sentOnce(1, "p01", 0)
+	f.in.Killed["p01"] = at(time.Second)
+	f.sentOnce(1, "p02", lease+time.Second) // a second send nothing accounts for
+	f.in.Deliveries[1].Store = "q/other"
+	r := analyze(f.in)
+	require.Len(t, r.Unexplained, 1)
+	assert.Equal(t, "b1", r.Unexplained[0].BizNo)
+	assert.Equal(t, 2, r.Unexplained[0].Copies)
+	assert.Contains(t, strings.Join(r.failed(), "; "), "1 unexplained duplicates")
+	var out bytes.Buffer
+	r.print(&out)
+	assert.Contains(t, out.String(), "unexplained duplicate b1 (row 1): 2 copies")
+}
+
+func TestKillAfterAFailedSendExplainsNothing(t *testing.T) {
+	f := newFake(1)
+	// p01's send provably stored nothing; then it was killed. Two copies from p02 and p03
+	// are not explained by that kill.
+	f.log(0, "p01", kindClaim, 1).log(time.Millisecond, "p01", kindFailed, 1)
+	f.in.Killed["p01"] = at(time.Second)
+	f.sentOnce(1, "p02", lease+time.Second)
+	f.sentOnce(1, "p03", 2*lease+time.Second)
+	f.in.Deliveries[1].Store = "q/other"
+	r := analyze(f.in)
+	assert.Len(t, r.Unexplained, 1)
+}
+
+func TestUnknownSendOutcomeExplainsADuplicate(t *testing.T) {
+	f := newFake(1)
+	f.log(0, "p01", kindClaim, 1).log(3*time.Second, "p01", kindUnknown, 1).
+		log(3*time.Second+time.Millisecond, "p01", kindRelease, 1).deliver(1, "q/1", time.Second)
+	f.log(8*time.Second, "p01", kindClaim, 1).log(8*time.Second, "p01", kindSent, 1).
+		log(8*time.Second+time.Millisecond, "p01", kindAck, 1).deliver(1, "q/2", 8*time.Second)
+	r := analyze(f.in)
+	assert.Empty(t, r.Unexplained)
+	assert.Equal(t, map[string]int{causeUnknownSend: 1}, r.Causes)
+	assert.Empty(t, r.Overlaps, "a claim after the instance's own release is no overlap")
+}
+
+func TestClientRetryWithinOneSendExplainsADuplicate(t *testing.T) {
+	f := newFake(1)
+	f.sentOnce(1, "p01", 0)
+	f.deliver(1, "q/2", 0)
+	f.in.Deliveries[0].UniqKey, f.in.Deliveries[1].UniqKey = "U1", "U1"
+	r := analyze(f.in)
+	assert.Empty(t, r.Unexplained)
+	assert.Equal(t, map[string]int{causeClientRetry: 1}, r.Causes)
+}
+
+func TestFailedAcknowledgementExplainsADuplicate(t *testing.T) {
+	f := newFake(1)
+	// The database was down: p01's acknowledgement failed, the row stayed SENDING, and p02
+	// reclaimed it after the lease.
+	f.log(0, "p01", kindClaim, 1).log(time.Millisecond, "p01", kindSent, 1).
+		log(5*time.Second, "p01", kindAckError, 1).deliver(1, "q/1", 0)
+	f.sentOnce(1, "p02", lease+10*time.Second)
+	f.in.Deliveries[1].Store = "q/2"
+	r := analyze(f.in)
+	assert.Empty(t, r.Unexplained)
+	assert.Equal(t, map[string]int{causeAck: 1}, r.Causes)
+	assert.Empty(t, r.Overlaps)
+}
+
+func TestTwoLiveClaimsAreNeverExplained(t *testing.T) {
+	f := newFake(1)
+	// p02 claims the row 100 ms after p01, while p01's claim is live; both send. p01's
+	// acknowledgement then finds the row taken: lost within the lease, which explains nothing.
+	f.log(0, "p01", kindClaim, 1).log(100*time.Millisecond, "p02", kindClaim, 1).
+		log(200*time.Millisecond, "p01", kindSent, 1).log(210*time.Millisecond, "p02", kindSent, 1).
+		log(300*time.Millisecond, "p02", kindAck, 1).log(310*time.Millisecond, "p01", kindAckLost, 1).
+		deliver(1, "q/1", 200*time.Millisecond).deliver(1, "q/2", 210*time.Millisecond)
+	r := analyze(f.in)
+	require.Len(t, r.Overlaps, 1)
+	assert.Equal(t, "p01", r.Overlaps[0].First.Instance)
+	assert.Equal(t, "p02", r.Overlaps[0].Then.Instance)
+	assert.Equal(t, "b1", r.Overlaps[0].BizNo)
+	assert.Len(t, r.Unexplained, 1)
+	failed := strings.Join(r.failed(), "; ")
+	assert.Contains(t, failed, "1 claims taken while another was live")
+}
+
+func TestAClaimOfAKilledPublisherStaysLiveForTheLease(t *testing.T) {
+	f := newFake(1)
+	f.log(0, "p01", kindClaim, 1)
+	f.in.Killed["p01"] = at(time.Second)
+	f.sentOnce(1, "p02", 10*time.Second) // taken 10 s into a 30 s lease: a second live claim
+	r := analyze(f.in)
+	assert.Len(t, r.Overlaps, 1)
+
+	f = newFake(1)
+	f.log(0, "p01", kindClaim, 1)
+	f.in.Killed["p01"] = at(time.Second)
+	f.sentOnce(1, "p02", lease-time.Second) // within the tolerance of the lease's end
+	r = analyze(f.in)
+	assert.Empty(t, r.Overlaps)
+}
+
+func TestEventIDsMustBeConsistent(t *testing.T) {
+	f := newFake(2)
+	f.sentOnce(1, "p01", 0).sentOnce(2, "p01", 0)
+	f.deliver(1, "q/1", 0)
+	f.in.Deliveries[2].EventID = "another" // the same stored message, a different eventId
+	r := analyze(f.in)
+	assert.Equal(t, 1, r.EventIDMismatch)
+
+	f = newFake(2)
+	f.sentOnce(1, "p01", 0).sentOnce(2, "p01", 0)
+	f.in.Deliveries[1].EventID = f.in.Deliveries[0].EventID // two events, one eventId
+	r = analyze(f.in)
+	assert.Equal(t, 1, r.EventIDMismatch)
+	assert.Contains(t, strings.Join(r.failed(), "; "), "inconsistent eventIds")
+}
+
+func TestRecoveryTimes(t *testing.T) {
+	f := newFake(4)
+	// A broker outage from 10 s to 40 s: the first send after it at 42 s, and the first
+	// message born after it received at 43.1 s.
+	f.sentOnce(1, "p01", 5*time.Second)
+	f.sentOnce(2, "p02", 42*time.Second)
+	f.in.Deliveries[1].Received = at(43100 * time.Millisecond)
+	// p01 killed at 60 s holding row 3 (claimed at 59 s, no outcome); p05 started at
+	// 60.2 s, sends at 61 s; p02 acknowledges row 3 at 91 s.
+	f.log(59*time.Second, "p01", kindClaim, 3)
+	f.in.Killed["p01"] = at(60 * time.Second)
+	f.sentOnce(4, "p05", 61*time.Second)
+	f.sentOnce(3, "p02", 91*time.Second)
+	// The database down from 100 s to 110 s; a writer commits at 110.5 s.
+	f.in.Writers.Committed = append(f.in.Writers.Committed, commit{BizNo: "late", At: at(110500 * time.Millisecond)})
+	f.in.Faults = []fault{
+		{Kind: faultBroker, Target: "broker-a", Start: at(10 * time.Second), End: at(40 * time.Second)},
+		{Kind: faultKill, Target: "p01", Start: at(60 * time.Second), End: at(60200 * time.Millisecond), Replacement: "p05"},
+		{Kind: faultDB, Target: "database", Start: at(100 * time.Second), End: at(110 * time.Second)},
+	}
+	r := analyze(f.in)
+	require.Len(t, r.Faults, 3)
+	broker, kill, db := r.Faults[0], r.Faults[1], r.Faults[2]
+	assert.Equal(t, 2*time.Second+time.Millisecond, broker.FirstSend)
+	assert.Equal(t, 3100*time.Millisecond, broker.FirstDelivery)
+	assert.Equal(t, 801*time.Millisecond, kill.FirstSend, "the new publisher's first send")
+	assert.Equal(t, 1, kill.InFlight)
+	assert.Equal(t, 31*time.Second+2*time.Millisecond, kill.InFlightDone, "row 3 acknowledged by another")
+	assert.Equal(t, 500*time.Millisecond, db.FirstCommit)
+	assert.Equal(t, time.Duration(-1), db.FirstSend, "nothing was sent after the database came back")
+
+	var out bytes.Buffer
+	r.print(&out)
+	assert.Contains(t, out.String(), "it held 1 rows, all SUCCESS 31.0s after the kill")
+	assert.Contains(t, out.String(), "restart database")
+}
+
+func TestRecordsSurviveTheRoundTrip(t *testing.T) {
+	recs := []record{
+		{At: t0, Instance: "p01", Kind: kindClaim, ID: 7, BizNo: "b7"},
+		{At: t0.Add(time.Nanosecond), Instance: "p01", Kind: kindUnknown, ID: 7, BizNo: "b7", Detail: "multi\tline\nerror"},
+	}
+	var buf bytes.Buffer
+	for _, r := range recs {
+		buf.WriteString(formatRecord(r))
+	}
+	buf.WriteString("garbage\n1\tp01\n")
+	got, bad, err := parseRecords(&buf)
+	require.NoError(t, err)
+	assert.Equal(t, 2, bad)
+	require.Len(t, got, 2)
+	assert.True(t, got[0].At.Equal(recs[0].At))
+	assert.Equal(t, "b7", got[1].BizNo)
+	assert.Equal(t, "multi line error", got[1].Detail)
+	assert.Equal(t, kindUnknown, got[1].Kind)
+}
+
+func TestSendOutcome(t *testing.T) {
+	for _, c := range []struct {
+		err     error
+		retried bool
+		want    string
+	}{
+		{nil, false, kindSent},
+		{nil, true, kindSentRetried},
+		{errors.New("rocketmq: dial tcp 127.0.0.1:10941: connect: connection refused"), false, kindFailed},
+		{errors.New("rocketmq: dial tcp 127.0.0.1:10941: connect: connection refused"), true, kindUnknown},
+		{errors.New("rocketmq: the topic=T route info not found"), false, kindFailed},
+		{errors.New("rocketmq: CODE: 14, DESC: broker busy"), false, kindFailed},
+		{outbox.Permanent(errors.New("rocketmq: CODE: 13, DESC: message illegal")), false, kindFailed},
+		{fmt.Errorf("x: %w", outbox.ErrSenderClosed), false, kindFailed},
+		{errors.New("not sent: the batch's send timeout passed before its turn"), false, kindFailed},
+		{errors.New("rocketmq: send not confirmed: status 1 (FLUSH_DISK_TIMEOUT)"), false, kindUnknown},
+		{errors.New("rocketmq: request timeout"), false, kindUnknown},
+		{errors.New("rocketmq: context deadline exceeded"), false, kindUnknown},
+		{errors.New("rocketmq: EOF"), false, kindUnknown},
+	} {
+		assert.Equal(t, c.want, sendOutcome(c.err, c.retried), "%v (client retried: %v)", c.err, c.retried)
+	}
+}
+
+func TestShortFormKeepsExplicitFlags(t *testing.T) {
+	o, err := parseOptions([]string{"-short", "-events", "5000"})
+	require.NoError(t, err)
+	assert.Equal(t, 5000, o.events, "an explicit flag wins over -short")
+	assert.Equal(t, 2*time.Minute, o.duration)
+	assert.Equal(t, o.duration+o.drainTimeout+15*time.Minute, o.deadline)
+
+	for _, bad := range [][]string{
+		{"-events", "0"},
+		{"-gap-min", "10s", "-gap-max", "5s"},
+		{"-faults", "kill,flood"},
+		{"-claim-mode", "sometimes"},
+		{"-kill-when", "later"},
+		{"-external", "-dsn", "x"},
+		{"-dsn", "x"},
+		{"extra"},
+	} {
+		_, err := parseOptions(bad)
+		assert.Error(t, err, "%v", bad)
+	}
+}
