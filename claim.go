@@ -121,7 +121,9 @@ func (p *Publisher) round(ctx context.Context) (stats RoundStats, next time.Dura
 	switch {
 	case p.outage.down:
 		return stats, time.Until(p.outage.next), err
-	case err == nil && !probe && stats.drained(limit):
+	case probe:
+		return stats, 0, err // the broker answers again: whatever waited goes at once
+	case err == nil && stats.drained(limit):
 		return stats, 0, nil // a backlog: go on at once
 	}
 	return stats, p.cfg.PollInterval, err

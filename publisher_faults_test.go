@@ -379,3 +379,26 @@ func TestReclaimDeadLettersAPoisonEvent(t *testing.T) {
 	assert.Equal(t, outbox.StatusWait, b.get(t, ids[1]).Status)
 	assert.Equal(t, 1, logs.count(slog.LevelError, "dead-lettered"))
 }
+
+// When a probe gets through, the events that waited out the outage go at once, not after
+// the poll interval.
+func TestOutageEndsWithoutWaitingForThePoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 5)
+	sender := newSwitchSender()
+	sender.down.Store(true)
+	cfg := fastConfig("p", &logSink{})
+	cfg.PollInterval = time.Hour
+	cfg.MaxProbeDelay = 50 * time.Millisecond
+	p := newPublisher(t, b.store, sender, cfg)
+	runPublisher(t, p)
+	require.Eventually(t, p.BrokerUnavailable, 10*time.Second, 5*time.Millisecond)
+
+	sender.down.Store(false)
+	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) },
+		10*time.Second, 10*time.Millisecond, "sent at once after the probe, with an hour's poll interval")
+	for _, id := range ids {
+		assert.Equal(t, 1, sender.count(id))
+	}
+}
