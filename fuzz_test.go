@@ -514,6 +514,16 @@ func documentedTopic(s string) bool {
 	if s == "" || len(s) > 127 {
 		return false
 	}
+	switch s {
+	case "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+		"RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT":
+		return false // the broker's own topics
+	}
+	for _, prefix := range []string{"rmq_sys_", "%RETRY%", "%DLQ%"} {
+		if strings.HasPrefix(s, prefix) {
+			return false
+		}
+	}
 	for _, c := range []byte(s) {
 		if !(c == '_' || c == '-' || c == '%' || c == '|' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
 			return false
@@ -538,6 +548,8 @@ func FuzzRocketMQConfig(f *testing.F) {
 		{strings.Repeat("t", 128), 0, 0, 0},
 		{"a b", 0, 0, 0},
 		{"a/b", 0, 0, 0},
+		{"SCHEDULE_TOPIC_XXXX", 0, 0, 0},
+		{"rmq_sys_x", 0, 0, 0},
 		{"tópico", 0, 0, 0},
 		{"T", -1, 0, 0},
 		{"T", 0, -1, 0},

@@ -51,6 +51,21 @@ const (
 	codeTopicNotExist       = 17 // TOPIC_NOT_EXIST: not on this broker, auto-create off
 )
 
+// systemTopics are the broker's own topics (its TopicValidator): a send to one is refused
+// with NO_PERMISSION, which would look like an outage that never ends.
+var systemTopics = map[string]bool{
+	"TBW102": true, "SCHEDULE_TOPIC_XXXX": true, "BenchmarkTest": true, "RMQ_SYS_TRANS_HALF_TOPIC": true,
+	"RMQ_SYS_TRACE_TOPIC": true, "RMQ_SYS_TRANS_OP_HALF_TOPIC": true, "TRANS_CHECK_MAX_TIME_TOPIC": true,
+	"SELF_TEST_TOPIC": true, "OFFSET_MOVED_EVENT": true,
+}
+
+// systemTopic reports a topic of the broker's own: a name in systemTopics, or one with the
+// prefix of its system topics or of consumer groups' retry and dead-letter topics.
+func systemTopic(topic string) bool {
+	return systemTopics[topic] || strings.HasPrefix(topic, "rmq_sys_") ||
+		strings.HasPrefix(topic, "%RETRY%") || strings.HasPrefix(topic, "%DLQ%")
+}
+
 // topicRE is the broker's rule for topic names.
 var topicRE = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,127}$`)
 
@@ -159,6 +174,9 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	topic := cmp.Or(cfg.Topic, TopicDefault)
 	if !topicRE.MatchString(topic) {
 		return nil, fmt.Errorf("%w: topic %q must be 1 to 127 letters, digits, '_', '-', '%%' or '|'", ErrInvalidConfig, topic)
+	}
+	if systemTopic(topic) {
+		return nil, fmt.Errorf("%w: topic %q is one of RocketMQ's own, which the broker refuses to take messages for", ErrInvalidConfig, topic)
 	}
 	timeout := cmp.Or(cfg.SendTimeout, SendTimeoutDefault)
 	attempts := cmp.Or(cfg.SendAttempts, SendAttemptsDefault)

@@ -226,6 +226,9 @@ func TestRocketMQSenderRejectsBadConfig(t *testing.T) {
 	}{
 		{"NoNameServers", outbox.RocketMQConfig{}, "NameServers is empty"},
 		{"TopicWithSpace", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "ORDER EVENTS"}, "topic"},
+		{"SystemTopic", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "SCHEDULE_TOPIC_XXXX"}, "one of RocketMQ's own"},
+		{"SystemTopicPrefix", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "rmq_sys_wheel"}, "one of RocketMQ's own"},
+		{"RetryTopic", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "%RETRY%points"}, "one of RocketMQ's own"},
 		{"TopicTooLong", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: strings.Repeat("T", 128)}, "topic"},
 		{"NegativeSendTimeout", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendTimeout: -time.Second}, "SendTimeout"},
 		{"SendTimeoutTooShort", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendTimeout: time.Microsecond}, "SendTimeout must be at least 10ms"},
