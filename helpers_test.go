@@ -120,18 +120,7 @@ func (b *bundle) insertPayload(t testing.TB, bizNo string, payload []byte) int64
 // eventIDs returns every row's event id, by row id.
 func (b *bundle) eventIDs(t testing.TB) map[int64]string {
 	t.Helper()
-	rows, err := b.db.Query("SELECT id, event_id FROM `" + b.store.Table() + "`")
-	require.NoError(t, err)
-	defer rows.Close()
-	ids := map[int64]string{}
-	for rows.Next() {
-		var id int64
-		var eventID string
-		require.NoError(t, rows.Scan(&id, &eventID))
-		ids[id] = eventID
-	}
-	require.NoError(t, rows.Err())
-	return ids
+	return testsvc.EventIDs(t, b.db, b.store.Table())
 }
 
 func (b *bundle) get(t testing.TB, id int64) outbox.Event {

@@ -65,23 +65,6 @@ func forget(t *testing.T, db *sql.DB, prefix string, eventIDs map[int64]string) 
 	})
 }
 
-// eventIDs returns the outbox table's event ids by row id.
-func eventIDs(t *testing.T, db *sql.DB, table string) map[int64]string {
-	t.Helper()
-	rows, err := db.Query("SELECT id, event_id FROM `" + table + "`")
-	require.NoError(t, err)
-	defer rows.Close()
-	ids := map[int64]string{}
-	for rows.Next() {
-		var id int64
-		var eventID string
-		require.NoError(t, rows.Scan(&id, &eventID))
-		ids[id] = eventID
-	}
-	require.NoError(t, rows.Err())
-	return ids
-}
-
 // consumed counts the event ids the points service has recorded as processed.
 func consumed(t *testing.T, db *sql.DB, ids map[int64]string) int {
 	t.Helper()
@@ -110,7 +93,7 @@ func TestRecreatedOutboxTableDropsNothing(t *testing.T) {
 	t.Logf("first run:\n%s", out.String())
 	require.NoError(t, err)
 	require.Zero(t, first.lost())
-	firstIDs := eventIDs(t, db, o.table)
+	firstIDs := testsvc.EventIDs(t, db, o.table)
 	forget(t, db, first.prefix, firstIDs)
 	require.Len(t, firstIDs, o.orders)
 	require.Equal(t, o.orders, consumed(t, db, firstIDs), "the points service recorded every event of the first run")
@@ -122,7 +105,7 @@ func TestRecreatedOutboxTableDropsNothing(t *testing.T) {
 	t.Logf("second run, on the recreated table:\n%s", out.String())
 	require.NoError(t, err)
 
-	secondIDs := eventIDs(t, db, o.table)
+	secondIDs := testsvc.EventIDs(t, db, o.table)
 	forget(t, db, second.prefix, secondIDs)
 	assert.Equal(t, slices.Sorted(maps.Keys(firstIDs)), slices.Sorted(maps.Keys(secondIDs)),
 		"the recreated table gives its rows the first run's row ids again")

@@ -196,3 +196,28 @@ func NewDatabase(t testing.TB) *sql.DB {
 	cfg.DBName = name
 	return openDB(t, cfg.FormatDSN(), "database "+name+" on "+MySQLDSNEnv, "")
 }
+
+// EventIDs returns the event id of every row of an outbox table, by row id.
+func EventIDs(t testing.TB, db *sql.DB, table string) map[int64]string {
+	t.Helper()
+	rows, err := db.Query("SELECT id, event_id FROM `" + table + "`")
+	if err != nil {
+		t.Fatalf("read the event ids of %s: %v", table, err)
+	}
+	defer rows.Close()
+	ids := map[int64]string{}
+	for rows.Next() {
+		var (
+			id      int64
+			eventID string
+		)
+		if err := rows.Scan(&id, &eventID); err != nil {
+			t.Fatalf("read the event ids of %s: %v", table, err)
+		}
+		ids[id] = eventID
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read the event ids of %s: %v", table, err)
+	}
+	return ids
+}
