@@ -63,12 +63,11 @@ func (s *RoundStats) add(o outcome) {
 	}
 }
 
-// drained reports whether a round claimed all it could and recorded every claim as sent (or
-// lost to another instance): there is likely more waiting, so the next round should not
-// wait for the poll interval. A round with any failure waits, as back-pressure.
-func (s RoundStats) drained(limit int) bool {
-	return s.Candidates > 0 && s.Candidates >= limit &&
-		s.Retried+s.DeadLettered+s.Released+s.Unavailable+s.LeaseLost+s.Errors == 0
+// clean reports whether a round recorded every claim as sent (or lost to another
+// instance). A round that left more waiting is followed at once by the next only if it was
+// clean: a round with any failure waits for the poll interval, as back-pressure.
+func (s RoundStats) clean() bool {
+	return s.Retried+s.DeadLettered+s.Released+s.Unavailable+s.LeaseLost+s.Errors == 0
 }
 
 // PublishPending runs one round and reports what it did. In per-row mode it reads up to
@@ -112,24 +111,24 @@ func (p *Publisher) round(ctx context.Context) (stats RoundStats, next time.Dura
 		// Whatever this probe finds (nothing due, a claim lost), the next waits as long.
 		p.outage.next = time.Now().Add(p.outage.delay)
 	}
-	var limit int
+	var more bool // the round took all it could: more may be due
 	if p.cfg.ClaimMode == ClaimPerRow {
-		limit, err = p.publishPerRow(ctx, &stats, probe)
+		more, err = p.publishPerRow(ctx, &stats, probe)
 	} else {
-		limit, err = p.publishBatch(ctx, &stats, probe)
+		more, err = p.publishBatch(ctx, &stats, probe)
 	}
 	switch {
 	case p.outage.down:
 		return stats, time.Until(p.outage.next), err
 	case probe:
 		return stats, 0, err // the broker answers again: whatever waited goes at once
-	case err == nil && stats.drained(limit):
+	case err == nil && more && stats.clean():
 		return stats, 0, nil // a backlog: go on at once
 	}
 	return stats, p.cfg.PollInterval, err
 }
 
-func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe bool) (int, error) {
+func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe bool) (more bool, err error) {
 	limit := p.cfg.BatchSize
 	if probe {
 		limit = 1
@@ -138,7 +137,7 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 		return p.store.Candidates(ctx, limit)
 	})
 	if err != nil {
-		return limit, err
+		return false, err
 	}
 	stats.Candidates = len(candidates)
 	for _, ev := range candidates {
@@ -153,27 +152,28 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 			break // the broker is down: leave the other candidates to the probes
 		}
 	}
-	return limit, nil
+	return len(candidates) == limit, nil
 }
 
-func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe bool) (int, error) {
+func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe bool) (more bool, err error) {
 	owner := p.cfg.InstanceID
 	limit := int(p.limit.Load())
 	if probe {
 		limit = 1
 	}
-	evs, err := p.fetch(ctx, "claim due events", func(ctx context.Context) ([]Event, error) {
-		return p.store.ClaimDue(ctx, owner, limit, p.cfg.MaxClaimBytes)
+	evs, err := p.fetch(ctx, "claim due events", func(ctx context.Context) (evs []Event, err error) {
+		evs, more, err = p.store.ClaimDue(ctx, owner, limit, p.cfg.MaxClaimBytes)
+		return evs, err
 	})
 	if err != nil {
 		// The claim may have committed all the same: release whatever is ours before the
 		// next claim.
 		p.releaseOwed = true
-		return limit, err
+		return false, err
 	}
 	stats.Candidates, stats.Claimed = len(evs), len(evs)
 	if len(evs) == 0 {
-		return limit, nil
+		return more, nil
 	}
 
 	// From here this instance holds the leases; their outcomes are recorded even if ctx is
@@ -185,7 +185,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe b
 				return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", outcomeReleased))
 			})
 		}
-		return limit, nil
+		return more, nil
 	}
 	start := time.Now()
 	errs := p.sendBatch(held, evs)
@@ -215,7 +215,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe b
 		}
 	}
 	p.brokerAnswered(ctx, unavailable)
-	return limit, nil
+	return more, nil
 }
 
 // brokerAnswered starts (or prolongs) an outage after a round whose sends failed as

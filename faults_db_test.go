@@ -310,7 +310,7 @@ func TestMySQLStoreBatchClaimGoesAheadWhenGetLockIsRefused(t *testing.T) {
 			store := testsvc.NewStoreOn(t, db, b.store.Table())
 			b.insert(t, 3)
 
-			evs, err := store.ClaimDue(context.Background(), "owner-a", 10, 1<<20)
+			evs, _, err := store.ClaimDue(context.Background(), "owner-a", 10, 1<<20)
 			assert.EqualValues(t, 1, refused.Load())
 			if !c.goesOn {
 				require.Error(t, err)
@@ -323,7 +323,7 @@ func TestMySQLStoreBatchClaimGoesAheadWhenGetLockIsRefused(t *testing.T) {
 			assert.EqualValues(t, 1, refuser.closeds.Load(), "the connection whose GET_LOCK failed was closed")
 
 			b.insert(t, 2)
-			evs, err = store.ClaimDue(context.Background(), "owner-a", 10, 1<<20)
+			evs, _, err = store.ClaimDue(context.Background(), "owner-a", 10, 1<<20)
 			require.NoError(t, err)
 			assert.Len(t, evs, 2)
 			assert.EqualValues(t, 1, refused.Load(), "turns are paused after a refusal")

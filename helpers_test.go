@@ -298,22 +298,22 @@ type hookStore struct {
 	beforeRelease   func(ctx context.Context, id int64) error
 }
 
-func (h *hookStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, error) {
+func (h *hookStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, bool, error) {
 	if h.afterCandidates != nil {
 		h.afterCandidates(ctx, nil)
 	}
 	if h.beforeClaim != nil {
 		if err := h.beforeClaim(ctx, outbox.Event{}); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	evs, err := h.Store.ClaimDue(ctx, owner, limit, maxBytes)
+	evs, more, err := h.Store.ClaimDue(ctx, owner, limit, maxBytes)
 	if err == nil && h.afterClaim != nil {
 		for _, ev := range evs {
 			h.afterClaim(ctx, ev, true)
 		}
 	}
-	return evs, err
+	return evs, more, err
 }
 
 func (h *hookStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error) {

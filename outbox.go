@@ -79,8 +79,10 @@ type Store interface {
 	// claimed. Rows another instance is claiming at the same moment are skipped, not waited
 	// for. An event that was reclaimed before (ReclaimCount > 0) is claimed alone, so that
 	// if its send kills the instance again, the reclaim counts against it and nothing else.
-	// Used by [ClaimBatch].
-	ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]Event, error)
+	// more reports that due events may be left (the claim took all it was allowed, or
+	// stopped short of maxBytes or of a reclaimed event), so that the next claim need not
+	// wait for the poll interval. Used by [ClaimBatch].
+	ClaimDue(ctx context.Context, owner string, limit, maxBytes int) (evs []Event, more bool, err error)
 
 	// Claim makes owner the holder of ev's lease, if ev is still WAIT, still due and still at
 	// ev.RetryCount. It reports whether the claim changed the row: false means another

@@ -151,12 +151,12 @@ type claimOutcomeUnknown struct {
 
 var errCommitUnknown = errors.New("invalid connection (the COMMIT may or may not have happened)")
 
-func (s *claimOutcomeUnknown) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, error) {
-	evs, err := s.Store.ClaimDue(ctx, owner, limit, maxBytes)
+func (s *claimOutcomeUnknown) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, bool, error) {
+	evs, more, err := s.Store.ClaimDue(ctx, owner, limit, maxBytes)
 	if err == nil && len(evs) > 0 && s.lies.Add(-1) >= 0 {
-		return nil, errCommitUnknown
+		return nil, false, errCommitUnknown
 	}
-	return evs, err
+	return evs, more, err
 }
 
 func (s *claimOutcomeUnknown) Claim(ctx context.Context, ev outbox.Event, owner string) (bool, error) {
@@ -400,5 +400,35 @@ func TestOutageEndsWithoutWaitingForThePoll(t *testing.T) {
 		10*time.Second, 10*time.Millisecond, "sent at once after the probe, with an hour's poll interval")
 	for _, id := range ids {
 		assert.Equal(t, 1, sender.count(id))
+	}
+}
+
+// A claim cut short (by a reclaimed event, which goes alone, or by MaxClaimBytes) leaves
+// due events behind: the next round takes them at once, not after the poll interval.
+func TestClaimCutShortIsFollowedAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"ReclaimedEvents", "MaxClaimBytes"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ids := b.insert(t, 10)
+			cfg := fastConfig("p", &logSink{})
+			cfg.ClaimMode = outbox.ClaimBatch // cut-short claims are the batch claim's
+			cfg.PollInterval = time.Hour
+			if name == "ReclaimedEvents" {
+				for _, id := range ids[:5] {
+					b.exec(t, "UPDATE {t} SET reclaim_count = 1 WHERE id = ?", id)
+				}
+			} else {
+				cfg.MaxClaimBytes = 1 // one event per claim
+			}
+			rec := newRecorder()
+			runPublisher(t, newPublisher(t, b.store, rec, cfg))
+			require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) },
+				10*time.Second, 10*time.Millisecond, "with an hour's poll interval")
+			for _, id := range ids {
+				assert.Equal(t, 1, rec.count(id))
+			}
+		})
 	}
 }

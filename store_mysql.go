@@ -465,11 +465,16 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 // Reclaimed rows keep their old next_retry_time, so after an instance died they come first:
 // each is claimed alone, and while they come the claim locks only a few rows at a time
 // (suspectLimit) instead of a whole batch to take one.
-func (s *MySQLStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]Event, error) {
+func (s *MySQLStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]Event, bool, error) {
 	if limit <= 0 || maxBytes <= 0 {
-		return nil, fmt.Errorf("outbox: claim due events: limit (%d) and maxBytes (%d) must be positive", limit, maxBytes)
+		return nil, false, fmt.Errorf("outbox: claim due events: limit (%d) and maxBytes (%d) must be positive", limit, maxBytes)
 	}
-	return retryOnLockConflict(ctx, s, func() ([]Event, error) { return s.claimDue(ctx, owner, limit, maxBytes) })
+	var more bool
+	evs, err := retryOnLockConflict(ctx, s, func() (evs []Event, err error) {
+		evs, more, err = s.claimDue(ctx, owner, limit, maxBytes)
+		return evs, err
+	})
+	return evs, more, err
 }
 
 // suspectLimit is how many rows a claim locks while reclaimed rows are at the head.
@@ -478,12 +483,12 @@ const suspectLimit = 16
 // minInlinePayload is the least payload size the claim's SELECT reads inline.
 const minInlinePayload = 4 << 10
 
-func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes int) (evs []Event, err error) {
+func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes int) (evs []Event, more bool, err error) {
 	// A connection of its own, so that it can be thrown away if it might still hold the
 	// claim turn.
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return nil, s.wrap("claim due events", err)
+		return nil, false, s.wrap("claim due events", err)
 	}
 	defer conn.Close()
 	// A session whose GET_LOCK failed may hold the lock all the same: once the claim is done
@@ -496,7 +501,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 	}()
 	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return nil, s.wrap("claim due events", err)
+		return nil, false, s.wrap("claim due events", err)
 	}
 	defer func() {
 		if err != nil {
@@ -512,7 +517,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 	}
 	if !s.concurrentClaims {
 		if turn, err = s.takeClaimTurn(ctx, tx); err != nil {
-			return nil, discard(err)
+			return nil, false, discard(err)
 		}
 	}
 	scan := limit
@@ -526,18 +531,19 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 	}
 	if turn == turnTaken {
 		if endErr := s.endClaimTurn(ctx, tx); endErr != nil {
-			return nil, discard(errors.Join(err, endErr))
+			return nil, false, discard(errors.Join(err, endErr))
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if len(evs) == 0 {
 		s.suspectsAhead.Store(false)
-		return nil, s.wrap("claim due events", tx.Commit())
+		return nil, false, s.wrap("claim due events", tx.Commit())
 	}
 	n, suspect := claimable(evs, sizes, maxBytes)
 	s.suspectsAhead.Store(suspect)
+	more = len(evs) == scan || n < len(evs)
 	evs = evs[:n] // the other rows stay WAIT; their locks end with the transaction
 	ids := make([]int64, len(evs))
 	var long []int64 // rows whose payload the SELECT left out
@@ -549,21 +555,21 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 	}
 	res, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.claimLocked, idList(ids)), owner)
 	if err != nil {
-		return nil, s.wrap("claim due events", err)
+		return nil, false, s.wrap("claim due events", err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != int64(len(evs)) {
 		// The rows were locked by this transaction: anything else is a broken invariant.
-		return nil, fmt.Errorf("outbox: claim due events: claimed %d of %d locked rows (%v)", n, len(evs), err)
+		return nil, false, fmt.Errorf("outbox: claim due events: claimed %d of %d locked rows (%v)", n, len(evs), err)
 	}
 	if len(long) > 0 {
 		if err := s.readPayloads(ctx, tx, evs, long); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		// The outcome is unknown: the rows may be SENDING under owner. The publisher
 		// releases its own rows before it claims again (Store.ReleaseOwned).
-		return nil, s.wrap("claim due events: commit", err)
+		return nil, false, s.wrap("claim due events: commit", err)
 	}
 	for i := range evs {
 		evs[i].Status, evs[i].ClaimOwner = StatusSending, owner
@@ -571,7 +577,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 			evs[i].Payload = []byte{}
 		}
 	}
-	return evs, nil
+	return evs, more, nil
 }
 
 // claimable says how many of the locked rows, in order, one claim takes: a reclaimed row at

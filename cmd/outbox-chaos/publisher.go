@@ -147,14 +147,14 @@ type recordingStore struct {
 	log *outcomeLog
 }
 
-func (s recordingStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, error) {
-	evs, err := s.MySQLStore.ClaimDue(ctx, owner, limit, maxBytes)
+func (s recordingStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, bool, error) {
+	evs, more, err := s.MySQLStore.ClaimDue(ctx, owner, limit, maxBytes)
 	recs := make([]record, len(evs))
 	for i, ev := range evs {
 		recs[i] = record{Kind: kindClaim, ID: ev.ID, BizNo: ev.BizNo}
 	}
 	s.log.write(recs)
-	return evs, err
+	return evs, more, err
 }
 
 func (s recordingStore) Claim(ctx context.Context, ev outbox.Event, owner string) (bool, error) {
