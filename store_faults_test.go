@@ -28,9 +28,10 @@ func faultConformance(t *testing.T, h storeHarness) {
 		for i := range 6 {
 			ids = append(ids, b.insertPayload(t, "ORD-B", bytes.Repeat([]byte{byte('a' + i)}, size)))
 		}
-		evs, _, err := s.ClaimDue(ctx, owner, 100, 1<<20)
+		evs, more, err := s.ClaimDue(ctx, owner, 100, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 3, "three 300 KiB payloads fit in 1 MiB, a fourth does not")
+		assert.True(t, more, "due events were left behind")
 		for i, ev := range evs {
 			assert.Equal(t, ids[i], ev.ID)
 			assert.Equal(t, bytes.Repeat([]byte{byte('a' + i)}, size), ev.Payload, "a payload read after the claim is whole")
@@ -53,13 +54,18 @@ func faultConformance(t *testing.T, h storeHarness) {
 		}
 		b.exec(t, "UPDATE {t} SET reclaim_count = 1 WHERE id IN (?, ?)", ids[2], ids[3])
 
-		var got [][]int64
+		var (
+			got   [][]int64
+			mores []bool
+		)
 		for {
-			evs, _, err := s.ClaimDue(ctx, owner, 100, 1<<20)
+			evs, more, err := s.ClaimDue(ctx, owner, 100, 1<<20)
 			require.NoError(t, err)
 			if len(evs) == 0 {
+				assert.False(t, more)
 				break
 			}
+			mores = append(mores, more)
 			var round []int64
 			for _, ev := range evs {
 				round = append(round, ev.ID)
@@ -68,6 +74,7 @@ func faultConformance(t *testing.T, h storeHarness) {
 		}
 		assert.Equal(t, [][]int64{{ids[0], ids[1]}, {ids[2]}, {ids[3]}, {ids[4], ids[5]}}, got,
 			"a batch stops before a reclaimed event, which is then claimed alone")
+		assert.Equal(t, []bool{true, true, true, false}, mores, "each claim cut short says more may be due; the last does not")
 	})
 
 	t.Run("ReclaimDeadLettersPastMaxReclaims", func(t *testing.T) {
