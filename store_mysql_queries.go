@@ -1,0 +1,129 @@
+package outbox
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// The statements, written against t_event_record and renamed to the configured table.
+//
+// Every time is UTC_TIMESTAMP(3): the database's clock, the same for every session whatever
+// its time_zone. (NOW() returns session-local time, so two instances whose connections have
+// different time zones would disagree about every lease by hours.)
+func newMySQLQueries(table string) mysqlQueries {
+	r := strings.NewReplacer("t_event_record", "`"+table+"`")
+	return mysqlQueries{
+		schema: r.Replace(schemaSQL),
+
+		insert: r.Replace(`INSERT INTO t_event_record
+	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time)
+	VALUES (?, ?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))`),
+
+		// Candidates only: no lock, no ownership. Several instances seeing the same row is
+		// expected. Served by idx_status_next_retry.
+		candidates: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time,
+	       reclaim_count, OCTET_LENGTH(payload)
+	FROM t_event_record
+	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
+	ORDER BY next_retry_time ASC LIMIT ?`),
+
+		// The claim. status = 'WAIT' is the gate: InnoDB serialises concurrent UPDATEs of the
+		// row, and once the first commits the others match nothing and affect 0 rows.
+		// retry_count = ? and next_retry_time <= now go beyond the article's claim: without
+		// them, a candidate read before another instance failed it and pushed it back (WAIT
+		// again, retry later) would be claimed early, with a stale retry count.
+		claim: r.Replace(`UPDATE t_event_record
+	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'WAIT' AND retry_count = ? AND next_retry_time <= UTC_TIMESTAMP(3)`),
+
+		// The batch claim, in one short transaction: lock up to n due WAIT rows, skipping rows
+		// another instance has locked (so instances never wait on each other), then claim
+		// exactly those rows. Served by idx_status_next_retry.
+		//
+		// A payload longer than the first %d bytes is left out (NULL) and read by the payloads
+		// query once the claim has chosen its rows, so that a claim never holds more than about
+		// limit times that plus maxBytes in memory, however large the payloads are.
+		lockDue: r.Replace(`SELECT id, event_id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
+	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload)
+	FROM t_event_record
+	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
+	ORDER BY next_retry_time ASC LIMIT %d
+	FOR UPDATE SKIP LOCKED`),
+		payloads: r.Replace(`SELECT id, payload FROM t_event_record WHERE id IN (%s)`),
+		// The claim turn (see MySQLConfig.ConcurrentClaims): a named lock per database and
+		// table. Lock names are server-wide and at most 64 characters, hence the hash.
+		takeClaimTurn: "SELECT GET_LOCK(" + claimLockName(table) + ", %d)",
+		endClaimTurn:  fmt.Sprintf("DO RELEASE_LOCK(%s)", claimLockName(table)),
+		claimLocked: r.Replace(`UPDATE t_event_record
+	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'WAIT'`),
+
+		// Success for a whole batch, only for the rows whose lease is still ours.
+		markSuccessBatch: r.Replace(`UPDATE t_event_record
+	SET status = 'SUCCESS', update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
+
+		// Success, only under our own lease: a late acknowledgement from an instance whose
+		// lease was reclaimed (and re-sent by another) affects 0 rows and cannot overwrite
+		// the true state.
+		markSuccess: r.Replace(`UPDATE t_event_record
+	SET status = 'SUCCESS', update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+
+		// Failure: release only our own lease, back to WAIT with a later retry time. Without
+		// claim_owner, A could push back into the queue an event B is sending right now.
+		release: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', retry_count = ?,
+	    next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND),
+	    last_error = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+
+		// Past the retry limit: dead letter, under our own lease; automatic sending stops.
+		markFail: r.Replace(`UPDATE t_event_record
+	SET status = 'FAIL', retry_count = ?, last_error = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+
+		// Reclaim zombies, judged by claimed_at, never next_retry_time: a row just claimed
+		// and being sent has an old next_retry_time, and reclaiming it would send it twice.
+		//
+		// In two steps: a lock-free SELECT of expired ids (served by idx_status_claimed_at),
+		// then an UPDATE of those ids by primary key that checks the same condition again. A
+		// single range UPDATE takes next-key locks on idx_status_claimed_at, and under load
+		// those deadlock with the claims and acks that move rows in and out of that range.
+		expired: r.Replace(`SELECT id, reclaim_count FROM t_event_record
+	WHERE status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	LIMIT ?`),
+		reclaim: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', reclaim_count = reclaim_count + 1,
+	    update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
+		// A reclaim past MaxReclaims: a poison event, dead-lettered under the same condition.
+		reclaimFail: r.Replace(`UPDATE t_event_record
+	SET status = 'FAIL', reclaim_count = reclaim_count + 1, last_error = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
+
+		// The rows an instance still holds when it has nothing in flight: after a claim whose
+		// COMMIT outcome is unknown, and when it stops. A lock-free SELECT (served by
+		// idx_status_claimed_at: SENDING rows are few) and an UPDATE by primary key that
+		// checks the owner again, as the reclaim does. Only the owner's own rows: another
+		// instance's are never touched before their lease ends.
+		owned: r.Replace(`SELECT id FROM t_event_record WHERE status = 'SENDING' AND claim_owner = ? LIMIT ?`),
+		releaseOwned: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', next_retry_time = UTC_TIMESTAMP(3),
+	    last_error = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
+
+		get: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, status, retry_count, reclaim_count, next_retry_time,
+	       claim_owner, claimed_at, last_error, create_time, update_time
+	FROM t_event_record WHERE id = ?`),
+
+		// A person's re-send of a dead letter: a fresh start, due now.
+		requeue: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', retry_count = 0, reclaim_count = 0, next_retry_time = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'FAIL'`),
+	}
+}

@@ -1,0 +1,111 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Tx is a database transaction in which the service writes its business rows and its events.
+// It is a *sql.Tx: use it for the business statements, then Commit or Rollback it.
+type Tx struct {
+	*sql.Tx
+	store *MySQLStore
+	wrote bool
+}
+
+// Commit commits the transaction and, if it wrote events, wakes the publishers of this
+// process that use the same store, so the events are sent at once rather than at the next
+// poll.
+func (t *Tx) Commit() error {
+	if err := t.Tx.Commit(); err != nil {
+		return err
+	}
+	if t.wrote {
+		t.store.Notify()
+	}
+	return nil
+}
+
+// BeginTx starts a transaction on the store's database.
+func (s *MySQLStore) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) {
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: could not begin transaction: %w", err)
+	}
+	return &Tx{Tx: tx, store: s}, nil
+}
+
+// WrapTx wraps a transaction the caller already has (from an ORM, say), so that events can be
+// written in it. The caller still commits or rolls it back: through the returned Tx's Commit
+// to wake this process's publishers at once, or directly (then the next poll, or a call to
+// Notify, picks the events up).
+func (s *MySQLStore) WrapTx(tx *sql.Tx) *Tx {
+	return &Tx{Tx: tx, store: s}
+}
+
+// InsertEvent writes ev as a WAIT event due now, in the transaction, and returns its row id.
+// If the transaction rolls back, so does the event; once it commits, the publisher will send
+// it. The event also gets its [Event.EventID] here, a new UUIDv7, which every send of it
+// carries; [MySQLStore.Get] shows it. An invalid event is refused with an error wrapping
+// [ErrInvalidEvent] and nothing is written.
+func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
+	if err := t.store.validateEvent(ev); err != nil {
+		return 0, err
+	}
+	payload := ev.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	// Generated here, not by the database: MySQL's UUID() is version 1, and MariaDB has
+	// UUID_v7() only from 11.7.
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return 0, fmt.Errorf("outbox: insert event: generate the event id: %w", err)
+	}
+	res, err := t.ExecContext(ctx, t.store.q.insert, eventID.String(), ev.BizNo, ev.EventType, payload)
+	if err != nil {
+		return 0, t.store.wrap("insert event", err)
+	}
+	t.wrote = true
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("outbox: insert event: %w", err)
+	}
+	return id, nil
+}
+
+func (s *MySQLStore) validateEvent(ev EventInput) error {
+	if err := validateKey("BizNo", ev.BizNo); err != nil {
+		return err
+	}
+	if err := validateKey("EventType", ev.EventType); err != nil {
+		return err
+	}
+	if len(ev.Payload) > s.maxPayload {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPayloadTooLarge, len(ev.Payload), s.maxPayload)
+	}
+	return nil
+}
+
+// validateKey checks a biz no or event type: required, at most 64 characters, printable
+// UTF-8 (they become message keys, tags and properties, where control characters are
+// separators).
+func validateKey(name, v string) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("%w: %s is empty", ErrInvalidEvent, name)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidEvent, name)
+	case utf8.RuneCountInString(v) > maxKeyLen:
+		return fmt.Errorf("%w: %s is %d characters, at most %d", ErrInvalidEvent, name, utf8.RuneCountInString(v), maxKeyLen)
+	case strings.IndexFunc(v, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidEvent, name, v)
+	}
+	return nil
+}
