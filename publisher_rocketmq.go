@@ -116,8 +116,9 @@ type RocketMQConfig struct {
 }
 
 // RocketMQSender is the [Sender] that publishes events to Apache RocketMQ with a synchronous
-// send. The message body is the payload; its properties are eventId, eventType and bizNo;
-// its key is the biz no (so a lookup by key finds it) and its tag the event type.
+// send. The message body is the payload; its properties are eventId, eventType and bizNo
+// (and traceparent and tracestate, for an event stored with a trace context); its key is
+// the biz no (so a lookup by key finds it) and its tag the event type.
 //
 // A send succeeds only when the broker answers SEND_OK. A failed send's error says whose
 // fault it is, decided from what rocketmq-client-go returns:

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"go.opentelemetry.io/otel/trace"
 )
 
 type ctxKey struct{}
@@ -32,6 +33,18 @@ func TestTracingCostsNothingWhenOff(t *testing.T) {
 
 func BenchmarkTraceOfWithoutSpan(b *testing.B) {
 	ctx := context.WithValue(context.Background(), ctxKey{}, "a request's value")
+	b.ReportAllocs()
+	for b.Loop() {
+		traceOf(ctx)
+	}
+}
+
+func BenchmarkTraceOfWithSpan(b *testing.B) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+		SpanID:  trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled,
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
 	b.ReportAllocs()
 	for b.Loop() {
 		traceOf(ctx)
