@@ -268,6 +268,8 @@ func (p *Publisher) sendBatch(ctx context.Context, evs []Event) (errs []error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
 	defer cancel()
 	if bs, ok := p.sender.(BatchSender); ok {
+		ctx, span := p.tracing.start(ctx, evs...)
+		defer func() { endSendSpan(span, errs...) }()
 		defer func() {
 			if r := recover(); r != nil {
 				errs = repeatErr(fmt.Errorf("sender panicked: %v", r), len(evs))
@@ -386,6 +388,8 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 func (p *Publisher) send(ctx context.Context, ev Event) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
 	defer cancel()
+	ctx, span := p.tracing.start(ctx, ev)
+	defer func() { endSendSpan(span, err) }()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("sender panicked: %v", r)

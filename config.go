@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ClaimMode says how a publisher claims events. Both give the same guarantees: an event is
@@ -160,6 +162,12 @@ type Config struct {
 	// event as it now stands (status FAIL) and the error of its last attempt. Use it to alert a
 	// person. It runs on the publishing goroutine: keep it quick.
 	OnDeadLetter func(ctx context.Context, ev Event, cause error)
+
+	// TracerProvider, if set, makes every send a producer span, linked to the trace context
+	// each event was inserted with (see the README's "Tracing"). The publisher uses it
+	// alone, never the global provider. Defaults to nil: no spans. Events carry their trace
+	// context to the broker either way.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults fills the zero fields and validates the result.

@@ -51,6 +51,11 @@ type Event struct {
 	LastError  string
 	CreateTime time.Time
 	UpdateTime time.Time
+	// TraceParent and TraceState are the W3C trace context of the span that was in the
+	// context given to InsertEvent (see [PropertyTraceParent]), empty if there was none. The
+	// sender sends them with the event so that its consumer continues that trace.
+	TraceParent string
+	TraceState  string
 }
 
 // EventInput is what a service writes inside its business transaction.
@@ -230,6 +235,8 @@ type Publisher struct {
 	outage      outage
 	pending     []write // outcomes the store failed to record, tried again before the next claim
 	releaseOwed bool    // a claim's outcome was unknown: release our rows before the next claim
+
+	tracing *sendTracing // the send spans; nil without Config.TracerProvider
 }
 
 // NewPublisher returns a publisher for store and sender. Zero fields of cfg take their
@@ -252,6 +259,7 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 		log:    cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
 	}
 	p.limit.Store(int64(min(cfg.BatchSize, initialClaimLimit)))
+	p.tracing = newSendTracing(cfg.TracerProvider, sender)
 	return p, nil
 }
 

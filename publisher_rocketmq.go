@@ -116,8 +116,9 @@ type RocketMQConfig struct {
 }
 
 // RocketMQSender is the [Sender] that publishes events to Apache RocketMQ with a synchronous
-// send. The message body is the payload; its properties are eventId, eventType and bizNo;
-// its key is the biz no (so a lookup by key finds it) and its tag the event type.
+// send. The message body is the payload; its properties are eventId, eventType and bizNo
+// (and traceparent and tracestate, for an event stored with a trace context); its key is
+// the biz no (so a lookup by key finds it) and its tag the event type.
 //
 // A send succeeds only when the broker answers SEND_OK. A failed send's error says whose
 // fault it is, decided from what rocketmq-client-go returns:
@@ -234,12 +235,20 @@ func (s *RocketMQSender) Topic() string { return s.topic }
 
 // Message returns the RocketMQ message for ev. Its eventId property is ev.EventID, the UUID
 // stored with the event, never the row id: row ids repeat when the table is recreated or a
-// backup restored, and between tables that publish to one topic.
+// backup restored, and between tables that publish to one topic. An event stored with a
+// well-formed W3C trace context also carries it, as the traceparent and tracestate
+// properties.
 func (s *RocketMQSender) Message(ev Event) *primitive.Message {
 	msg := primitive.NewMessage(s.topic, ev.Payload)
 	msg.WithProperty(PropertyEventID, ev.EventID)
 	msg.WithProperty(PropertyEventType, ev.EventType)
 	msg.WithProperty(PropertyBizNo, ev.BizNo)
+	if parent, state := traceProperties(&ev); parent != "" {
+		msg.WithProperty(PropertyTraceParent, parent)
+		if state != "" {
+			msg.WithProperty(PropertyTraceState, state)
+		}
+	}
 	msg.WithKeys([]string{ev.BizNo})
 	msg.WithTag(ev.EventType)
 	return msg
@@ -399,7 +408,7 @@ func (e *notSentError) Unwrap() error        { return e.cause }
 // messageSize estimates an event's encoded size in a batch: body, properties, and the
 // per-message header.
 func messageSize(ev Event) int {
-	return len(ev.Payload) + 2*len(ev.BizNo) + 2*len(ev.EventType) + 20 + 128
+	return len(ev.Payload) + 2*len(ev.BizNo) + 2*len(ev.EventType) + len(ev.TraceParent) + len(ev.TraceState) + 20 + 128
 }
 
 func fill(errs []error, err error) {

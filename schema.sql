@@ -47,6 +47,14 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     last_error      VARCHAR(1024) NULL,
     create_time     DATETIME(3)   NOT NULL,
     update_time     DATETIME(3)   NOT NULL,
+    -- the W3C trace context (traceparent, tracestate) of the span in the context given to
+    -- InsertEvent, '' when it had none; sent as the message properties of the same names.
+    -- Written once, with the row, and never changed, so they never move a row either:
+    -- trace_parent is always 55 ascii characters or empty, trace_state at most 256 (a longer
+    -- tracestate loses its last entries). Last, so that adding them to an older table is an
+    -- instant ALTER (see the README's "Upgrading").
+    trace_parent    CHAR(55)      CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
+    trace_state     VARCHAR(256)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     PRIMARY KEY (id),
     UNIQUE KEY uk_event_id (event_id),
     -- the candidate scan: status = 'WAIT' AND next_retry_time <= now, oldest first.

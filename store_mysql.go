@@ -144,7 +144,7 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 }
 
 // newerColumns are the columns a table created by an earlier version of this package lacks.
-var newerColumns = []string{"event_id", "reclaim_count"}
+var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_state"}
 
 // upgradeHint explains a table made by an earlier version.
 const upgradeHint = "it was created by an earlier version of this package " +

@@ -32,7 +32,7 @@ func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
 		ev := Event{Status: StatusWait}
 		var size int
 		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
-			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size); err != nil {
+			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState); err != nil {
 			return nil, nil, err
 		}
 		events = append(events, ev)

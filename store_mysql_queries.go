@@ -20,13 +20,14 @@ func newMySQLQueries(table string) mysqlQueries {
 		schema: r.Replace(schemaSQL),
 
 		insert: r.Replace(`INSERT INTO t_event_record
-	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time)
-	VALUES (?, ?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))`),
+	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time,
+	 trace_parent, trace_state)
+	VALUES (?, ?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), ?, ?)`),
 
 		// Candidates only: no lock, no ownership. Several instances seeing the same row is
 		// expected. Served by idx_status_next_retry.
 		candidates: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time,
-	       reclaim_count, OCTET_LENGTH(payload)
+	       reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT ?`),
@@ -48,7 +49,7 @@ func newMySQLQueries(table string) mysqlQueries {
 		// query once the claim has chosen its rows, so that a claim never holds more than about
 		// limit times that plus maxBytes in memory, however large the payloads are.
 		lockDue: r.Replace(`SELECT id, event_id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
-	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload)
+	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT %d
@@ -118,7 +119,7 @@ func newMySQLQueries(table string) mysqlQueries {
 	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
 
 		get: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, status, retry_count, reclaim_count, next_retry_time,
-	       claim_owner, claimed_at, last_error, create_time, update_time
+	       claim_owner, claimed_at, last_error, create_time, update_time, trace_parent, trace_state
 	FROM t_event_record WHERE id = ?`),
 
 		// A person's re-send of a dead letter: a fresh start, due now.

@@ -30,6 +30,15 @@
 // message is handed back, redelivered later, and dead-lettered (%DLQ%example_points_service)
 // only after those 16 attempts.
 //
+// One trace runs from the order API to the points service: the order API starts a span for
+// each order and inserts the event in its context, so the outbox stores the span's W3C trace
+// context with the event; the publishers (given a TracerProvider) make each send a producer
+// span linked to it; the message carries it as the traceparent and tracestate properties;
+// and the points service extracts it and processes the message in a consumer span of the
+// same trace. The spans go to an in-memory exporter of the OpenTelemetry SDK (a service
+// would export them to its collector); the summary counts the traces that reached the points
+// service. Nothing is registered globally.
+//
 // The example's tables are its own, in the database of -dsn. An outbox table left by an
 // older version of this example (from before event ids, without the event_id column) is
 // dropped and created again if all its events were sent; if some were not, the example stops
@@ -59,6 +68,12 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/go-outbox/outbox"
 )
@@ -148,6 +163,8 @@ type summary struct {
 	consumed, duplicates       int64 // deliveries of this run's events, and those suppressed
 	rejected                   int64 // messages recorded as unprocessable, whatever their run
 	lostAcks                   int64 // acknowledgements the first instance dropped on purpose
+	traced                     int   // orders whose trace reached the points service
+	linkedSends                int   // orders whose trace a send span links to
 }
 
 // lost is how many orders got no points.
@@ -168,14 +185,20 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	runID := strconv.FormatInt(time.Now().UnixMilli(), 36)
 	prefix := "ORD-" + runID + "-"
 
-	points, err := startPointsService(ctx, db, o, "points-"+runID, prefix)
+	// The run's spans, kept in memory: the order API's, the publishers' and the points
+	// service's.
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+
+	points, err := startPointsService(ctx, db, o, "points-"+runID, prefix, tp)
 	if err != nil {
 		return sum, err
 	}
 	defer points.shutdown()
 
 	start := time.Now()
-	if err := createOrders(ctx, store, prefix, o.orders); err != nil {
+	if err := createOrders(ctx, store, prefix, o.orders, tp.Tracer("order-api")); err != nil {
 		return sum, err
 	}
 	fmt.Fprintf(o.out, "order API: created %d orders, each with its event, in one transaction per order\n", o.orders)
@@ -184,7 +207,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	var wg sync.WaitGroup
 	var lostAcks atomic.Int64 // acknowledgements the first instance dropped on purpose
 	for i := range o.instances {
-		p, closeSender, err := newInstance(o, i, &lostAcks)
+		p, closeSender, err := newInstance(o, i, &lostAcks, tp)
 		if err != nil {
 			stopPublishers()
 			wg.Wait()
@@ -197,7 +220,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	}
 
 	// Done when every order has its points, every event is published, and every delivery
-	// (the duplicates included) has reached the points service.
+	// (the duplicates included) has reached the points service and ended its span.
 	awarded, published := 0, 0
 	for ctx.Err() == nil {
 		if awarded, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM example_user_points WHERE order_no LIKE ?", prefix); err != nil {
@@ -206,7 +229,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		if published, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM `"+o.table+"` WHERE status = 'SUCCESS' AND biz_no LIKE ?", prefix); err != nil {
 			break
 		}
-		if awarded >= o.orders && published >= o.orders && points.consumed.Load() >= int64(o.orders)+lostAcks.Load() {
+		if awarded >= o.orders && published >= o.orders && points.finished.Load() >= int64(o.orders)+lostAcks.Load() {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -221,6 +244,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	sum = summary{prefix: prefix, orders: o.orders, published: published, awarded: awarded,
 		consumed: points.consumed.Load(), duplicates: points.duplicates.Load(),
 		rejected: points.rejected.Load(), lostAcks: lostAcks.Load()}
+	sum.traced, sum.linkedSends = followTraces(spans.GetSpans())
 	fmt.Fprintf(o.out, "\nsummary (%d publisher instances, %s)\n", o.instances, elapsed.Round(time.Millisecond))
 	fmt.Fprintf(o.out, "  orders created        %6d\n", sum.orders)
 	fmt.Fprintf(o.out, "  events published      %6d\n", sum.published)
@@ -229,6 +253,8 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	fmt.Fprintf(o.out, "  messages rejected     %6d\n", sum.rejected)
 	fmt.Fprintf(o.out, "  points awarded        %6d\n", sum.awarded)
 	fmt.Fprintf(o.out, "  lost                  %6d\n", sum.lost())
+	fmt.Fprintf(o.out, "  traces to consumer    %6d   (order API span -> send span link -> points service span)\n", sum.traced)
+	fmt.Fprintf(o.out, "  traces linked by send %6d\n", sum.linkedSends)
 	if published < o.orders {
 		return sum, fmt.Errorf("%d events still unpublished after %s", o.orders-published, o.timeout)
 	}
@@ -245,25 +271,25 @@ func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLSto
 		return nil, err
 	}
 	var columns, newer int
-	err = db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN column_name IN ('event_id', 'reclaim_count') THEN 1 END)
+	err = db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN column_name IN ('event_id', 'reclaim_count', 'trace_parent', 'trace_state') THEN 1 END)
 	FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?`, o.table).Scan(&columns, &newer)
 	if err != nil {
 		return nil, fmt.Errorf("look for the outbox table %s: %w", o.table, err)
 	}
-	if columns > 0 && newer < 2 {
+	if columns > 0 && newer < 4 {
 		var unsent int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+o.table+"` WHERE status IN ('WAIT', 'SENDING')").Scan(&unsent); err != nil {
 			return nil, fmt.Errorf("count the unsent events of %s: %w", o.table, err)
 		}
 		if unsent > 0 {
-			return nil, fmt.Errorf("the outbox table %s was made by an older version of this example (no event_id or reclaim_count column) "+
+			return nil, fmt.Errorf("the outbox table %s was made by an older version of this example (no event_id, reclaim_count or trace columns) "+
 				"and still holds %d unsent events: upgrade it as the README's \"Upgrading\" section says, "+
 				"or drop it to discard them", o.table, unsent)
 		}
 		if _, err := db.ExecContext(ctx, "DROP TABLE `"+o.table+"`"); err != nil {
 			return nil, fmt.Errorf("drop the outdated outbox table %s: %w", o.table, err)
 		}
-		fmt.Fprintf(o.out, "the outbox table %s, made by an older version of this example without event ids, held only sent events: dropped and created again\n", o.table)
+		fmt.Fprintf(o.out, "the outbox table %s, made by an older version of this example, held only sent events: dropped and created again\n", o.table)
 	}
 	if err := store.CreateSchema(ctx); err != nil {
 		return nil, err
@@ -274,15 +300,51 @@ func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLSto
 	return store, nil
 }
 
-func createOrders(ctx context.Context, store *outbox.MySQLStore, prefix string, n int) error {
+// createOrders is n requests to the order API, each in a span of its own, as an HTTP
+// handler's instrumentation would start it.
+func createOrders(ctx context.Context, store *outbox.MySQLStore, prefix string, n int, tracer trace.Tracer) error {
 	for i := range n {
 		orderNo := fmt.Sprintf("%s%d", prefix, i)
 		userID := 1000 + i%50
-		if err := createOrder(ctx, store, orderNo, userID, 100+i%900); err != nil {
+		ctx, span := tracer.Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
+		err := createOrder(ctx, store, orderNo, userID, 100+i%900)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		if err != nil {
 			return fmt.Errorf("create order %s: %w", orderNo, err)
 		}
 	}
 	return nil
+}
+
+// followTraces counts, in a run's spans, the order API's traces that reached the points
+// service (a consumer span in the same trace) and those that a publisher's send span links
+// to.
+func followTraces(spans tracetest.SpanStubs) (traced, linked int) {
+	orders := map[trace.TraceID]bool{}
+	for _, s := range spans {
+		if s.SpanKind == trace.SpanKindServer {
+			orders[s.SpanContext.TraceID()] = true
+		}
+	}
+	consumed, sent := map[trace.TraceID]bool{}, map[trace.TraceID]bool{}
+	for _, s := range spans {
+		switch s.SpanKind {
+		case trace.SpanKindConsumer:
+			if id := s.SpanContext.TraceID(); orders[id] {
+				consumed[id] = true
+			}
+		case trace.SpanKindProducer:
+			for _, l := range s.Links {
+				if id := l.SpanContext.TraceID(); orders[id] {
+					sent[id] = true
+				}
+			}
+		}
+	}
+	return len(consumed), len(sent)
 }
 
 // orderCreated is the ORDER_CREATED event's payload.
@@ -315,7 +377,7 @@ func createOrder(ctx context.Context, store *outbox.MySQLStore, orderNo string, 
 
 // newInstance is one instance of the order-service: its own connection pool, producer and
 // publisher, as a separate process would have.
-func newInstance(o options, i int, lostAcks *atomic.Int64) (*outbox.Publisher, func(), error) {
+func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvider) (*outbox.Publisher, func(), error) {
 	db, err := openDB(o.dsn)
 	if err != nil {
 		return nil, nil, err
@@ -344,10 +406,11 @@ func newInstance(o options, i int, lostAcks *atomic.Int64) (*outbox.Publisher, f
 		level = slog.LevelDebug
 	}
 	p, err := outbox.NewPublisher(store, sender, outbox.Config{
-		InstanceID:   instanceID,
-		PollInterval: 100 * time.Millisecond,
-		Backoff:      outbox.ConstantBackoff(200 * time.Millisecond), // a demo need not wait 5 s
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("instance", i),
+		InstanceID:     instanceID,
+		TracerProvider: tp, // each send a span, linked to its orders' traces
+		PollInterval:   100 * time.Millisecond,
+		Backoff:        outbox.ConstantBackoff(200 * time.Millisecond), // a demo need not wait 5 s
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("instance", i),
 		OnDeadLetter: func(_ context.Context, ev outbox.Event, cause error) {
 			fmt.Fprintf(os.Stderr, "ALERT: event %d (%s) dead-lettered: %v\n", ev.ID, ev.BizNo, cause)
 		},
@@ -392,10 +455,14 @@ type pointsService struct {
 	rejected             atomic.Int64 // messages recorded as unprocessable
 	retries              atomic.Int64 // deliveries handed back to RocketMQ for a later retry
 	consumer             rocketmq.PushConsumer
+	finished             atomic.Int64 // deliveries of this run's events whose span has ended
+	tracer               trace.Tracer
+	topic                string
 }
 
-func startPointsService(ctx context.Context, db *sql.DB, o options, instance, prefix string) (*pointsService, error) {
-	s := &pointsService{db: db, prefix: prefix}
+// startPointsService starts the points service's consumer. Its spans go to tp.
+func startPointsService(ctx context.Context, db *sql.DB, o options, instance, prefix string, tp trace.TracerProvider) (*pointsService, error) {
+	s := &pointsService{db: db, prefix: prefix, tracer: tp.Tracer("points-service"), topic: o.topic}
 	// A fixed group, as a real service has: it resumes where the last run stopped.
 	c, err := rocketmq.NewPushConsumer(
 		consumer.WithNameServer([]string{o.namesrv}),
@@ -409,7 +476,7 @@ func startPointsService(ctx context.Context, db *sql.DB, o options, instance, pr
 	err = c.Subscribe(o.topic, consumer.MessageSelector{Type: consumer.TAG, Expression: "ORDER_CREATED"},
 		func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 			for _, m := range msgs {
-				if err := s.handle(ctx, m); err != nil {
+				if err := s.handleTraced(ctx, m); err != nil {
 					log.Printf("points service: %v (will be redelivered)", err)
 					s.retries.Add(1)
 					return consumer.ConsumeRetryLater, nil
@@ -428,6 +495,34 @@ func startPointsService(ctx context.Context, db *sql.DB, o options, instance, pr
 }
 
 func (s *pointsService) shutdown() { _ = s.consumer.Shutdown() }
+
+// messageProperties reads a message's properties for a propagator.
+type messageProperties struct{ m *primitive.MessageExt }
+
+func (p messageProperties) Get(key string) string { return p.m.GetProperty(key) }
+func (p messageProperties) Set(string, string)    {}
+func (p messageProperties) Keys() []string        { return nil }
+
+// handleTraced handles a message in a consumer span that continues the trace the message
+// carries (the order API's, stored with the event at insert), or starts a trace of its own
+// if it carries none. The W3C propagator is used directly: nothing global is involved.
+func (s *pointsService) handleTraced(ctx context.Context, m *primitive.MessageExt) error {
+	ctx = propagation.TraceContext{}.Extract(ctx, messageProperties{m})
+	ctx, span := s.tracer.Start(ctx, "process "+s.topic, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("messaging.system", "rocketmq"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", m.Topic),
+			attribute.String("messaging.message.id", m.MsgId)))
+	err := s.handle(ctx, m)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	if strings.HasPrefix(m.GetProperty(outbox.PropertyBizNo), s.prefix) {
+		s.finished.Add(1)
+	}
+	return err
+}
 
 const errDuplicateKey = 1062
 

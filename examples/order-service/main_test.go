@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/testsvc"
@@ -120,6 +121,9 @@ func TestRecreatedOutboxTableDropsNothing(t *testing.T) {
 		"every suppressed delivery was a second delivery of an event that was awarded")
 	assert.GreaterOrEqual(t, second.duplicates, second.lostAcks, "every resend was suppressed")
 	assert.Equal(t, int64(o.duplicate), second.lostAcks)
+	assert.Equal(t, o.orders, second.traced, "every order's trace ran from the order API to the points service")
+	assert.Equal(t, o.orders, second.linkedSends, "every order's trace is linked from a send span")
+	assert.Equal(t, o.orders, first.traced)
 }
 
 // A message the points service can never process, one whose body is not JSON and one
@@ -139,7 +143,7 @@ func TestPoisonMessageIsRecordedAndSkipped(t *testing.T) {
 	prefix := testsvc.UniqueTable("ORD-poison") + "-"
 	good := uuid.Must(uuid.NewV7()).String()
 	forget(t, db, prefix, map[int64]string{0: good})
-	points, err := startPointsService(ctx, db, o, testsvc.UniqueTable("points"), prefix)
+	points, err := startPointsService(ctx, db, o, testsvc.UniqueTable("points"), prefix, noop.NewTracerProvider())
 	require.NoError(t, err)
 	defer points.shutdown()
 
