@@ -274,7 +274,7 @@ func TestRocketMQSenderWithCallersProducer(t *testing.T) {
 	require.NoError(t, prod.Start())
 	t.Cleanup(func() { _ = prod.Shutdown() })
 
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: prod, Topic: topic})
+	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: prod, Topic: topic, SendTimeout: time.Second})
 	require.NoError(t, err)
 	ids := b.insert(t, 2)
 	p := newPublisher(t, b.store, sender, fastConfig("own", &logSink{}))
@@ -319,7 +319,9 @@ func TestRocketMQNoNameServerIsUnavailable(t *testing.T) {
 	assert.True(t, outbox.IsUnavailable(err), "unavailable: %v", err)
 	assert.False(t, outbox.IsPermanent(err))
 
-	p := newPublisher(t, b.store, sender, fastConfig("p", &logSink{}))
+	cfg := fastConfig("p", &logSink{})
+	cfg.SendTimeout = 0 // the sender's
+	p := newPublisher(t, b.store, sender, cfg)
 	_, err = p.PublishPending(context.Background())
 	require.NoError(t, err)
 	got := b.get(t, id)
