@@ -147,15 +147,23 @@ type Config struct {
 
 	// SendTimeout bounds one call to [Sender.Send], the client's own retries included. It
 	// must be at least [MinSendTimeout] and at most a tenth of Lease, so that a send never outlives its lease in practice.
-	// Defaults to 3 seconds.
+	// A sender that bounds its sends itself says so with a method SendTimeout() time.Duration
+	// ([RocketMQSender] has one, from [RocketMQConfig.SendTimeout]): left zero, SendTimeout is
+	// the sender's, so the value is set in one place; set to anything else, NewPublisher
+	// refuses it (shorter, the publisher would cut off the client's own retries to other
+	// brokers; longer, it would size batch claims for time the sender never gives them).
+	// Defaults to the sender's, or else to 3 seconds.
 	SendTimeout time.Duration
 
 	// StoreTimeout bounds each store call. Defaults to 5 seconds.
 	StoreTimeout time.Duration
 
 	// Logger receives the publisher's logs: debug for a claim lost to another instance, info
-	// for a send, warn for a retry or a reclaim, error for a dead letter. Defaults to a
-	// logger that discards everything.
+	// for a send, warn for a retry or a reclaim, error for a dead letter, a store error or an
+	// unavailable broker. Defaults to the process's slog.Default() at warn and above (the
+	// logger slog.Default() returns when each line is logged), so that dead letters and
+	// errors go where the service's logs go while routine lines stay out; pass
+	// slog.New(slog.DiscardHandler) to silence the publisher.
 	Logger *slog.Logger
 
 	// OnDeadLetter, if set, is called once for each event the publisher dead-letters, with the
@@ -191,7 +199,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Backoff = DefaultBackoff
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.New(defaultLogHandler{min: slog.LevelWarn})
 	}
 	if c.InstanceID == "" {
 		c.InstanceID = DefaultInstanceID()
@@ -275,4 +283,67 @@ func randomSuffix() string {
 	var b [3]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
 	return hex.EncodeToString(b[:])
+}
+
+// withSenderTimeout takes SendTimeout from a sender that bounds its sends itself, or checks
+// that the two agree (see [Config.SendTimeout]). It runs before the defaults are filled in.
+func (c Config) withSenderTimeout(sender Sender) (Config, error) {
+	st, ok := sender.(interface{ SendTimeout() time.Duration })
+	if !ok || c.SendTimeout < 0 {
+		return c, nil
+	}
+	own := st.SendTimeout()
+	switch {
+	case own <= 0:
+	case c.SendTimeout == 0:
+		c.SendTimeout = own
+	case c.SendTimeout != own:
+		return c, fmt.Errorf("%w: SendTimeout (%s) differs from the sender's own (%s): leave Config.SendTimeout zero and the publisher uses the sender's",
+			ErrInvalidConfig, c.SendTimeout, own)
+	}
+	return c, nil
+}
+
+// defaultLogHandler is the publisher's logger when [Config.Logger] is nil: the handler of
+// slog.Default() as it is when a line is logged (so a service that sets its default logger
+// after making the publisher still gets the lines), for records at min and above.
+type defaultLogHandler struct {
+	min slog.Level
+	// with re-applies the attributes and groups given to the logger to the default's handler.
+	with func(slog.Handler) slog.Handler
+}
+
+func (h defaultLogHandler) handler() slog.Handler {
+	d := slog.Default().Handler()
+	if h.with != nil {
+		d = h.with(d)
+	}
+	return d
+}
+
+func (h defaultLogHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= h.min && slog.Default().Handler().Enabled(ctx, level)
+}
+
+func (h defaultLogHandler) Handle(ctx context.Context, r slog.Record) error {
+	return h.handler().Handle(ctx, r)
+}
+
+func (h defaultLogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return h.chain(func(d slog.Handler) slog.Handler { return d.WithAttrs(attrs) })
+}
+
+func (h defaultLogHandler) WithGroup(name string) slog.Handler {
+	return h.chain(func(d slog.Handler) slog.Handler { return d.WithGroup(name) })
+}
+
+func (h defaultLogHandler) chain(next func(slog.Handler) slog.Handler) slog.Handler {
+	prev := h.with
+	h.with = func(d slog.Handler) slog.Handler {
+		if prev != nil {
+			d = prev(d)
+		}
+		return next(d)
+	}
+	return h
 }

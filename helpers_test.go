@@ -19,9 +19,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(importProbeEnv) != "" {
+		os.Exit(runImportProbe())
+	}
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	// Importing the package leaves the RocketMQ client's logger alone (its default writes
+	// to stderr); the tests opt in, so that the clients they start stay quiet. Tests that
+	// read the client's logs route them to a sink of their own (RocketMQConfig.Logger).
+	outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler))
 	// Goroutines that exist before any test (the RocketMQ client starts a cache janitor at
 	// package init) are the process's, not the tests'.
 	before := goleak.IgnoreCurrent()

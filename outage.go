@@ -42,7 +42,8 @@ func (p *Publisher) endOutage(ctx context.Context) {
 	if !p.outage.down {
 		return
 	}
-	p.log.InfoContext(ctx, "outbox: broker reachable again; claims resumed",
+	// At warn, as the outage itself: whoever saw it start also sees it end.
+	p.log.WarnContext(ctx, "outbox: broker reachable again; claims resumed",
 		slog.Duration("down_for", time.Since(p.outage.since).Round(time.Millisecond)))
 	p.outage = outage{}
 	p.down.Store(false)

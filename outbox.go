@@ -248,8 +248,11 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	if sender == nil {
 		return nil, fmt.Errorf("%w: sender is nil", ErrInvalidConfig)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.withSenderTimeout(sender)
 	if err != nil {
+		return nil, err
+	}
+	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
 	p := &Publisher{

@@ -110,7 +110,7 @@ func TestBrokerOutageSpendsNoRetries(t *testing.T) {
 				assert.Equal(t, 1, sender.count(id), "event %d", id)
 				assert.Equal(t, 0, b.get(t, id).RetryCount)
 			}
-			assert.Equal(t, 1, logs.count(slog.LevelInfo, "broker reachable again"))
+			assert.Equal(t, 1, logs.count(slog.LevelWarn, "broker reachable again"))
 			t.Logf("%d send attempts for %d events across the outage", sender.attempts.Load(), len(ids))
 		})
 	}

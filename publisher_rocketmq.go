@@ -86,9 +86,11 @@ type RocketMQConfig struct {
 	// it). Defaults to a random name per sender.
 	InstanceName string
 
-	// SendTimeout bounds one Send, the client's own retries included; keep it equal to the
-	// publisher's [Config.SendTimeout]. Each attempt gets SendTimeout / SendAttempts.
-	// Defaults to 3 seconds. One wait escapes it, in the client: until a topic's route is
+	// SendTimeout bounds one Send, the client's own retries included. Each attempt gets
+	// SendTimeout / SendAttempts. Defaults to 3 seconds. A [Publisher] given this sender
+	// takes its own [Config.SendTimeout] from here ([RocketMQSender.SendTimeout]) when that is
+	// left zero, so the value is typed once; NewPublisher refuses a Config.SendTimeout that
+	// differs from it. One wait escapes it, in the client: until a topic's route is
 	// known, each attempt asks the name server with the client's fixed 6 s timeout, so a
 	// name server that accepts connections and never answers holds a send 6 s per attempt.
 	SendTimeout time.Duration
@@ -108,10 +110,12 @@ type RocketMQConfig struct {
 	// and never shuts it down, and the fields above but Topic are ignored.
 	Producer rocketmq.Producer
 
-	// Logger receives the RocketMQ client's own logs: its errors and warnings at their level,
-	// its chatter at debug. The client's logger is process-wide, so the last sender made
-	// with a Logger decides where they go. Until then they are discarded: importing this
-	// package stops the client from writing to stderr on its own.
+	// Logger, if set, receives the logs of every RocketMQ client in the process: the sender
+	// calls [RouteRocketMQClientLogs] with it. The client's logger is process-wide, so this
+	// is a process-wide choice (the last sender made with a Logger decides where the logs
+	// go), and like RouteRocketMQClientLogs it must first be made before any other RocketMQ
+	// client of the process runs. Left nil, the client's logger is not touched: it logs as
+	// the client does by default, to stderr.
 	Logger *slog.Logger
 }
 
@@ -191,7 +195,7 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 		return nil, fmt.Errorf("%w: SendAttempts must be positive, got %d", ErrInvalidConfig, attempts)
 	}
 	if cfg.Logger != nil {
-		clientLogs.Store(cfg.Logger)
+		RouteRocketMQClientLogs(cfg.Logger)
 	}
 
 	s := &RocketMQSender{producer: cfg.Producer, topic: topic, timeout: timeout, maxBatch: maxBatch}
@@ -232,6 +236,11 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 
 // Topic is where the sender sends.
 func (s *RocketMQSender) Topic() string { return s.topic }
+
+// SendTimeout is how long one Send or SendBatch may take, the client's own retries included
+// ([RocketMQConfig.SendTimeout], or its default). A [Publisher] whose [Config.SendTimeout] is
+// zero uses it, so the sender and the publisher bound a send alike.
+func (s *RocketMQSender) SendTimeout() time.Duration { return s.timeout }
 
 // Message returns the RocketMQ message for ev. Its eventId property is ev.EventID, the UUID
 // stored with the event, never the row id: row ids repeat when the table is recreated or a
@@ -527,14 +536,32 @@ func sendStatusName(s primitive.SendStatus) string {
 	}
 }
 
-// clientLogs is where the RocketMQ client's logs go.
+// clientLogs is where the RocketMQ client's logs go once [RouteRocketMQClientLogs] has
+// installed rlogAdapter as the client's logger.
 var clientLogs atomic.Pointer[slog.Logger]
 
-// The client's logger is a global that it reads without synchronisation, so it is set once,
-// here, before any client can exist; senders change where it goes through clientLogs.
-func init() {
-	clientLogs.Store(slog.New(slog.DiscardHandler))
-	rlog.SetLogger(rlogAdapter{})
+// routeOnce installs rlogAdapter as the client's logger, once: the client reads its logger
+// without synchronisation, so it is written once and the destination changed through
+// clientLogs from then on.
+var routeOnce sync.Once
+
+// RouteRocketMQClientLogs sends the logs of every RocketMQ client in the process (this
+// package's senders, and the service's own producers and consumers) to l: the client's
+// errors and warnings at their level, its routine chatter (route updates, rebalances) at
+// debug. A nil l discards them.
+//
+// The RocketMQ client has one logger for the whole process, so this is a process-wide
+// choice, and it is the caller's: importing this package leaves the client's logger alone
+// (its default writes to stderr, at the level of ROCKETMQ_GO_LOG_LEVEL). Call it at start-up,
+// before any RocketMQ producer or consumer exists: the client reads its logger without
+// synchronisation, so the first call must not race a running client. Later calls only change
+// where the logs go, and are safe at any time. [RocketMQConfig.Logger] calls it.
+func RouteRocketMQClientLogs(l *slog.Logger) {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	clientLogs.Store(l)
+	routeOnce.Do(func() { rlog.SetLogger(rlogAdapter{}) })
 }
 
 // rlogAdapter routes the RocketMQ client's logs into slog. The client logs routine events

@@ -45,6 +45,21 @@ func newRocketMQSender(t *testing.T, topic string, logs *logSink) *outbox.Rocket
 	return s
 }
 
+// newFastRocketMQSender is newRocketMQSender bounding sends by fastConfig's SendTimeout: a
+// publisher refuses a SendTimeout that differs from its sender's.
+func newFastRocketMQSender(t *testing.T, topic string) *outbox.RocketMQSender {
+	t.Helper()
+	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
+		NameServers: []string{testsvc.RocketMQNameServer(t)},
+		Topic:       topic,
+		GroupName:   testsvc.UniqueTable("pg"),
+		SendTimeout: fastConfig("", nil).SendTimeout,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.Close()) })
+	return s
+}
+
 // Events inserted in a committed transaction arrive at a real consumer once each, with the
 // payload as body, the eventId / eventType / bizNo properties, the biz no as key and the
 // event type as tag.
@@ -54,7 +69,7 @@ func TestRocketMQEventsArriveOnceWithTheirProperties(t *testing.T) {
 	topic := testsvc.NewTopic(t, "OUTBOX_E2E")
 	consumer := testsvc.Consume(t, topic)
 	ids := b.insert(t, 20)
-	p := newPublisher(t, b.store, newRocketMQSender(t, topic, nil), fastConfig("order-e2e", &logSink{}))
+	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), fastConfig("order-e2e", &logSink{}))
 
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
@@ -101,7 +116,7 @@ func TestRocketMQThreePublishersDeliverEachEventOnce(t *testing.T) {
 		store := testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
 		cfg := fastConfig(fmt.Sprintf("order-%d", i), &logSink{})
 		cfg.PollInterval = time.Millisecond
-		p := newPublisher(t, store, newRocketMQSender(t, topic, nil), cfg)
+		p := newPublisher(t, store, newFastRocketMQSender(t, topic), cfg)
 		wg.Go(func() { assert.NoError(t, p.Run(ctx)) })
 	}
 	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == events }, 2*time.Minute, 50*time.Millisecond)
@@ -259,7 +274,7 @@ func TestRocketMQSenderWithCallersProducer(t *testing.T) {
 	require.NoError(t, prod.Start())
 	t.Cleanup(func() { _ = prod.Shutdown() })
 
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: prod, Topic: topic})
+	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: prod, Topic: topic, SendTimeout: time.Second})
 	require.NoError(t, err)
 	ids := b.insert(t, 2)
 	p := newPublisher(t, b.store, sender, fastConfig("own", &logSink{}))
@@ -304,7 +319,9 @@ func TestRocketMQNoNameServerIsUnavailable(t *testing.T) {
 	assert.True(t, outbox.IsUnavailable(err), "unavailable: %v", err)
 	assert.False(t, outbox.IsPermanent(err))
 
-	p := newPublisher(t, b.store, sender, fastConfig("p", &logSink{}))
+	cfg := fastConfig("p", &logSink{})
+	cfg.SendTimeout = 0 // the sender's
+	p := newPublisher(t, b.store, sender, cfg)
 	_, err = p.PublishPending(context.Background())
 	require.NoError(t, err)
 	got := b.get(t, id)

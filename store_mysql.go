@@ -250,8 +250,21 @@ func (s *MySQLStore) wrap(op string, err error) error {
 			}
 		}
 	}
+	if errors.As(err, &me) && me.Number == errBinlogStatementMode {
+		return fmt.Errorf("outbox: %s: %s: %w", op, binlogHint, err)
+	}
 	return fmt.Errorf("outbox: %s: %w", op, err)
 }
+
+// errBinlogStatementMode is ER_BINLOG_STMT_MODE_AND_ROW_ENGINE: with binlog_format =
+// STATEMENT, InnoDB refuses to lock or write rows in READ COMMITTED, the batch claim's
+// isolation level.
+const errBinlogStatementMode = 1665
+
+// binlogHint names the fixes for errBinlogStatementMode.
+const binlogHint = "the batch claim runs in READ COMMITTED, which the server can write to its binary log only as rows: " +
+	"set binlog_format to ROW (MySQL's default) or MIXED (MariaDB's), " +
+	"or use ClaimPerRow, whose statements run in the session's own isolation level"
 
 func truncateReason(s string) string {
 	if !utf8.ValidString(s) {

@@ -90,6 +90,12 @@ func (s *MySQLStore) validateEvent(ev EventInput) error {
 	if err := validateKey("EventType", ev.EventType); err != nil {
 		return err
 	}
+	switch {
+	case strings.Contains(ev.EventType, "||"):
+		return fmt.Errorf("%w: EventType %q contains \"||\", which separates tags in a RocketMQ subscription: no consumer could subscribe to it", ErrInvalidEvent, ev.EventType)
+	case ev.EventType == "*":
+		return fmt.Errorf("%w: EventType \"*\" is RocketMQ's subscription to every tag: no consumer could subscribe to it alone", ErrInvalidEvent)
+	}
 	if len(ev.Payload) > s.maxPayload {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPayloadTooLarge, len(ev.Payload), s.maxPayload)
 	}
@@ -97,8 +103,10 @@ func (s *MySQLStore) validateEvent(ev EventInput) error {
 }
 
 // validateKey checks a biz no or event type: required, at most 64 characters, printable
-// UTF-8 (they become message keys, tags and properties, where control characters are
-// separators).
+// UTF-8 without spaces. They become the message's key, tag and properties: control
+// characters separate the properties, RocketMQ splits a message's keys on spaces (a biz no
+// "A B" would be found by a lookup of "A" and of "B", never of "A B"), and a subscription
+// trims the spaces around a tag.
 func validateKey(name, v string) error {
 	switch {
 	case v == "":
@@ -109,6 +117,8 @@ func validateKey(name, v string) error {
 		return fmt.Errorf("%w: %s is %d characters, at most %d", ErrInvalidEvent, name, utf8.RuneCountInString(v), maxKeyLen)
 	case strings.IndexFunc(v, unicode.IsControl) >= 0:
 		return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidEvent, name, v)
+	case strings.IndexFunc(v, unicode.IsSpace) >= 0:
+		return fmt.Errorf("%w: %s %q contains a space: RocketMQ splits message keys on spaces and trims them around tags", ErrInvalidEvent, name, v)
 	}
 	return nil
 }

@@ -18,7 +18,9 @@
 # (default 3306); the fault tests start a private one this way, to restart it.
 #
 # Environment (all optional): OUTBOX_MARIADB_DATABASE (default outbox_test),
-# OUTBOX_MARIADB_BUFFER_POOL (default 512M), OUTBOX_MARIADB_LOG_FILE_SIZE (default 256M).
+# OUTBOX_MARIADB_BUFFER_POOL (default 512M), OUTBOX_MARIADB_LOG_FILE_SIZE (default 256M),
+# OUTBOX_MARIADB_ARGS (more mariadbd options, split on spaces, e.g. "--log-bin
+# --binlog-format=STATEMENT --server-id=1").
 set -euo pipefail
 
 dir=${OUTBOX_MARIADB_DIR:-/tmp/outbox-mariadb}
@@ -26,6 +28,7 @@ port=${OUTBOX_MARIADB_PORT:-3306}
 db=${OUTBOX_MARIADB_DATABASE:-outbox_test}
 buffer_pool=${OUTBOX_MARIADB_BUFFER_POOL:-512M}
 log_file_size=${OUTBOX_MARIADB_LOG_FILE_SIZE:-256M}
+read -r -a extra_args <<<"${OUTBOX_MARIADB_ARGS:-}"
 sock=$dir/mysqld.sock
 pidfile=$dir/mysqld.pid
 
@@ -89,7 +92,7 @@ start() {
 		--bind-address=127.0.0.1 --port="$port" \
 		--innodb-buffer-pool-size="$buffer_pool" --innodb-log-file-size="$log_file_size" \
 		--innodb-flush-log-at-trx-commit=2 --max-connections=500 \
-		--skip-name-resolve --log-error="$dir/error.log" >/dev/null 2>&1 &
+		--skip-name-resolve --log-error="$dir/error.log" ${extra_args[@]+"${extra_args[@]}"} >/dev/null 2>&1 &
 	for _ in $(seq 1 600); do
 		if running; then
 			break

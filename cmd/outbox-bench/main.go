@@ -29,6 +29,9 @@ import (
 )
 
 func main() {
+	// The RocketMQ client logs routine events to stderr at info by default; the bench's
+	// output is its table, so the client's logs are discarded (a process-wide choice).
+	outbox.RouteRocketMQClientLogs(nil)
 	dsn := flag.String("dsn", "root@tcp(127.0.0.1:3306)/outbox_test?parseTime=true", "MySQL DSN")
 	namesrv := flag.String("namesrv", "", "RocketMQ name server; empty skips the end-to-end rows")
 	topic := flag.String("topic", outbox.TopicDefault, "RocketMQ topic for the end-to-end rows")

@@ -39,6 +39,10 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "publish" {
 		os.Exit(runPublisher(os.Args[2:]))
 	}
+	// The run's consumer would log the RocketMQ client's routine events to stderr at info;
+	// the run reports what it received itself, so the client's logs are discarded here.
+	// (Each publisher process routes its own into its log file, through RocketMQConfig.Logger.)
+	outbox.RouteRocketMQClientLogs(nil)
 	args := os.Args[1:]
 	if len(args) > 0 && args[0] == "run" {
 		args = args[1:]

@@ -173,6 +173,14 @@ func (s summary) lost() int { return s.orders - s.awarded }
 func run(ctx context.Context, o options) (sum summary, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	// The RocketMQ client's logger is process-wide and logs routine events at info; before
+	// any producer or consumer starts, the example routes it into slog and keeps its
+	// warnings and errors (everything with -v).
+	clientLevel := slog.LevelWarn
+	if o.verbose {
+		clientLevel = slog.LevelDebug
+	}
+	outbox.RouteRocketMQClientLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: clientLevel})))
 	db, err := openDB(o.dsn)
 	if err != nil {
 		return sum, err
@@ -214,8 +222,10 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 			return sum, err
 		}
 		wg.Go(func() {
-			defer closeSender()
+			// The shutdown order: Run returns once its sends in flight are recorded and
+			// what it claimed and did not send is released; only then is the sender closed.
 			_ = p.Run(pubCtx)
+			closeSender()
 		})
 	}
 

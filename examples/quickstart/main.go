@@ -110,6 +110,9 @@ func run(dsn string, orders int) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The shutdown order: cancel, then wait for every Run to return (each records its sends
+	// in flight and releases what it claimed and did not send); a sender that needs closing
+	// (a RocketMQSender) is closed only after that.
 	cancel()
 	wg.Wait()
 	fmt.Printf("published %d events, none pending\n", sent)

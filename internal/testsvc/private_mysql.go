@@ -24,6 +24,7 @@ import (
 type MySQLServer struct {
 	dir  string
 	port int
+	args []string // more mariadbd options
 }
 
 // privateMySQLStartAttempts bounds the tries on fresh ports: another process may take the
@@ -32,15 +33,17 @@ const privateMySQLStartAttempts = 3
 
 // PrivateMySQL starts a MariaDB server for t alone and stops it (and deletes its data) when
 // t ends. It needs what scripts/mariadb.sh needs: root and an installed mariadbd. When the
-// server cannot start, t is skipped, or fails under OUTBOX_REQUIRE_SERVICES=1.
-func PrivateMySQL(t testing.TB) *MySQLServer {
+// server cannot start, t is skipped, or fails under OUTBOX_REQUIRE_SERVICES=1. args are
+// more mariadbd options (e.g. "--binlog-format=STATEMENT"), for tests of a server set up
+// otherwise than the shared one.
+func PrivateMySQL(t testing.TB, args ...string) *MySQLServer {
 	t.Helper()
 	if err := canRunMariaDB(); err != nil {
 		missing(t, err)
 	}
 	var errs []error
 	for range privateMySQLStartAttempts {
-		s, err := startPrivateMySQL(t)
+		s, err := startPrivateMySQL(t, args)
 		if err == nil {
 			return s
 		}
@@ -62,7 +65,7 @@ func canRunMariaDB() error {
 	return nil
 }
 
-func startPrivateMySQL(t testing.TB) (*MySQLServer, error) {
+func startPrivateMySQL(t testing.TB, args []string) (*MySQLServer, error) {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {
@@ -73,7 +76,7 @@ func startPrivateMySQL(t testing.TB) (*MySQLServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &MySQLServer{dir: dir, port: port}
+	s := &MySQLServer{dir: dir, port: port, args: args}
 	if _, err := s.script("start"); err != nil {
 		_, _ = s.script("kill")
 		_ = os.RemoveAll(dir)
@@ -119,6 +122,7 @@ func (s *MySQLServer) script(cmd string) (string, error) {
 		// Small: a test server holds a few thousand rows.
 		"OUTBOX_MARIADB_BUFFER_POOL=64M",
 		"OUTBOX_MARIADB_LOG_FILE_SIZE=48M",
+		"OUTBOX_MARIADB_ARGS="+strings.Join(s.args, " "),
 	)
 	var stdout, stderr strings.Builder
 	c.Stdout, c.Stderr = &stdout, &stderr

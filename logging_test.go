@@ -1,0 +1,202 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/testsvc"
+)
+
+// importProbeEnv makes the test binary, which imports the package, log one line through the
+// RocketMQ client's logger before anything else runs, and exit.
+const importProbeEnv = "OUTBOX_TEST_IMPORT_PROBE"
+
+// importProbeLine is what the probe logs through the client's logger.
+const importProbeLine = "rocketmq-client-logger-probe"
+
+func runImportProbe() int {
+	rlog.Warning(importProbeLine, nil)
+	return 0
+}
+
+// Importing the package changes no process-wide state: the RocketMQ client's logger is the
+// client's own default, which writes to stderr, until the service routes it. The test binary
+// imports the package; re-run as a probe, it logs through the client's logger before any
+// sender exists or TestMain routes the logs.
+func TestImportLeavesTheRocketMQClientLoggerAlone(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), importProbeEnv+"=1", "ROCKETMQ_GO_LOG_LEVEL=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Run())
+	assert.Contains(t, stderr.String(), importProbeLine,
+		"a warning logged through the client's logger reaches stderr, as the client's default logger writes it")
+}
+
+// RouteRocketMQClientLogs, the opt-in, sends the client's logs to the logger given: warnings
+// at warn, routine lines at debug.
+func TestRouteRocketMQClientLogs(t *testing.T) {
+	logs := &logSink{}
+	outbox.RouteRocketMQClientLogs(slog.New(logs))
+	t.Cleanup(func() { outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler)) })
+	rlog.Warning("a client warning", map[string]any{"broker": "b"})
+	rlog.Info("a client routine line", nil)
+	assert.Equal(t, 1, logs.count(slog.LevelWarn, "a client warning"))
+	assert.Equal(t, 1, logs.count(slog.LevelDebug, "a client routine line"))
+}
+
+// lineSink is a slog.Handler that keeps every line with its attributes, those given to the
+// logger (With) included.
+type lineSink struct {
+	mu    *sync.Mutex
+	lines *[]line
+	with  []slog.Attr
+}
+
+type line struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+func newLineSink() *lineSink { return &lineSink{mu: &sync.Mutex{}, lines: &[]line{}} }
+
+func (s *lineSink) Enabled(context.Context, slog.Level) bool { return true }
+func (s *lineSink) WithGroup(string) slog.Handler            { return s }
+func (s *lineSink) WithAttrs(attrs []slog.Attr) slog.Handler {
+	c := *s
+	c.with = append(slices.Clone(s.with), attrs...)
+	return &c
+}
+
+func (s *lineSink) Handle(_ context.Context, r slog.Record) error {
+	l := line{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+	for _, a := range s.with {
+		l.attrs[a.Key] = a.Value.String()
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		l.attrs[a.Key] = a.Value.String()
+		return true
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*s.lines = append(*s.lines, l)
+	return nil
+}
+
+func (s *lineSink) all() []line {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(*s.lines)
+}
+
+// captureDefault makes slog.Default() write into a sink for the rest of the test, and puts
+// back the default logger and the log package's output and flags afterwards (slog.SetDefault
+// redirects the log package, and setting the original default back does not undo that).
+func captureDefault(t *testing.T) *lineSink {
+	t.Helper()
+	sink := newLineSink()
+	old, oldOut, oldFlags := slog.Default(), log.Writer(), log.Flags()
+	slog.SetDefault(slog.New(sink))
+	t.Cleanup(func() {
+		slog.SetDefault(old)
+		log.SetOutput(oldOut)
+		log.SetFlags(oldFlags)
+	})
+	return sink
+}
+
+// A dead letter is never silent: with no Config.Logger, the publisher logs to slog.Default()
+// at warn and above (as slog.Default() is when the line is logged, so a default set after
+// NewPublisher counts), and routine lines stay out. Not parallel: it sets slog.Default().
+func TestNilLoggerLogsDeadLettersToSlogDefault(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	okID := b.insertPayload(t, "ORD-OK", []byte(`{}`))
+	deadID := b.insertPayload(t, "ORD-DEAD", []byte(`{}`))
+	var dead atomic.Int64
+	dead.Store(deadID)
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		if ev.ID == dead.Load() {
+			return outbox.Permanent(errors.New("refused for good"))
+		}
+		return nil
+	})
+	p, err := outbox.NewPublisher(b.store, sender, outbox.Config{ClaimMode: testClaimMode, InstanceID: "nil-logger"})
+	require.NoError(t, err)
+
+	sink := captureDefault(t) // after NewPublisher: the default is read when a line is logged
+	_, err = p.PublishPending(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.StatusSuccess, b.get(t, okID).Status)
+	assert.Equal(t, outbox.StatusFail, b.get(t, deadID).Status)
+
+	lines := sink.all()
+	require.Len(t, lines, 1, "one line, the dead letter, reaches slog.Default(): %v", lines)
+	assert.Equal(t, slog.LevelError, lines[0].level)
+	assert.Contains(t, lines[0].msg, "dead-lettered")
+	assert.Equal(t, "nil-logger", lines[0].attrs["instance"], "with the publisher's attributes")
+	assert.Equal(t, fmt.Sprint(deadID), lines[0].attrs["event_id"])
+	assert.Contains(t, lines[0].attrs["error"], "refused for good")
+
+	// A discard logger silences it.
+	quiet, err := outbox.NewPublisher(b.store, sender, outbox.Config{ClaimMode: testClaimMode, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	dead.Store(b.insertPayload(t, "ORD-DEAD2", []byte(`{}`)))
+	_, err = quiet.PublishPending(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.StatusFail, b.get(t, dead.Load()).Status)
+	assert.Len(t, sink.all(), 1, "a discard logger keeps the dead letter out of slog.Default()")
+}
+
+// The publisher takes its SendTimeout from a sender that has one, so it is typed once; a
+// different value set on both is refused.
+func TestSendTimeoutComesFromTheSender(t *testing.T) {
+	t.Parallel()
+	store := testsvc.NewStore(t, testsvc.NewDatabase(t), outbox.MySQLConfig{})
+	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: &fakeProducer{}, SendTimeout: 7 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, 7*time.Second, sender.SendTimeout())
+
+	p, err := outbox.NewPublisher(store, sender, outbox.Config{})
+	require.NoError(t, err)
+	assert.Equal(t, 7*time.Second, outbox.ConfigForTest(p).SendTimeout, "a zero SendTimeout is the sender's")
+
+	p, err = outbox.NewPublisher(store, sender, outbox.Config{SendTimeout: 7 * time.Second})
+	require.NoError(t, err, "the same value on both is accepted")
+	assert.Equal(t, 7*time.Second, outbox.ConfigForTest(p).SendTimeout)
+
+	for _, d := range []time.Duration{time.Second, 20 * time.Second} {
+		_, err = outbox.NewPublisher(store, sender, outbox.Config{SendTimeout: d})
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig, "SendTimeout %s against the sender's 7s", d)
+		assert.Contains(t, err.Error(), fmt.Sprintf("SendTimeout (%s) differs from the sender's own (7s)", d))
+		assert.Contains(t, err.Error(), "leave Config.SendTimeout zero")
+	}
+
+	// The sender's own bound is checked against the lease like any other.
+	_, err = outbox.NewPublisher(store, sender, outbox.Config{Lease: time.Minute})
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "SendTimeout (7s) must be at most a tenth of Lease (1m0s)")
+
+	// A sender without a SendTimeout method leaves the default.
+	p, err = outbox.NewPublisher(store, outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), outbox.Config{})
+	require.NoError(t, err)
+	assert.Equal(t, outbox.SendTimeoutDefault, outbox.ConfigForTest(p).SendTimeout)
+}
