@@ -73,21 +73,23 @@ type managed struct {
 
 func newManaged(o *options, logPath string) *managed {
 	m := &managed{scripts: o.scripts, dbPort: o.dbPort, database: "outbox_chaos", brokers: o.brokers}
+	// Every variable the scripts read is set here, so that none is inherited from the
+	// environment (a CI run exports those of its own services, and the chaos run's must
+	// differ in every port).
 	m.mariadb = shell{logPath: logPath, env: []string{
 		"OUTBOX_MARIADB_DIR=" + o.dbDir,
 		"OUTBOX_MARIADB_PORT=" + strconv.Itoa(o.dbPort),
 		"OUTBOX_MARIADB_DATABASE=" + m.database,
+		"OUTBOX_MARIADB_ARGS=",
 	}}
-	env := []string{
+	m.rocketmq = shell{logPath: logPath, env: []string{
 		"OUTBOX_ROCKETMQ_DIR=" + o.mqDir,
 		"OUTBOX_ROCKETMQ_NAMESRV_PORT=" + strconv.Itoa(o.namesrvPort),
 		"OUTBOX_ROCKETMQ_BROKER_PORT=" + strconv.Itoa(o.brokerPort),
+		"OUTBOX_ROCKETMQ_BROKER_B_PORT=" + strconv.Itoa(o.brokerPort+10),
+		"OUTBOX_ROCKETMQ_BROKERS=" + strconv.Itoa(o.brokers),
 		"OUTBOX_ROCKETMQ_TOPICS=" + o.topic,
-	}
-	if o.brokers > 1 {
-		env = append(env, "OUTBOX_ROCKETMQ_BROKERS="+strconv.Itoa(o.brokers))
-	}
-	m.rocketmq = shell{logPath: logPath, env: env}
+	}}
 	return m
 }
 
