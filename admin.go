@@ -145,3 +145,7 @@ func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
 	}
 	return o, nil
 }
+
+// ValidateFilter reports what makes f unusable, as [MySQLStore.List] would, wrapping
+// [ErrInvalidInput], without asking the database: for a tool that checks its input first.
+func ValidateFilter(f Filter) error { return f.validate() }

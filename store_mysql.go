@@ -97,7 +97,7 @@ type mysqlQueries struct {
 	schema, insert, candidates, claim, markSuccess, release, markFail, get, requeue string
 	lockDue, claimLocked, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn   string
 	expired, reclaim, reclaimFail, owned, releaseOwned                              string
-	requeueIDs, purgeCandidates, purge, takePurgeLock, endPurgeLock                 string
+	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;

@@ -318,3 +318,17 @@ func (s *MySQLStore) takePurgeLock(ctx context.Context) (func(), error) {
 		_ = conn.Close()
 	}, nil
 }
+
+// CountPurgeable reports how many SUCCESS events [MySQLStore.Purge] with olderThan would
+// delete now, for a person to confirm first. It counts through the same index as the purge.
+func (s *MySQLStore) CountPurgeable(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: purge age must be positive, got %s", ErrInvalidInput, olderThan)
+	}
+	age := olderThan.Microseconds()
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q.countPurgeable, age, age).Scan(&n); err != nil {
+		return 0, s.wrap("count purgeable events", err)
+	}
+	return n, nil
+}

@@ -144,6 +144,9 @@ func newMySQLQueries(table string) mysqlQueries {
 	WHERE status = 'SUCCESS' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	ORDER BY claimed_at LIMIT ?`),
+		countPurgeable: r.Replace(`SELECT COUNT(*) FROM t_event_record
+	WHERE status = 'SUCCESS' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 		purge: r.Replace(`DELETE FROM t_event_record
 	WHERE id IN (%s) AND status = 'SUCCESS' AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 		takePurgeLock: "SELECT GET_LOCK(" + purgeLockName(table) + ", 0)",
