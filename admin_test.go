@@ -419,4 +419,3 @@ func newStoreOn(t *testing.T, b *bundle, _ int, hook func(bool)) *outbox.MySQLSt
 	outbox.SetPurgeHookForTest(s, hook)
 	return s
 }
-

@@ -50,7 +50,7 @@ func (s *MySQLStore) Stats(ctx context.Context, opts StatsOptions) (TableStats, 
 	st.OldestDueAge = time.Duration(dueUS) * time.Microsecond
 	if err := s.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, claimed_at, UTC_TIMESTAMP(3))), 0), "+
 		"COALESCE(SUM(claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)), 0) FROM "+t+" WHERE status = 'SENDING'",
-		(opts.Lease / 2).Microseconds()).Scan(&claimUS, &st.SendingPastHalfLease); err != nil {
+		(opts.Lease/2).Microseconds()).Scan(&claimUS, &st.SendingPastHalfLease); err != nil {
 		return st, s.wrap("stats", err)
 	}
 	st.OldestClaimAge = time.Duration(claimUS) * time.Microsecond
