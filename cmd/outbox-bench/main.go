@@ -4,7 +4,9 @@
 // in batch mode also the two baselines (concurrent claims, growing rows), a slow sender, and
 // with -namesrv the same drain into a real RocketMQ broker. Every row runs once per round,
 // -runs rounds, and reports its median rate and range. Then it prints the time from commit
-// to send, and with -backlog the heap while a large backlog drains.
+// to send, with -purge-rows the time from commit to send while a purge of that many old
+// SUCCESS rows runs beside a steady load and without it, and with -backlog the heap while a
+// large backlog drains.
 //
 //	bash scripts/mariadb.sh start && eval "$(bash scripts/rocketmq.sh start)"
 //	go run ./cmd/outbox-bench -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV"
