@@ -166,6 +166,26 @@ type Config struct {
 	// slog.New(slog.DiscardHandler) to silence the publisher.
 	Logger *slog.Logger
 
+	// Retention, when positive, turns on retention: beside its scan and reclaim loops the
+	// publisher deletes the SUCCESS events last updated more than Retention ago, every
+	// RetentionInterval, in batches of RetentionBatch rows with RetentionPause between them
+	// (see [MySQLStore.Purge]). WAIT, SENDING and FAIL events are never deleted. Every
+	// instance may turn it on: a named lock per table lets one purge at a time, and the
+	// others skip their turn. The store must be a [Purger]. Zero (the default) keeps every
+	// row; the table then grows by one row per event for ever.
+	Retention time.Duration
+
+	// RetentionInterval is the pause between retention runs. Defaults to 10 minutes.
+	RetentionInterval time.Duration
+
+	// RetentionBatch is how many rows one retention DELETE removes at most. Defaults to
+	// [PurgeBatchDefault] (500).
+	RetentionBatch int
+
+	// RetentionPause is the pause between two retention DELETEs. Defaults to
+	// [PurgePauseDefault] (100 ms).
+	RetentionPause time.Duration
+
 	// OnDeadLetter, if set, is called once for each event the publisher dead-letters, with the
 	// event as it now stands (status FAIL) and the error of its last attempt. Use it to alert a
 	// person. It runs on the publishing goroutine: keep it quick.
@@ -195,6 +215,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxProbeDelay = cmp.Or(c.MaxProbeDelay, MaxProbeDelayDefault)
 	c.SendTimeout = cmp.Or(c.SendTimeout, SendTimeoutDefault)
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, StoreTimeoutDefault)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
+	c.RetentionBatch = cmp.Or(c.RetentionBatch, PurgeBatchDefault)
+	c.RetentionPause = cmp.Or(c.RetentionPause, PurgePauseDefault)
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
@@ -222,6 +245,10 @@ func (c Config) validate() error {
 		{"MaxProbeDelay", int64(c.MaxProbeDelay)},
 		{"SendTimeout", int64(c.SendTimeout)},
 		{"StoreTimeout", int64(c.StoreTimeout)},
+		{"Retention", int64(c.Retention)},
+		{"RetentionInterval", int64(c.RetentionInterval)},
+		{"RetentionBatch", int64(c.RetentionBatch)},
+		{"RetentionPause", int64(c.RetentionPause)},
 	}
 	for _, f := range positive {
 		if f.v < 0 {
@@ -230,6 +257,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxRetry < NoRetries {
 		return fmt.Errorf("%w: MaxRetry must be positive, NoRetries or RetryForever, got %d", ErrInvalidConfig, c.MaxRetry)
+	}
+	if c.RetentionBatch > maxAdminBatch {
+		return fmt.Errorf("%w: RetentionBatch must be at most %d, got %d", ErrInvalidConfig, maxAdminBatch, c.RetentionBatch)
 	}
 	if c.MaxBackoff > maxBackoffLimit {
 		return fmt.Errorf("%w: MaxBackoff must be at most %s, got %s", ErrInvalidConfig, maxBackoffLimit, c.MaxBackoff)

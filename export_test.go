@@ -18,3 +18,11 @@ func SetClaimTurnWaitForTest(s *MySQLStore, d time.Duration) { s.claimTurnWait =
 
 // ConfigForTest returns p's configuration with its defaults filled in, as p runs with it.
 func ConfigForTest(p *Publisher) Config { return p.cfg }
+
+// SetPurgeHookForTest makes s call hook(true) once an exclusive purge holds the table's
+// purge lock and hook(false) just before it lets go. Call it before s is used.
+func SetPurgeHookForTest(s *MySQLStore, hook func(holding bool)) { s.purgeHook = hook }
+
+// PurgeQueryForTest returns the statement that finds old SUCCESS rows, so that the tests
+// EXPLAIN the real text.
+func PurgeQueryForTest(s *MySQLStore) string { return s.q.purgeCandidates }

@@ -255,6 +255,9 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
+	if _, ok := store.(Purger); cfg.Retention > 0 && !ok {
+		return nil, fmt.Errorf("%w: Retention is set but the store (%T) cannot purge: it is no Purger", ErrInvalidConfig, store)
+	}
 	p := &Publisher{
 		store:  store,
 		sender: sender,
@@ -276,7 +279,8 @@ func (p *Publisher) InstanceID() string { return p.cfg.InstanceID }
 // Run publishes until ctx is cancelled: a scan loop that runs a round
 // ([Publisher.PublishPending]) and then waits [Config.PollInterval] (fixed delay: rounds never
 // overlap), and beside it a reclaim loop that runs [Publisher.Reclaim] at start and then every
-// [Config.ReclaimInterval].
+// [Config.ReclaimInterval], and, when [Config.Retention] is set, a retention loop that purges
+// old SUCCESS events every [Config.RetentionInterval].
 //
 // When ctx is cancelled, Run stops claiming, lets the send in flight finish (it is bounded by
 // [Config.SendTimeout]) and records its outcome, returns to WAIT every event still SENDING
@@ -313,6 +317,14 @@ func (p *Publisher) Run(ctx context.Context) error {
 			return p.cfg.ReclaimInterval
 		})
 	})
+	if p.cfg.Retention > 0 {
+		wg.Go(func() {
+			loop(ctx, nil, func() time.Duration {
+				p.retain(ctx)
+				return p.cfg.RetentionInterval
+			})
+		})
+	}
 	wg.Wait()
 	p.stop(ctx)
 	p.log.Info("outbox publisher stopped")

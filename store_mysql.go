@@ -84,6 +84,10 @@ type MySQLStore struct {
 
 	lockRetries atomic.Int64
 
+	// purgeHook, if set (by tests), is called with true once an exclusive purge holds its
+	// lock and with false just before it lets go.
+	purgeHook func(holding bool)
+
 	subsMu sync.Mutex
 	subs   map[chan struct{}]struct{}
 }
@@ -93,6 +97,7 @@ type mysqlQueries struct {
 	schema, insert, candidates, claim, markSuccess, release, markFail, get, requeue string
 	lockDue, claimLocked, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn   string
 	expired, reclaim, reclaimFail, owned, releaseOwned                              string
+	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;

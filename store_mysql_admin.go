@@ -1,10 +1,13 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -47,4 +50,285 @@ func (s *MySQLStore) Get(ctx context.Context, id int64) (Event, error) {
 // not FAIL.
 func (s *MySQLStore) Requeue(ctx context.Context, id int64) (bool, error) {
 	return s.execOne(ctx, "requeue", s.q.requeue, id)
+}
+
+// purgeLockName is the SQL expression naming the purge lock of table in the session's
+// database (lock names are server-wide and at most 64 characters, hence the hash).
+func purgeLockName(table string) string {
+	return fmt.Sprintf("CONCAT('outbox-purge:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', '%s')))", table)
+}
+
+// adminColumns are the columns List reads: every column but the payload, and its length.
+const adminColumns = `id, event_id, biz_no, event_type, OCTET_LENGTH(payload), status, retry_count, reclaim_count,
+	next_retry_time, claim_owner, claimed_at, last_error, create_time, update_time`
+
+// where writes f as an SQL condition (never empty) and its arguments.
+func (f Filter) where() (string, []any) {
+	var (
+		conds []string
+		args  []any
+	)
+	if f.Status != "" {
+		conds, args = append(conds, "status = ?"), append(args, string(f.Status))
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "id IN ("+idList(f.IDs)+")")
+	}
+	if f.EventType != "" {
+		conds, args = append(conds, "event_type = ?"), append(args, f.EventType)
+	}
+	if f.BizNo != "" {
+		conds, args = append(conds, "biz_no = ?"), append(args, f.BizNo)
+	}
+	if f.MinID > 0 {
+		conds, args = append(conds, "id >= ?"), append(args, f.MinID)
+	}
+	if f.MaxID > 0 {
+		conds, args = append(conds, "id <= ?"), append(args, f.MaxID)
+	}
+	// Times as UTC text: the column holds UTC, whatever loc the DSN gives the driver.
+	if !f.CreatedSince.IsZero() {
+		conds, args = append(conds, "create_time >= ?"), append(args, sqlTime(f.CreatedSince))
+	}
+	if !f.CreatedUntil.IsZero() {
+		conds, args = append(conds, "create_time < ?"), append(args, sqlTime(f.CreatedUntil))
+	}
+	if len(conds) == 0 {
+		return "1 = 1", nil
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+func sqlTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") }
+
+// List returns the events f selects, newest id first, at most f.Limit of them
+// ([ListLimitDefault] when 0). Payload is left empty (PayloadSize says how long it is): a
+// listing is for finding rows; [MySQLStore.Get] reads one whole. A filter that cannot be run
+// (an unknown status, an empty id range) is an error wrapping [ErrInvalidInput].
+func (s *MySQLStore) List(ctx context.Context, f Filter) ([]ListedEvent, error) {
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	cond, args := f.where()
+	q := "SELECT " + adminColumns + " FROM `" + s.table + "` WHERE " + cond + " ORDER BY id DESC LIMIT ?"
+	rows, err := s.db.QueryContext(ctx, q, append(args, cmp.Or(f.Limit, ListLimitDefault))...)
+	if err != nil {
+		return nil, s.wrap("list events", err)
+	}
+	defer rows.Close()
+	var out []ListedEvent
+	for rows.Next() {
+		var (
+			le                 ListedEvent
+			lastErr            sql.NullString
+			status             string
+			nextRetry, claimed time.Time
+		)
+		if err := rows.Scan(&le.ID, &le.EventID, &le.BizNo, &le.EventType, &le.PayloadSize, &status,
+			&le.RetryCount, &le.ReclaimCount, dbTime{&nextRetry}, &le.ClaimOwner, dbTime{&claimed}, &lastErr,
+			dbTime{&le.CreateTime}, dbTime{&le.UpdateTime}); err != nil {
+			return nil, s.wrap("list events", err)
+		}
+		if noLease(claimed) {
+			claimed = time.Time{}
+		}
+		le.Status, le.NextRetryTime, le.ClaimedAt, le.LastError = Status(status), nextRetry, claimed, lastErr.String
+		out = append(out, le)
+	}
+	return out, s.wrap("list events", rows.Err())
+}
+
+// CountFailed reports how many FAIL events f selects: what [MySQLStore.RequeueFailed] with
+// the same filter would change, for a person to confirm first. f.Status must be "" or FAIL.
+func (s *MySQLStore) CountFailed(ctx context.Context, f Filter) (int64, error) {
+	f, err := failedOnly(f)
+	if err != nil {
+		return 0, err
+	}
+	cond, args := f.where()
+	var n int64
+	err = s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+s.table+"` WHERE "+cond, args...).Scan(&n)
+	if err != nil {
+		return 0, s.wrap("count dead letters", err)
+	}
+	if f.Limit > 0 {
+		n = min(n, int64(f.Limit))
+	}
+	return n, nil
+}
+
+func failedOnly(f Filter) (Filter, error) {
+	if f.Status != "" && f.Status != StatusFail {
+		return f, fmt.Errorf("%w: only FAIL events are requeued, not %s", ErrInvalidInput, f.Status)
+	}
+	f.Status = StatusFail
+	return f, f.validate()
+}
+
+// RequeueFailed returns every FAIL event f selects to WAIT, as [MySQLStore.Requeue] does one:
+// retry and reclaim counts reset, due now, claim columns cleared. It changes at most
+// opts.BatchRows rows per statement, in id order, and each statement changes its batch
+// whole or not at all; opts.OnBatch hears of each. Rows that are not FAIL are never touched,
+// whatever f says. It reports how many events it requeued.
+func (s *MySQLStore) RequeueFailed(ctx context.Context, f Filter, opts RequeueOptions) (int64, error) {
+	f, err := failedOnly(f)
+	if err != nil {
+		return 0, err
+	}
+	batch := cmp.Or(opts.BatchRows, RequeueBatchDefault)
+	if batch < 0 || batch > maxAdminBatch {
+		return 0, fmt.Errorf("%w: requeue batch must be between 1 and %d rows, got %d", ErrInvalidInput, maxAdminBatch, batch)
+	}
+	cond, args := f.where()
+	sel := "SELECT id FROM `" + s.table + "` WHERE " + cond + " AND id > ? ORDER BY id LIMIT ?"
+	var total int64
+	var after int64
+	for f.Limit == 0 || total < int64(f.Limit) {
+		n := batch
+		if f.Limit > 0 {
+			n = min(n, f.Limit-int(total))
+		}
+		ids, err := s.selectIDs(ctx, "requeue dead letters", sel, append(append([]any{}, args...), after, n)...)
+		if err != nil || len(ids) == 0 {
+			return total, err
+		}
+		after = ids[len(ids)-1]
+		changed, err := s.exec(ctx, "requeue dead letters", fmt.Sprintf(s.q.requeueIDs, idList(ids)))
+		if err != nil {
+			return total, err
+		}
+		total += changed
+		if opts.OnBatch != nil {
+			opts.OnBatch(RequeueBatch{IDs: ids, Requeued: changed})
+		}
+		if len(ids) < n {
+			break
+		}
+	}
+	return total, nil
+}
+
+func (s *MySQLStore) selectIDs(ctx context.Context, op, q string, args ...any) ([]int64, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.wrap(op, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, s.wrap(op, rows.Err())
+}
+
+// Purge deletes SUCCESS events whose last update (their acknowledgement) is older than
+// olderThan by the database clock, and reports how many it deleted. WAIT, SENDING and FAIL
+// rows are never deleted, however old. It deletes at most opts.BatchRows rows per statement,
+// by primary key, with opts.Pause between statements, so that the table's writers barely
+// notice it; it stops when no old row is left, at opts.Limit, or when ctx ends.
+//
+// With opts.Exclusive it runs only if no other session is purging the table (see
+// [PurgeOptions]), and returns [ErrPurgeBusy] otherwise.
+func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts PurgeOptions) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: purge age must be positive, got %s", ErrInvalidInput, olderThan)
+	}
+	if olderThan > maxBackoffLimit*100 {
+		return 0, fmt.Errorf("%w: purge age %s is beyond any row", ErrInvalidInput, olderThan)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	if opts.Exclusive {
+		release, err := s.takePurgeLock(ctx)
+		if err != nil {
+			return 0, err
+		}
+		defer release()
+	}
+	age := olderThan.Microseconds()
+	var total int64
+	for {
+		n := opts.BatchRows
+		if opts.Limit > 0 {
+			n = int(min(int64(n), opts.Limit-total))
+		}
+		ids, err := s.selectIDs(ctx, "purge", s.q.purgeCandidates, age, age, n)
+		if err != nil || len(ids) == 0 {
+			return total, err
+		}
+		deleted, err := s.exec(ctx, "purge", fmt.Sprintf(s.q.purge, idList(ids)), age)
+		if err != nil {
+			return total, err
+		}
+		total += deleted
+		if opts.OnBatch != nil {
+			opts.OnBatch(deleted)
+		}
+		if len(ids) < n || (opts.Limit > 0 && total >= opts.Limit) {
+			return total, nil
+		}
+		if opts.Pause > 0 {
+			t := time.NewTimer(opts.Pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return total, ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// takePurgeLock takes the table's purge lock on a connection of its own, without waiting,
+// and returns the function that lets it go.
+func (s *MySQLStore) takePurgeLock(ctx context.Context) (func(), error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, s.wrap("purge lock", err)
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, s.q.takePurgeLock).Scan(&got); err != nil {
+		_ = conn.Close()
+		return nil, s.wrap("purge lock", err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		_ = conn.Close()
+		return nil, ErrPurgeBusy
+	}
+	if s.purgeHook != nil {
+		s.purgeHook(true)
+	}
+	return func() {
+		if s.purgeHook != nil {
+			s.purgeHook(false)
+		}
+		// A fresh context: the caller's may have ended, and the lock must go either way. If
+		// the statement fails, closing the connection ends the session, which frees the lock.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.ExecContext(rctx, s.q.endPurgeLock); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		_ = conn.Close()
+	}, nil
+}
+
+// CountPurgeable reports how many SUCCESS events [MySQLStore.Purge] with olderThan would
+// delete now, for a person to confirm first. It counts through the same index as the purge.
+func (s *MySQLStore) CountPurgeable(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: purge age must be positive, got %s", ErrInvalidInput, olderThan)
+	}
+	age := olderThan.Microseconds()
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q.countPurgeable, age, age).Scan(&n); err != nil {
+		return 0, s.wrap("count purgeable events", err)
+	}
+	return n, nil
 }

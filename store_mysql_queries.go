@@ -123,8 +123,34 @@ func newMySQLQueries(table string) mysqlQueries {
 	FROM t_event_record WHERE id = ?`),
 
 		// A person's re-send of a dead letter: a fresh start, due now.
+		// The claim columns are cleared as a release clears them: the row waits, nobody holds it.
 		requeue: r.Replace(`UPDATE t_event_record
-	SET status = 'WAIT', retry_count = 0, reclaim_count = 0, next_retry_time = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	SET status = 'WAIT', retry_count = 0, reclaim_count = 0, next_retry_time = UTC_TIMESTAMP(3),
+	    claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'FAIL'`),
+		requeueIDs: r.Replace(`UPDATE t_event_record
+	SET status = 'WAIT', retry_count = 0, reclaim_count = 0, next_retry_time = UTC_TIMESTAMP(3),
+	    claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'FAIL'`),
+
+		// Retention, in two steps as the reclaim: a lock-free SELECT of old SUCCESS ids, then a
+		// DELETE by primary key that checks the same condition again, so that the purge never
+		// takes range locks on an index the claims and acknowledgements write to.
+		//
+		// Served by idx_status_claimed_at: a SUCCESS row keeps the claimed_at of the claim
+		// that sent it, written before its update_time (the acknowledgement), so every row
+		// whose update_time is older than the cutoff has an older claimed_at too. The range on
+		// claimed_at finds the rows without a further index; update_time decides.
+		purgeCandidates: r.Replace(`SELECT id FROM t_event_record
+	WHERE status = 'SUCCESS' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	ORDER BY claimed_at LIMIT ?`),
+		countPurgeable: r.Replace(`SELECT COUNT(*) FROM t_event_record
+	WHERE status = 'SUCCESS' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
+		purge: r.Replace(`DELETE FROM t_event_record
+	WHERE id IN (%s) AND status = 'SUCCESS' AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
+		takePurgeLock: "SELECT GET_LOCK(" + purgeLockName(table) + ", 0)",
+		endPurgeLock:  "DO RELEASE_LOCK(" + purgeLockName(table) + ")",
 	}
 }

@@ -4,7 +4,9 @@
 // in batch mode also the two baselines (concurrent claims, growing rows), a slow sender, and
 // with -namesrv the same drain into a real RocketMQ broker. Every row runs once per round,
 // -runs rounds, and reports its median rate and range. Then it prints the time from commit
-// to send, and with -backlog the heap while a large backlog drains.
+// to send, with -purge-rows the time from commit to send while a purge of that many old
+// SUCCESS rows runs beside a steady load and without it, and with -backlog the heap while a
+// large backlog drains.
 //
 //	bash scripts/mariadb.sh start && eval "$(bash scripts/rocketmq.sh start)"
 //	go run ./cmd/outbox-bench -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV"
@@ -46,6 +48,9 @@ func main() {
 	rate := flag.Int("rate", 200, "commits per second in latency runs")
 	batchSize := flag.Int("batch", 0, "BatchSize for batch mode (0: the default)")
 	runs := flag.Int("runs", 3, "rounds over the drain rows; each row reports the median rate and the range")
+	purgeRows := flag.Int("purge-rows", 0, "also measure commit-to-send while a purge of this many old SUCCESS rows runs beside the load, and without it (e.g. 1000000)")
+	purgeBatch := flag.Int("purge-batch", outbox.PurgeBatchDefault, "rows per purge DELETE")
+	purgePause := flag.Duration("purge-pause", outbox.PurgePauseDefault, "pause between purge DELETEs")
 	backlog := flag.Int("backlog", 0, "also drain a backlog of this many rows with one batch-mode instance, reporting the heap (e.g. 1000000)")
 	flag.Parse()
 	if *runs < 1 {
@@ -129,6 +134,9 @@ func main() {
 	}
 	_ = w.Flush()
 
+	if *purgeRows > 0 {
+		purgeTable(ctx, env, *purgeRows, *purgeBatch, *purgePause, max(*latencyEvents, 1), *rate)
+	}
 	if *latencyEvents > 0 {
 		latencyTable(ctx, env, *latencyEvents, *rate)
 	}
@@ -246,4 +254,40 @@ func latencyTable(ctx context.Context, env bench.Env, events, rate int) {
 	}
 	_ = w.Flush()
 
+}
+
+// purgeTable prints commit-to-send under a steady load while a purge of rows old SUCCESS
+// rows runs beside it, and then under the same load (as many events, at the same rate)
+// without the purge.
+func purgeTable(ctx context.Context, env bench.Env, rows, batch int, pause time.Duration, events, rate int) {
+	fmt.Println()
+	base := bench.Latency{Mode: outbox.ClaimBatch, Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: outbox.PollIntervalDefault}
+	with := base
+	with.PurgeRows, with.PurgeBatch, with.PurgePause = rows, batch, pause
+	withRes, err := with.Run(ctx, env)
+	if err != nil {
+		log.Fatalf("latency beside a purge: %v", err)
+	}
+	base.Events = len(withRes.Sorted)
+	baseRes, err := base.Run(ctx, env)
+	if err != nil {
+		log.Fatalf("latency without a purge: %v", err)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "commit to send\tmode\tinstances\trate/s\tevents\tp50\tp99\tmax\tpurged\tpurge took\t")
+	for _, r := range []struct {
+		name string
+		res  bench.LatencyResult
+	}{
+		{fmt.Sprintf("beside a purge (%d/%s)", batch, pause), withRes},
+		{"no purge", baseRes},
+	} {
+		purged, took := "-", "-"
+		if r.res.PurgeElapsed > 0 {
+			purged, took = strconv.FormatInt(r.res.Purged, 10), r.res.PurgeElapsed.Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.name, base.Mode, base.Instances, rate, len(r.res.Sorted),
+			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), purged, took)
+	}
+	_ = w.Flush()
 }

@@ -167,6 +167,35 @@ func (t *table) fill(ctx context.Context, n int) error {
 	return nil
 }
 
+// fillSent inserts n SUCCESS events sent age ago (claimed and acknowledged then), with
+// 100-byte payloads, 2,000 rows a statement: the history a retention purge deletes.
+func (t *table) fillSent(ctx context.Context, n int, age time.Duration) error {
+	const chunk = 2000
+	payload := strings.Repeat("x", 100)
+	at := fmt.Sprintf("DATE_SUB(UTC_TIMESTAMP(3), INTERVAL %d SECOND)", int64(age.Seconds()))
+	for done := 0; done < n; done += chunk {
+		rows := min(chunk, n-done)
+		var q strings.Builder
+		q.WriteString("INSERT INTO `" + t.name + "` (event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, claim_owner, claimed_at, create_time, update_time) VALUES ")
+		args := make([]any, 0, rows*3)
+		for i := range rows {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteString("(?, ?, 'BENCH', ?, 'SUCCESS', 0, " + at + ", 'old-instance', " + at + ", " + at + ", " + at + ")")
+			eventID, err := uuid.NewV7()
+			if err != nil {
+				return fmt.Errorf("fill: %w", err)
+			}
+			args = append(args, eventID.String(), fmt.Sprint("OLD-", done+i), payload)
+		}
+		if _, err := t.db.ExecContext(ctx, q.String(), args...); err != nil {
+			return fmt.Errorf("fill: %w", err)
+		}
+	}
+	return nil
+}
+
 // pending counts the rows not yet SUCCESS (cheap once few are left: idx_status_next_retry).
 func (t *table) pending(ctx context.Context) (int, error) {
 	var n int
@@ -386,11 +415,22 @@ type Latency struct {
 	Rate      int  // commits per second
 	WakeUp    bool // commit through Tx.Commit (wakes the local publisher), or commit the *sql.Tx directly
 	Poll      time.Duration
+
+	// PurgeRows, when positive, fills the table with this many SUCCESS rows sent 60 days ago
+	// before the load starts, and purges them (MySQLStore.Purge, older than 30 days, in
+	// batches of PurgeBatch rows with PurgePause between) beside the load, which then runs
+	// until the purge has ended and at least Events events were committed.
+	PurgeRows  int
+	PurgeBatch int
+	PurgePause time.Duration
 }
 
 // LatencyResult holds the latency of every event, sorted.
 type LatencyResult struct {
 	Sorted []time.Duration
+	// Purged and PurgeElapsed describe the purge that ran beside the load, if any.
+	Purged       int64
+	PurgeElapsed time.Duration
 }
 
 // Quantile returns the q-quantile (0 < q <= 1).
@@ -411,6 +451,12 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 		return res, err
 	}
 	defer t.drop()
+
+	if l.PurgeRows > 0 {
+		if err := t.fillSent(ctx, l.PurgeRows, 60*24*time.Hour); err != nil {
+			return res, err
+		}
+	}
 
 	var mu sync.Mutex
 	sentAt := make(map[int64]time.Time, l.Events)
@@ -436,10 +482,31 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 	stop := run(instances)
 	defer stop()
 
+	purgeDone := make(chan error, 1)
+	if l.PurgeRows > 0 {
+		go func() {
+			start := time.Now()
+			n, err := t.store.Purge(ctx, 30*24*time.Hour, outbox.PurgeOptions{BatchRows: l.PurgeBatch, Pause: l.PurgePause})
+			res.Purged, res.PurgeElapsed = n, time.Since(start)
+			purgeDone <- err
+		}()
+	} else {
+		purgeDone <- nil
+	}
+	var purgeErr error
+	purging := true
+
 	committedAt := make(map[int64]time.Time, l.Events)
 	tick := time.NewTicker(time.Second / time.Duration(l.Rate))
 	defer tick.Stop()
-	for i := range l.Events {
+	for i := 0; i < l.Events || purging; i++ {
+		if purging {
+			select {
+			case purgeErr = <-purgeDone:
+				purging = false
+			default:
+			}
+		}
 		<-tick.C
 		store := instances[i%len(instances)].store
 		id, at, err := commitOne(ctx, store, i, l.WakeUp)
@@ -447,6 +514,9 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 			return res, err
 		}
 		committedAt[id] = at
+	}
+	if purgeErr != nil {
+		return res, fmt.Errorf("purge: %w", purgeErr)
 	}
 	deadline := time.Now().Add(time.Minute + 2*l.Poll)
 	for {

@@ -1,0 +1,151 @@
+package outbox
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrInvalidInput is wrapped by every error for an administrative request that cannot be
+// run as asked (an unknown status, a negative limit, an empty id range): nothing was read
+// or changed.
+var ErrInvalidInput = errors.New("outbox: invalid input")
+
+// ErrPurgeBusy is returned by [MySQLStore.Purge] with [PurgeOptions.Exclusive] when another
+// session is purging the same table: this purge did nothing, and the other one does the work.
+var ErrPurgeBusy = errors.New("outbox: another purge of this table is running")
+
+// Limits of the administrative operations.
+const (
+	// ListLimitDefault is how many rows [MySQLStore.List] returns when Filter.Limit is 0.
+	ListLimitDefault = 100
+	// ListLimitMax is the most rows one List returns: a page for a person or a script,
+	// never the table.
+	ListLimitMax = 10000
+	// RequeueBatchDefault is how many rows one requeue statement changes at most.
+	RequeueBatchDefault = 500
+	// PurgeBatchDefault is how many rows one purge DELETE removes at most.
+	PurgeBatchDefault = 500
+	// PurgePauseDefault is the pause between two purge DELETEs.
+	PurgePauseDefault = 100 * time.Millisecond
+	// maxAdminBatch bounds a batch: a statement with more ids holds its row locks longer
+	// than a publisher's claim should wait for them.
+	maxAdminBatch = 10000
+)
+
+// Filter selects events for [MySQLStore.List], [MySQLStore.CountFailed] and
+// [MySQLStore.RequeueFailed]. Zero fields select everything; set fields are ANDed.
+type Filter struct {
+	// Status keeps events in this status only; "" keeps all.
+	Status Status
+	// IDs keeps these rows only, when not empty (at most 10000).
+	IDs []int64
+	// EventType and BizNo keep events with exactly this type or business key.
+	EventType string
+	BizNo     string
+	// MinID and MaxID bound the row id, both inclusive; 0 means no bound.
+	MinID, MaxID int64
+	// CreatedSince and CreatedUntil bound create_time (UTC, by the database clock):
+	// CreatedSince inclusive, CreatedUntil exclusive. The zero time means no bound.
+	CreatedSince, CreatedUntil time.Time
+	// Limit is how many rows List returns at most, newest id first: 0 takes
+	// [ListLimitDefault], at most [ListLimitMax]. It also bounds how many rows a requeue
+	// changes in all when set; 0 there means every matching row.
+	Limit int
+}
+
+// validate reports what makes f unusable, wrapping ErrInvalidInput.
+func (f Filter) validate() error {
+	switch f.Status {
+	case "", StatusWait, StatusSending, StatusSuccess, StatusFail:
+	default:
+		return fmt.Errorf("%w: unknown status %q (want WAIT, SENDING, SUCCESS or FAIL)", ErrInvalidInput, string(f.Status))
+	}
+	if len(f.IDs) > maxAdminBatch {
+		return fmt.Errorf("%w: at most %d ids at once, got %d", ErrInvalidInput, maxAdminBatch, len(f.IDs))
+	}
+	for _, id := range f.IDs {
+		if id <= 0 {
+			return fmt.Errorf("%w: ids are positive, got %d", ErrInvalidInput, id)
+		}
+	}
+	if f.MinID < 0 || f.MaxID < 0 {
+		return fmt.Errorf("%w: ids are positive, got range %d..%d", ErrInvalidInput, f.MinID, f.MaxID)
+	}
+	if f.MaxID != 0 && f.MinID > f.MaxID {
+		return fmt.Errorf("%w: id range %d..%d is empty", ErrInvalidInput, f.MinID, f.MaxID)
+	}
+	if !f.CreatedSince.IsZero() && !f.CreatedUntil.IsZero() && !f.CreatedSince.Before(f.CreatedUntil) {
+		return fmt.Errorf("%w: created-since %s is not before created-until %s", ErrInvalidInput,
+			f.CreatedSince.UTC().Format(time.RFC3339), f.CreatedUntil.UTC().Format(time.RFC3339))
+	}
+	if f.Limit < 0 || f.Limit > ListLimitMax {
+		return fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidInput, ListLimitMax, f.Limit)
+	}
+	if len(f.EventType) > 4*maxKeyLen || len(f.BizNo) > 4*maxKeyLen {
+		return fmt.Errorf("%w: event type and biz no are at most %d characters", ErrInvalidInput, maxKeyLen)
+	}
+	return nil
+}
+
+// ListedEvent is an event as [MySQLStore.List] returns it: every column but the payload,
+// whose length PayloadSize gives.
+type ListedEvent struct {
+	Event
+	PayloadSize int
+}
+
+// RequeueBatch describes one statement of [MySQLStore.RequeueFailed]: the ids it was given
+// and how many of them it returned to WAIT (fewer when a row stopped being FAIL meanwhile).
+type RequeueBatch struct {
+	IDs      []int64
+	Requeued int64
+}
+
+// RequeueOptions tunes [MySQLStore.RequeueFailed].
+type RequeueOptions struct {
+	// BatchRows is how many rows one statement changes at most. Defaults to
+	// [RequeueBatchDefault], at most 10000.
+	BatchRows int
+	// OnBatch, if set, is called after each statement, e.g. to log it.
+	OnBatch func(RequeueBatch)
+}
+
+// PurgeOptions tunes [MySQLStore.Purge]. A purge deletes in small batches with a pause
+// between them so that it never holds many row locks, never fills the redo log in one
+// statement, and leaves replicas and the publishers' claims room between its statements.
+type PurgeOptions struct {
+	// BatchRows is how many rows one DELETE removes at most. Defaults to
+	// [PurgeBatchDefault], at most 10000.
+	BatchRows int
+	// Pause is the wait between two DELETEs. Defaults to [PurgePauseDefault]; a negative
+	// Pause means none.
+	Pause time.Duration
+	// Limit stops the purge once it has deleted this many rows; 0 means no limit.
+	Limit int64
+	// Exclusive makes the purge hold a named lock (GET_LOCK, one per database and table)
+	// while it runs, and return [ErrPurgeBusy] at once if another session holds it, so that
+	// several instances purging on a timer never purge side by side.
+	Exclusive bool
+	// OnBatch, if set, is called after each DELETE with the rows it removed.
+	OnBatch func(deleted int64)
+}
+
+func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
+	o.BatchRows = cmp.Or(o.BatchRows, PurgeBatchDefault)
+	if o.BatchRows < 0 || o.BatchRows > maxAdminBatch {
+		return o, fmt.Errorf("%w: purge batch must be between 1 and %d rows, got %d", ErrInvalidInput, maxAdminBatch, o.BatchRows)
+	}
+	if o.Pause == 0 {
+		o.Pause = PurgePauseDefault
+	}
+	if o.Limit < 0 {
+		return o, fmt.Errorf("%w: purge limit must be positive, got %d", ErrInvalidInput, o.Limit)
+	}
+	return o, nil
+}
+
+// ValidateFilter reports what makes f unusable, as [MySQLStore.List] would, wrapping
+// [ErrInvalidInput], without asking the database: for a tool that checks its input first.
+func ValidateFilter(f Filter) error { return f.validate() }

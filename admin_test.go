@@ -1,0 +1,421 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox"
+)
+
+// insertTyped commits one event of the given type and biz no and returns its id.
+func (b *bundle) insertTyped(t testing.TB, eventType, bizNo string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := b.store.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: eventType, Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	return id
+}
+
+// setState puts a row in status as a publisher would have left it, last updated and
+// claimed age ago.
+func (b *bundle) setState(t testing.TB, id int64, status outbox.Status, age time.Duration) {
+	t.Helper()
+	owner, claimed := "someone", fmt.Sprintf("DATE_SUB(UTC_TIMESTAMP(3), INTERVAL %d MICROSECOND)", age.Microseconds())
+	if status == outbox.StatusWait {
+		owner, claimed = "", "'1970-01-01'"
+	}
+	b.exec(t, "UPDATE {t} SET status = ?, claim_owner = ?, claimed_at = "+claimed+
+		", retry_count = 4, reclaim_count = 1, last_error = 'boom', next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)"+
+		", update_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND) WHERE id = ?",
+		string(status), owner, age.Microseconds(), age.Microseconds(), id)
+}
+
+func ids(evs []outbox.ListedEvent) []int64 {
+	out := make([]int64, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.ID
+	}
+	return out
+}
+
+func TestMySQLStoreListFilters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	a1 := b.insertTyped(t, "A", "ORD-1")
+	a2 := b.insertTyped(t, "A", "ORD-2")
+	b1 := b.insertTyped(t, "B", "ORD-1")
+	b2 := b.insertTyped(t, "B", "ORD-3")
+	b.setState(t, a2, outbox.StatusFail, time.Minute)
+	b.setState(t, b2, outbox.StatusSuccess, time.Minute)
+	b.exec(t, "UPDATE {t} SET create_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 2 DAY) WHERE id = ?", a1)
+
+	list := func(f outbox.Filter) []int64 {
+		t.Helper()
+		evs, err := b.store.List(ctx, f)
+		require.NoError(t, err)
+		return ids(evs)
+	}
+	assert.Equal(t, []int64{b2, b1, a2, a1}, list(outbox.Filter{}), "newest first")
+	assert.Equal(t, []int64{a2}, list(outbox.Filter{Status: outbox.StatusFail}))
+	assert.Equal(t, []int64{a2, a1}, list(outbox.Filter{EventType: "A"}))
+	assert.Equal(t, []int64{b1, a1}, list(outbox.Filter{BizNo: "ORD-1"}))
+	assert.Equal(t, []int64{b1}, list(outbox.Filter{BizNo: "ORD-1", EventType: "B"}))
+	assert.Equal(t, []int64{b1, a2}, list(outbox.Filter{MinID: a2, MaxID: b1}))
+	assert.Equal(t, []int64{b2, b1}, list(outbox.Filter{MinID: b1}))
+	assert.Equal(t, []int64{b1, a1}, list(outbox.Filter{IDs: []int64{a1, b1, 1 << 40}}))
+	assert.Equal(t, []int64{a1}, list(outbox.Filter{CreatedUntil: time.Now().Add(-24 * time.Hour)}))
+	assert.Equal(t, []int64{b2, b1, a2}, list(outbox.Filter{CreatedSince: time.Now().Add(-time.Hour)}))
+	assert.Equal(t, []int64{b2, b1}, list(outbox.Filter{Limit: 2}))
+	assert.Empty(t, list(outbox.Filter{EventType: "C"}))
+
+	evs, err := b.store.List(ctx, outbox.Filter{IDs: []int64{a2}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	ev := evs[0]
+	assert.Equal(t, outbox.StatusFail, ev.Status)
+	assert.Equal(t, 2, ev.PayloadSize)
+	assert.Nil(t, ev.Payload, "a listing leaves payloads out")
+	assert.Equal(t, "boom", ev.LastError)
+	assert.Equal(t, 4, ev.RetryCount)
+	assert.Equal(t, "someone", ev.ClaimOwner)
+	assert.False(t, ev.ClaimedAt.IsZero())
+
+	for name, f := range map[string]outbox.Filter{
+		"unknown status": {Status: "DONE"},
+		"lowercase":      {Status: "wait"},
+		"empty range":    {MinID: 5, MaxID: 4},
+		"negative id":    {MinID: -1},
+		"negative limit": {Limit: -1},
+		"huge limit":     {Limit: outbox.ListLimitMax + 1},
+		"empty period":   {CreatedSince: time.Now(), CreatedUntil: time.Now().Add(-time.Hour)},
+		"zero id":        {IDs: []int64{0}},
+	} {
+		_, err := b.store.List(ctx, f)
+		assert.ErrorIs(t, err, outbox.ErrInvalidInput, name)
+	}
+}
+
+func TestMySQLStoreRequeueFailedInBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var failedA, others []int64
+	for i := range 7 {
+		id := b.insertTyped(t, "A", fmt.Sprint("ORD-", i))
+		b.setState(t, id, outbox.StatusFail, time.Hour)
+		failedA = append(failedA, id)
+	}
+	failedB := b.insertTyped(t, "B", "ORD-B")
+	b.setState(t, failedB, outbox.StatusFail, time.Hour)
+	for _, st := range []outbox.Status{outbox.StatusWait, outbox.StatusSending, outbox.StatusSuccess} {
+		id := b.insertTyped(t, "A", "ORD-X")
+		b.setState(t, id, st, time.Hour)
+		others = append(others, id)
+	}
+	before := map[int64]outbox.Event{}
+	for _, id := range others {
+		before[id] = b.get(t, id)
+	}
+
+	n, err := b.store.CountFailed(ctx, outbox.Filter{EventType: "A"})
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, n)
+
+	_, err = b.store.RequeueFailed(ctx, outbox.Filter{Status: outbox.StatusWait}, outbox.RequeueOptions{})
+	require.ErrorIs(t, err, outbox.ErrInvalidInput, "only FAIL rows are requeued")
+	_, err = b.store.CountFailed(ctx, outbox.Filter{Status: "BOGUS"})
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	assert.Equal(t, 8, b.countStatus(t, outbox.StatusFail), "nothing changed")
+
+	var batches []outbox.RequeueBatch
+	n, err = b.store.RequeueFailed(ctx, outbox.Filter{EventType: "A"}, outbox.RequeueOptions{
+		BatchRows: 3,
+		OnBatch:   func(rb outbox.RequeueBatch) { batches = append(batches, rb) },
+	})
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, n)
+	require.Len(t, batches, 3)
+	assert.Equal(t, failedA[:3], batches[0].IDs)
+	assert.Equal(t, failedA[3:6], batches[1].IDs)
+	assert.Equal(t, failedA[6:], batches[2].IDs)
+	assert.EqualValues(t, 3, batches[0].Requeued)
+	assert.EqualValues(t, 1, batches[2].Requeued)
+
+	for _, id := range failedA {
+		ev := b.get(t, id)
+		assert.Equal(t, outbox.StatusWait, ev.Status)
+		assert.Zero(t, ev.RetryCount)
+		assert.Zero(t, ev.ReclaimCount)
+		assert.Empty(t, ev.ClaimOwner)
+		assert.True(t, ev.ClaimedAt.IsZero(), "claim columns cleared")
+		assert.LessOrEqual(t, b.secondsFromNow(t, id, "next_retry_time"), 0.0, "due now")
+		assert.Greater(t, b.secondsFromNow(t, id, "next_retry_time"), -60.0, "due from the requeue on")
+	}
+	assert.Equal(t, outbox.StatusFail, b.get(t, failedB).Status, "the filter kept type B out")
+	for _, id := range others {
+		assert.Equal(t, before[id], b.get(t, id), "a row that was not FAIL is untouched")
+	}
+
+	// Nothing matches any more: a no-op, not an error, for the library (the CLI says so).
+	n, err = b.store.RequeueFailed(ctx, outbox.Filter{EventType: "A"}, outbox.RequeueOptions{})
+	require.NoError(t, err)
+	assert.Zero(t, n)
+
+	// Requeue by hand clears the claim too.
+	ok, err := b.store.Requeue(ctx, failedB)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ev := b.get(t, failedB)
+	assert.Empty(t, ev.ClaimOwner)
+	assert.True(t, ev.ClaimedAt.IsZero())
+	assert.Zero(t, ev.ReclaimCount)
+}
+
+func TestMySQLStorePurgeOnlyOldSuccess(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var old, keep []int64
+	for i := range 11 {
+		id := b.insertTyped(t, "A", fmt.Sprint("ORD-", i))
+		b.setState(t, id, outbox.StatusSuccess, 48*time.Hour)
+		old = append(old, id)
+	}
+	recent := b.insertTyped(t, "A", "ORD-recent")
+	b.setState(t, recent, outbox.StatusSuccess, time.Hour)
+	keep = append(keep, recent)
+	// Claimed long ago but acknowledged recently: update_time decides.
+	lateAck := b.insertTyped(t, "A", "ORD-late")
+	b.setState(t, lateAck, outbox.StatusSuccess, 48*time.Hour)
+	b.exec(t, "UPDATE {t} SET update_time = UTC_TIMESTAMP(3) WHERE id = ?", lateAck)
+	keep = append(keep, lateAck)
+	for _, st := range []outbox.Status{outbox.StatusWait, outbox.StatusSending, outbox.StatusFail} {
+		id := b.insertTyped(t, "A", "ORD-X")
+		b.setState(t, id, st, 48*time.Hour)
+		keep = append(keep, id)
+	}
+
+	_, err := b.store.Purge(ctx, 0, outbox.PurgeOptions{})
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	_, err = b.store.Purge(ctx, time.Hour, outbox.PurgeOptions{BatchRows: -1})
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+
+	var batches []int64
+	n, err := b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{BatchRows: 4, Pause: time.Millisecond,
+		OnBatch: func(d int64) { batches = append(batches, d) }})
+	require.NoError(t, err)
+	assert.EqualValues(t, 11, n)
+	assert.Equal(t, []int64{4, 4, 3}, batches, "at most BatchRows per DELETE")
+	for _, id := range old {
+		_, err := b.store.Get(ctx, id)
+		assert.ErrorIs(t, err, outbox.ErrNotFound)
+	}
+	for _, id := range keep {
+		_, err := b.store.Get(ctx, id)
+		assert.NoError(t, err, "row %d kept", id)
+	}
+
+	// Limit stops early; a purge with nothing to do deletes nothing.
+	for i := range 5 {
+		id := b.insertTyped(t, "A", fmt.Sprint("ORD-L", i))
+		b.setState(t, id, outbox.StatusSuccess, 48*time.Hour)
+	}
+	n, err = b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{BatchRows: 2, Pause: -1, Limit: 3})
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, n)
+	n, err = b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n)
+	n, err = b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{})
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func TestMySQLStorePurgeExclusive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.insertTyped(t, "A", "ORD-1")
+	b.setState(t, id, outbox.StatusSuccess, 48*time.Hour)
+
+	// Another session holds the purge lock: an exclusive purge does nothing.
+	conn, err := b.db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	name := strings.Replace(outbox.ClaimLockNameForTest(b.store), "outbox-claim:", "outbox-purge:", 1)
+	var got int
+	require.NoError(t, conn.QueryRowContext(ctx, "SELECT GET_LOCK("+name+", 0)").Scan(&got))
+	require.Equal(t, 1, got)
+	_, err = b.store.Purge(ctx, time.Hour, outbox.PurgeOptions{Exclusive: true})
+	require.ErrorIs(t, err, outbox.ErrPurgeBusy)
+	_, err = b.store.Get(ctx, id)
+	require.NoError(t, err, "nothing purged while another holds the lock")
+
+	// A plain purge ignores the lock; once it is free, an exclusive one runs and lets it go.
+	_, err = conn.ExecContext(ctx, "DO RELEASE_LOCK("+name+")")
+	require.NoError(t, err)
+	n, err := b.store.Purge(ctx, time.Hour, outbox.PurgeOptions{Exclusive: true})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+	var free int
+	require.NoError(t, b.db.QueryRow("SELECT IS_FREE_LOCK("+name+")").Scan(&free))
+	assert.Equal(t, 1, free, "the purge let its lock go")
+}
+
+// EXPLAIN the purge's scan on a table of 12,000 rows, most of them SUCCESS: it uses
+// idx_status_claimed_at, in its order, whether few or most rows are old.
+func TestPurgeQueryUsesAnIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const total = 12_000
+	values := strings.TrimSuffix(strings.Repeat("(?, ?, 'ORDER_CREATED', '{}', ?, 0, UTC_TIMESTAMP(3), 'x', ?, UTC_TIMESTAMP(3), ?),", 1000), ",")
+	for chunk := range total / 1000 {
+		args := make([]any, 0, 5000)
+		for i := range 1000 {
+			n := chunk*1000 + i
+			status, age := "SUCCESS", time.Duration(n)*time.Minute // up to 8 days old
+			switch n % 40 {
+			case 0:
+				status = "WAIT"
+			case 1:
+				status = "FAIL"
+			}
+			at := time.Now().UTC().Add(-age)
+			args = append(args, uuid.Must(uuid.NewV7()).String(), fmt.Sprint("ORD-", n), status, at, at)
+		}
+		b.exec(t, "INSERT INTO {t} (event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, claim_owner, claimed_at, create_time, update_time) VALUES "+values, args...)
+	}
+	b.exec(t, "ANALYZE TABLE {t}")
+	q := outbox.PurgeQueryForTest(b.store)
+	for _, olderThan := range []time.Duration{7 * 24 * time.Hour, time.Hour} {
+		rows, err := b.db.Query("EXPLAIN "+q, olderThan.Microseconds(), olderThan.Microseconds(), 500)
+		require.NoError(t, err)
+		cols, err := rows.Columns()
+		require.NoError(t, err)
+		require.True(t, rows.Next())
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		require.NoError(t, rows.Close())
+		got := map[string]string{}
+		for i, c := range cols {
+			got[strings.ToLower(c)] = fmt.Sprintf("%s", vals[i])
+		}
+		t.Logf("purge scan, older than %s, on %d rows: type=%s key=%s rows=%s extra=%s", olderThan, total, got["type"], got["key"], got["rows"], got["extra"])
+		assert.Equal(t, "idx_status_claimed_at", got["key"])
+		// range, or ref on status = 'SUCCESS' read in claimed_at order: either way the scan
+		// stops at the LIMIT, never reading the table.
+		assert.Contains(t, []string{"range", "ref"}, got["type"])
+		assert.NotContains(t, got["extra"], "filesort", "the index gives the order")
+	}
+}
+
+// Several publishers with retention on: the old SUCCESS rows go, in batches, by one
+// instance at a time; nothing else is touched.
+func TestRetentionPurgesOldSuccessOneInstanceAtATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const oldRows = 60
+	var old []int64
+	for i := range oldRows {
+		id := b.insertTyped(t, "A", fmt.Sprint("ORD-", i))
+		b.setState(t, id, outbox.StatusSuccess, 48*time.Hour)
+		old = append(old, id)
+	}
+	recent := b.insertTyped(t, "A", "ORD-recent")
+	b.setState(t, recent, outbox.StatusSuccess, time.Minute)
+	// Old in update_time, but a publisher must leave each alone: a WAIT row not yet due, a
+	// SENDING row within its lease, a dead letter.
+	wait := b.insertTyped(t, "A", "ORD-wait")
+	b.setState(t, wait, outbox.StatusWait, 48*time.Hour)
+	b.exec(t, "UPDATE {t} SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 DAY) WHERE id = ?", wait)
+	sending := b.insertTyped(t, "A", "ORD-sending")
+	b.setState(t, sending, outbox.StatusSending, 48*time.Hour)
+	b.exec(t, "UPDATE {t} SET claimed_at = UTC_TIMESTAMP(3) WHERE id = ?", sending)
+	failed := b.insertTyped(t, "A", "ORD-fail")
+	b.setState(t, failed, outbox.StatusFail, 48*time.Hour)
+	keep := map[int64]outbox.Event{}
+	for _, id := range []int64{recent, wait, sending, failed} {
+		keep[id] = b.get(t, id)
+	}
+
+	var (
+		holding, maxHolding, runs atomic.Int64
+		mu                        sync.Mutex
+		purgers                   = map[int]int{}
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for i := range 3 {
+		store := newStoreOn(t, b, i, func(h bool) {
+			if h {
+				n := holding.Add(1)
+				for {
+					m := maxHolding.Load()
+					if n <= m || maxHolding.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				runs.Add(1)
+				mu.Lock()
+				purgers[i]++
+				mu.Unlock()
+				return
+			}
+			holding.Add(-1)
+		})
+		cfg := fastConfig(fmt.Sprint("retain-", i), &logSink{})
+		cfg.Retention = 24 * time.Hour
+		cfg.RetentionInterval = 5 * time.Millisecond
+		cfg.RetentionBatch = 4
+		cfg.RetentionPause = 10 * time.Millisecond // a purge lasts ~150 ms: long enough to overlap, were it not for the lock
+		p := newPublisher(t, store, newRecorder(), cfg)
+		wg.Go(func() { _ = p.Run(ctx) })
+	}
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE id BETWEEN ? AND ?", old[0], old[len(old)-1]).Scan(&n))
+		return n == 0 && runs.Load() >= 6
+	}, 30*time.Second, 20*time.Millisecond)
+	cancel()
+	wg.Wait()
+	assert.EqualValues(t, 1, maxHolding.Load(), "never two purges at once")
+	t.Logf("purge runs by instance: %v", purgers)
+	for id, ev := range keep {
+		assert.Equal(t, ev, b.get(t, id), "row %d untouched", id)
+	}
+
+	_, err := outbox.NewPublisher(nonPurger{b.store}, newRecorder(), outbox.Config{Retention: time.Hour})
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig, "retention needs a store that can purge")
+	_, err = outbox.NewPublisher(b.store, newRecorder(), outbox.Config{Retention: -time.Hour})
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+}
+
+// nonPurger hides the store's Purge.
+type nonPurger struct{ outbox.Store }
+
+func newStoreOn(t *testing.T, b *bundle, _ int, hook func(bool)) *outbox.MySQLStore {
+	t.Helper()
+	s, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: b.store.Table()})
+	require.NoError(t, err)
+	outbox.SetPurgeHookForTest(s, hook)
+	return s
+}

@@ -1,0 +1,546 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-outbox/outbox"
+)
+
+// ---- stats
+
+func (a *app) stats(ctx context.Context, args []string) error {
+	fs := a.newFlags("stats", "stats [--lease 10m] [--count-success] [--json]",
+		"Counts events by status, and reports the due backlog, the oldest due event's age (the\n"+
+			"publish lag), SENDING events past half their lease, and dead letters by event type.\n"+
+			"Counting SUCCESS rows reads their whole index range, so it is left out unless asked.")
+	lease := fs.Duration("lease", outbox.LeaseDefault, "the publishers' Config.Lease, to judge SENDING rows by")
+	countSuccess := fs.Bool("count-success", false, "also count SUCCESS rows (slow on a large table)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *lease <= 0 {
+		return usagef("--lease must be positive, got %s", *lease)
+	}
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	st, err := a.store.Stats(ctx, outbox.StatsOptions{Lease: *lease, CountSucceeded: *countSuccess})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := map[string]any{
+			"wait": st.Wait, "sending": st.Sending, "fail": st.Fail, "due": st.Due,
+			"oldest_due_age_seconds":   st.OldestDueAge.Seconds(),
+			"oldest_claim_age_seconds": st.OldestClaimAge.Seconds(),
+			"sending_past_half_lease":  st.SendingPastHalfLease,
+			"fail_by_type":             nonNil(st.FailByType),
+		}
+		if st.Success >= 0 {
+			out["success"] = st.Success
+		}
+		return writeJSON(a.stdout, out)
+	}
+	tw := table(a.stdout)
+	fmt.Fprintln(tw, "STATUS\tROWS")
+	fmt.Fprintf(tw, "WAIT\t%d\n", st.Wait)
+	fmt.Fprintf(tw, "SENDING\t%d\n", st.Sending)
+	fmt.Fprintf(tw, "FAIL\t%d\n", st.Fail)
+	if st.Success >= 0 {
+		fmt.Fprintf(tw, "SUCCESS\t%d\n", st.Success)
+	} else {
+		fmt.Fprintln(tw, "SUCCESS\t- (--count-success)")
+	}
+	fmt.Fprintln(tw, "\t")
+	fmt.Fprintf(tw, "due now\t%d\n", st.Due)
+	fmt.Fprintf(tw, "oldest due age\t%s\n", roundDur(st.OldestDueAge))
+	fmt.Fprintf(tw, "oldest claim age\t%s\n", roundDur(st.OldestClaimAge))
+	fmt.Fprintf(tw, "sending past half lease (%s)\t%d\n", roundDur(*lease/2), st.SendingPastHalfLease)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.FailByType) > 0 {
+		fmt.Fprintln(a.stdout)
+		tw = table(a.stdout)
+		fmt.Fprintln(tw, "FAIL BY EVENT TYPE\tROWS")
+		for _, typ := range slices.Sorted(maps.Keys(st.FailByType)) {
+			fmt.Fprintf(tw, "%s\t%d\n", typ, st.FailByType[typ])
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func nonNil(m map[string]int64) map[string]int64 {
+	if m == nil {
+		return map[string]int64{}
+	}
+	return m
+}
+
+func roundDur(d time.Duration) time.Duration {
+	if d > time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// ---- list
+
+// filterFlags are the flags that select rows, shared by list and requeue.
+type filterFlags struct {
+	status, eventType, bizNo, since, until string
+	minID, maxID                           int64
+	limit                                  int
+}
+
+func (ff *filterFlags) register(fs *flag.FlagSet, withStatus bool, limitHelp string) {
+	if withStatus {
+		fs.StringVar(&ff.status, "status", "", "WAIT, SENDING, SUCCESS or FAIL")
+	}
+	fs.StringVar(&ff.eventType, "type", "", "event type, exactly")
+	fs.StringVar(&ff.bizNo, "biz-no", "", "business key, exactly")
+	fs.Int64Var(&ff.minID, "min-id", 0, "smallest id, inclusive")
+	fs.Int64Var(&ff.maxID, "max-id", 0, "largest id, inclusive")
+	fs.StringVar(&ff.since, "since", "", "created at or after: RFC 3339 or YYYY-MM-DD[ HH:MM:SS] in UTC, or a duration ago (24h)")
+	fs.StringVar(&ff.until, "until", "", "created before: as --since")
+	fs.IntVar(&ff.limit, "limit", 0, limitHelp)
+}
+
+// set reports whether any selecting flag was given.
+func (ff *filterFlags) set() bool {
+	return ff.status != "" || ff.eventType != "" || ff.bizNo != "" || ff.since != "" || ff.until != "" ||
+		ff.minID != 0 || ff.maxID != 0
+}
+
+func (ff *filterFlags) filter(now time.Time) (outbox.Filter, error) {
+	f := outbox.Filter{Status: outbox.Status(strings.ToUpper(ff.status)), EventType: ff.eventType, BizNo: ff.bizNo,
+		MinID: ff.minID, MaxID: ff.maxID, Limit: ff.limit}
+	var err error
+	if f.CreatedSince, err = parseWhen("--since", ff.since, now); err != nil {
+		return f, err
+	}
+	if f.CreatedUntil, err = parseWhen("--until", ff.until, now); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// parseWhen reads a point in time: RFC 3339, a UTC date and time, or a duration before now.
+func parseWhen(flagName, s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, usagef("%s %q: a duration ago must be positive", flagName, s)
+		}
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05", "2006-01-02T15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, usagef("%s %q is neither a time (2026-01-02T15:04:05Z, 2026-01-02) nor a duration (24h)", flagName, s)
+}
+
+// listed is a row as list and show print it in JSON.
+type listed struct {
+	ID              int64      `json:"id"`
+	EventID         string     `json:"event_id"`
+	BizNo           string     `json:"biz_no"`
+	EventType       string     `json:"event_type"`
+	Status          string     `json:"status"`
+	RetryCount      int        `json:"retry_count"`
+	ReclaimCount    int        `json:"reclaim_count"`
+	NextRetryTime   time.Time  `json:"next_retry_time"`
+	ClaimOwner      string     `json:"claim_owner"`
+	ClaimedAt       *time.Time `json:"claimed_at"`
+	LastError       string     `json:"last_error"`
+	CreateTime      time.Time  `json:"create_time"`
+	UpdateTime      time.Time  `json:"update_time"`
+	PayloadSize     int        `json:"payload_size"`
+	Payload         *string    `json:"payload,omitempty"`
+	PayloadEncoding string     `json:"payload_encoding,omitempty"`
+}
+
+func toListed(ev outbox.Event, size int) listed {
+	l := listed{ID: ev.ID, EventID: ev.EventID, BizNo: ev.BizNo, EventType: ev.EventType, Status: string(ev.Status),
+		RetryCount: ev.RetryCount, ReclaimCount: ev.ReclaimCount, NextRetryTime: ev.NextRetryTime.UTC(),
+		ClaimOwner: ev.ClaimOwner, LastError: ev.LastError, CreateTime: ev.CreateTime.UTC(), UpdateTime: ev.UpdateTime.UTC(),
+		PayloadSize: size}
+	if !ev.ClaimedAt.IsZero() {
+		t := ev.ClaimedAt.UTC()
+		l.ClaimedAt = &t
+	}
+	return l
+}
+
+func (a *app) list(ctx context.Context, args []string) error {
+	fs := a.newFlags("list", "list [--status S] [--type T] [--biz-no B] [--min-id N] [--max-id N] [--since T] [--until T] [--limit N] [--json]",
+		"Lists events, newest id first, without their payloads (see show). Exits 1 when none match.")
+	var ff filterFlags
+	ff.register(fs, true, fmt.Sprintf("most rows to print (default %d, at most %d)", outbox.ListLimitDefault, outbox.ListLimitMax))
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	f, err := ff.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	if err := validate(f); err != nil {
+		return err
+	}
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	evs, err := a.store.List(ctx, f)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := make([]listed, len(evs))
+		for i, ev := range evs {
+			out[i] = toListed(ev.Event, ev.PayloadSize)
+		}
+		if err := writeJSON(a.stdout, out); err != nil {
+			return err
+		}
+	} else if len(evs) > 0 {
+		tw := table(a.stdout)
+		fmt.Fprintln(tw, "ID\tSTATUS\tEVENT TYPE\tBIZ NO\tRETRIES\tRECLAIMS\tBYTES\tCREATED (UTC)\tUPDATED (UTC)\tEVENT ID\tLAST ERROR")
+		for _, ev := range evs {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", ev.ID, ev.Status, cell(ev.EventType, 40),
+				cell(ev.BizNo, 40), ev.RetryCount, ev.ReclaimCount, ev.PayloadSize, stamp(ev.CreateTime), stamp(ev.UpdateTime),
+				ev.EventID, cell(ev.LastError, 60))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(evs) == 0 {
+		return errors.New("no events match the filter")
+	}
+	return nil
+}
+
+// validate checks a filter before connecting, so that bad input is reported as such even
+// when the database is down.
+func validate(f outbox.Filter) error {
+	return outbox.ValidateFilter(f)
+}
+
+// ---- show
+
+func (a *app) show(ctx context.Context, args []string) error {
+	fs := a.newFlags("show", "show ID [--json]",
+		"Prints one event whole. The payload is printed as text when it is valid UTF-8, else in hex.")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("show takes exactly one event id, got %d arguments", len(pos))
+	}
+	id, err := parseID(pos[0])
+	if err != nil {
+		return err
+	}
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	ev, err := a.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	payload, encoding := string(ev.Payload), "text"
+	if !utf8.Valid(ev.Payload) {
+		payload, encoding = hex.EncodeToString(ev.Payload), "hex"
+	}
+	if *asJSON {
+		l := toListed(ev, len(ev.Payload))
+		l.Payload, l.PayloadEncoding = &payload, encoding
+		return writeJSON(a.stdout, l)
+	}
+	claimed := "-"
+	if !ev.ClaimedAt.IsZero() {
+		claimed = stamp(ev.ClaimedAt)
+	}
+	tw := table(a.stdout)
+	for _, kv := range [][2]string{
+		{"id", strconv.FormatInt(ev.ID, 10)},
+		{"event id", ev.EventID},
+		{"status", string(ev.Status)},
+		{"event type", ev.EventType},
+		{"biz no", ev.BizNo},
+		{"retry count", strconv.Itoa(ev.RetryCount)},
+		{"reclaim count", strconv.Itoa(ev.ReclaimCount)},
+		{"next retry (UTC)", stamp(ev.NextRetryTime)},
+		{"claim owner", cmpOr(ev.ClaimOwner, "-")},
+		{"claimed at (UTC)", claimed},
+		{"created (UTC)", stamp(ev.CreateTime)},
+		{"updated (UTC)", stamp(ev.UpdateTime)},
+		{"last error", cmpOr(ev.LastError, "-")},
+		{"payload bytes", strconv.Itoa(len(ev.Payload))},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], oneLine(kv[1]))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "payload (%s):\n%s\n", encoding, payload)
+	return nil
+}
+
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usagef("%q is not an event id (a positive integer)", s)
+	}
+	return id, nil
+}
+
+// ---- requeue
+
+func (a *app) requeue(ctx context.Context, args []string) error {
+	fs := a.newFlags("requeue", "requeue ID... | requeue [filter flags] (--yes | dry run) [--batch N] [--json]",
+		"Returns dead letters (FAIL) to WAIT: retry and reclaim counts reset, due now, claim cleared.\n"+
+			"By id: every id must be a FAIL event, or nothing changes. By filter (at least one filter\n"+
+			"flag, or --all): prints how many FAIL events match, and requeues them only with --yes,\n"+
+			"in batches, each logged. Only FAIL rows are ever changed.")
+	var ff filterFlags
+	ff.register(fs, false, "requeue at most this many (default: all that match)")
+	all := fs.Bool("all", false, "select every FAIL event (instead of a filter)")
+	yes := fs.Bool("yes", false, "requeue; without it, a filter only reports what it would change")
+	batch := fs.Int("batch", outbox.RequeueBatchDefault, "rows per statement")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if *batch < 1 || *batch > 10000 {
+		return usagef("--batch must be between 1 and 10000, got %d", *batch)
+	}
+	f, err := ff.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	byID := len(pos) > 0
+	switch {
+	case byID && (ff.set() || *all):
+		return usagef("give event ids or a filter, not both")
+	case !byID && !ff.set() && !*all:
+		return usagef("say which events: ids, a filter (--type, --biz-no, --min-id, --max-id, --since, --until) or --all")
+	}
+	for _, s := range pos {
+		id, err := parseID(s)
+		if err != nil {
+			return err
+		}
+		f.IDs = append(f.IDs, id)
+	}
+	f.Status = outbox.StatusFail
+	if err := validate(f); err != nil {
+		return err
+	}
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	if byID {
+		if err := a.checkFailed(ctx, f.IDs); err != nil {
+			return err
+		}
+	}
+	n, err := a.store.CountFailed(ctx, f)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errors.New("no FAIL events match the filter: nothing to requeue")
+	}
+	if !byID && !*yes {
+		if *asJSON {
+			return writeJSON(a.stdout, map[string]any{"matched": n, "requeued": 0, "dry_run": true})
+		}
+		fmt.Fprintf(a.stdout, "%d FAIL events match; nothing changed. Run again with --yes to requeue them.\n", n)
+		return nil
+	}
+	batches := 0
+	total, err := a.store.RequeueFailed(ctx, f, outbox.RequeueOptions{BatchRows: *batch, OnBatch: func(b outbox.RequeueBatch) {
+		batches++
+		fmt.Fprintf(a.stderr, "%s requeue batch %d: ids %d..%d, %d given, %d requeued\n",
+			time.Now().UTC().Format(time.RFC3339), batches, b.IDs[0], b.IDs[len(b.IDs)-1], len(b.IDs), b.Requeued)
+	}})
+	if err != nil {
+		return fmt.Errorf("after %d requeued in %d whole batches: %w", total, batches, err)
+	}
+	if *asJSON {
+		return writeJSON(a.stdout, map[string]any{"matched": n, "requeued": total, "batches": batches, "dry_run": false})
+	}
+	fmt.Fprintf(a.stdout, "requeued %d of %d matching FAIL events in %d batches\n", total, n, batches)
+	return nil
+}
+
+// checkFailed makes sure every id is a FAIL event, so that a requeue by id changes all of
+// them or none.
+func (a *app) checkFailed(ctx context.Context, ids []int64) error {
+	evs, err := a.store.List(ctx, outbox.Filter{IDs: ids, Limit: outbox.ListLimitMax})
+	if err != nil {
+		return err
+	}
+	status := map[int64]outbox.Status{}
+	for _, ev := range evs {
+		status[ev.ID] = ev.Status
+	}
+	var bad []string
+	for _, id := range ids {
+		switch st, ok := status[id]; {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("%d does not exist", id))
+		case st != outbox.StatusFail:
+			bad = append(bad, fmt.Sprintf("%d is %s, not FAIL", id, st))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("nothing requeued: event %s", strings.Join(bad, "; event "))
+	}
+	return nil
+}
+
+// ---- purge
+
+func (a *app) purge(ctx context.Context, args []string) error {
+	fs := a.newFlags("purge", "purge --older-than 720h [--batch 500] [--pause 100ms] [--limit N] (--yes | dry run) [--json]",
+		"Deletes SUCCESS events last updated more than --older-than ago, --batch rows per DELETE\n"+
+			"with --pause between, each batch logged. WAIT, SENDING and FAIL events are never deleted.\n"+
+			"Without --yes it only reports how many it would delete. It refuses to run beside another\n"+
+			"purge of the table (a publisher's retention, say).")
+	olderThan := fs.String("older-than", "", "age, e.g. 720h (required)")
+	batch := fs.Int("batch", outbox.PurgeBatchDefault, "rows per DELETE, at most 10000")
+	pause := fs.Duration("pause", outbox.PurgePauseDefault, "pause between DELETEs")
+	limit := fs.Int64("limit", 0, "delete at most this many rows (0: all)")
+	yes := fs.Bool("yes", false, "delete; without it, only report how many would go")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *olderThan == "" {
+		return usagef("--older-than is required, e.g. --older-than 720h")
+	}
+	age, err := time.ParseDuration(*olderThan)
+	if err != nil || age <= 0 {
+		return usagef("--older-than %q is not a positive duration (e.g. 720h, 90m)", *olderThan)
+	}
+	if *batch < 1 || *batch > 10000 {
+		return usagef("--batch must be between 1 and 10000, got %d", *batch)
+	}
+	if *pause < 0 || *limit < 0 {
+		return usagef("--pause and --limit must not be negative")
+	}
+	if err := a.open(ctx); err != nil {
+		return err
+	}
+	n, err := a.store.CountPurgeable(ctx, age)
+	if err != nil {
+		return err
+	}
+	if *limit > 0 {
+		n = min(n, *limit)
+	}
+	if !*yes {
+		if *asJSON {
+			return writeJSON(a.stdout, map[string]any{"matched": n, "deleted": 0, "dry_run": true})
+		}
+		fmt.Fprintf(a.stdout, "%d SUCCESS events are older than %s; nothing deleted. Run again with --yes to delete them.\n", n, age)
+		return nil
+	}
+	batches := 0
+	deleted, err := a.store.Purge(ctx, age, outbox.PurgeOptions{BatchRows: *batch, Pause: cmpDur(*pause), Limit: *limit,
+		Exclusive: true, OnBatch: func(d int64) {
+			batches++
+			fmt.Fprintf(a.stderr, "%s purge batch %d: %d deleted\n", time.Now().UTC().Format(time.RFC3339), batches, d)
+		}})
+	if err != nil {
+		return fmt.Errorf("after %d deleted in %d batches: %w", deleted, batches, err)
+	}
+	if *asJSON {
+		return writeJSON(a.stdout, map[string]any{"matched": n, "deleted": deleted, "batches": batches, "dry_run": false})
+	}
+	fmt.Fprintf(a.stdout, "deleted %d SUCCESS events older than %s in %d batches\n", deleted, age, batches)
+	return nil
+}
+
+// cmpDur maps --pause 0 to the library's "no pause".
+func cmpDur(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// ---- output
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000")
+}
+
+// cell makes s fit one table cell: one line, at most n characters.
+func cell(s string, n int) string {
+	s = oneLine(s)
+	if s == "" {
+		return "-"
+	}
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+}

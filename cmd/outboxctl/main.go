@@ -1,0 +1,227 @@
+// Command outboxctl looks at and repairs an outbox table: counts and ages (stats), rows by
+// filter (list), one row whole (show), dead letters back to WAIT (requeue) and old SUCCESS
+// rows deleted (purge).
+//
+//	outboxctl [global flags] stats|list|show ID|requeue|purge [flags]
+//
+// The database and table come from -dsn and -table, or from OUTBOX_DSN and OUTBOX_TABLE.
+// Output is an aligned table, or JSON with --json. Anything that changes rows by filter
+// first says how many it would change and changes them only with --yes. Bad input exits
+// with status 2 and changes nothing; a failure exits with status 1.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/go-outbox/outbox"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1 // the operation failed, or found nothing to act on
+	exitUsage = 2 // bad input: nothing was read or changed
+)
+
+// usageError is bad input: the command exits with exitUsage.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// app is one invocation: its global settings and where it writes.
+type app struct {
+	dsn, table     string
+	connectTimeout time.Duration
+	stdout, stderr io.Writer
+	store          *outbox.MySQLStore
+	db             *sql.DB
+}
+
+const globalUsage = `Usage: outboxctl [global flags] COMMAND [flags] [args]
+
+Looks at and repairs an outbox table.
+
+Commands:
+  stats          counts by status, the oldest due event's age, stale claims, dead letters by type
+  list           rows by status, event type, biz no, id range and creation time
+  show ID        one row whole, the payload as text (UTF-8) or hex
+  requeue        dead letters (FAIL) back to WAIT, by id or by filter
+  purge          delete SUCCESS rows older than a duration, in small batches
+
+Run 'outboxctl COMMAND --help' for a command's flags.
+
+Global flags:
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("outboxctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&a.dsn, "dsn", os.Getenv("OUTBOX_DSN"), "MySQL DSN, e.g. user:pass@tcp(127.0.0.1:3306)/app; defaults to $OUTBOX_DSN")
+	fs.StringVar(&a.table, "table", cmpOr(os.Getenv("OUTBOX_TABLE"), outbox.TableDefault), "outbox table; defaults to $OUTBOX_TABLE, else")
+	fs.DurationVar(&a.connectTimeout, "connect-timeout", 5*time.Second, "how long to wait for the database to answer")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, globalUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	cmds := map[string]func(context.Context, []string) error{
+		"stats":   a.stats,
+		"list":    a.list,
+		"show":    a.show,
+		"requeue": a.requeue,
+		"purge":   a.purge,
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	cmd, ok := cmds[name]
+	if !ok {
+		fmt.Fprintf(stderr, "outboxctl: unknown command %q (want stats, list, show, requeue or purge)\n", name)
+		return exitUsage
+	}
+	defer func() {
+		if a.db != nil {
+			_ = a.db.Close()
+		}
+	}()
+	err := cmd(ctx, rest)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errQuiet):
+		return exitUsage
+	case errors.As(err, new(usageError)), errors.Is(err, outbox.ErrInvalidInput), errors.Is(err, outbox.ErrInvalidConfig):
+		fmt.Fprintf(stderr, "outboxctl %s: %v\n", name, err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "outboxctl %s: %v\n", name, err)
+		return exitFail
+	}
+}
+
+// errQuiet is bad input whose message the flag package has printed already.
+var errQuiet = errors.New("bad flags")
+
+// parse parses a command's flags, which may come before, between or after its positional
+// arguments, and returns those arguments. It turns the flag package's errors into the exits
+// run expects.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return nil, err
+		case err != nil:
+			return nil, errQuiet
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		if fs.Arg(0) == "--" {
+			return append(pos, fs.Args()[1:]...), nil
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+}
+
+// newFlags returns a command's flag set, with its usage line and description.
+func (a *app) newFlags(name, usage, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(a.stderr, "Usage: outboxctl [global flags] %s\n\n%s\n\nFlags:\n", usage, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// open connects to the database and checks that it answers, so that an unreachable or
+// misspelt DSN is reported before anything else.
+func (a *app) open(ctx context.Context) error {
+	if a.dsn == "" {
+		return usagef("no database: give -dsn or set OUTBOX_DSN")
+	}
+	cfg, err := mysql.ParseDSN(a.dsn)
+	if err != nil {
+		return usagef("malformed DSN: %v", err)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = a.connectTimeout
+	}
+	cfg.ParseTime = true
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return usagef("malformed DSN: %v", err)
+	}
+	db := sql.OpenDB(conn)
+	pctx, cancel := context.WithTimeout(ctx, a.connectTimeout)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		_ = db.Close()
+		return fmt.Errorf("cannot reach the database at %s: %w", cfg.Addr, err)
+	}
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: a.table})
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables
+	WHERE table_schema = DATABASE() AND table_name = ?`, a.table).Scan(&n); err != nil {
+		_ = db.Close()
+		return fmt.Errorf("cannot look up table %s: %w", a.table, err)
+	}
+	if n == 0 {
+		_ = db.Close()
+		return fmt.Errorf("table %s does not exist in database %q (give -table or set OUTBOX_TABLE)", a.table, cfg.DBName)
+	}
+	a.db, a.store = db, store
+	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// noArgs rejects positional arguments a command does not take.
+func noArgs(pos []string) error {
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", strings.Join(pos, " "))
+	}
+	return nil
+}
