@@ -51,7 +51,7 @@ func (p *Publisher) record(ctx context.Context, stats *RoundStats, w write) outc
 		}
 		pause *= 2
 	}
-	p.defer1(ctx, w, err)
+	p.keep(ctx, w, err)
 	stats.Errors += len(w.ids)
 	return outcomeError
 }
@@ -76,8 +76,8 @@ func (p *Publisher) recorded(ctx context.Context, stats *RoundStats, w write, ch
 	return w.single
 }
 
-// defer1 keeps w for the next round.
-func (p *Publisher) defer1(ctx context.Context, w write, err error) {
+// keep keeps w, which the store failed to record, for the next round.
+func (p *Publisher) keep(ctx context.Context, w write, err error) {
 	p.log.ErrorContext(ctx, "outbox: could not record "+w.what+"; will try again before the next claim",
 		slog.Int("count", len(w.ids)), slog.Int64("first_event_id", w.ids[0]), slog.Any("error", err))
 	if len(p.pending) >= maxPending {
