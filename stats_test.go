@@ -71,7 +71,7 @@ func TestStatsCountsEachState(t *testing.T) {
 	var rows []rawRow
 	rows = append(rows, rawRow{status: "WAIT", eventType: "A", dueIn: -100}) // due for 100 s
 	rows = append(rows, repeatRow(rawRow{status: "WAIT", eventType: "A", dueIn: -5}, 2)...)
-	rows = append(rows, repeatRow(rawRow{status: "WAIT", eventType: "A", dueIn: 3600}, 4)...) // backing off
+	rows = append(rows, repeatRow(rawRow{status: "WAIT", eventType: "A", dueIn: 3600}, 4)...)    // backing off
 	rows = append(rows, rawRow{status: "SENDING", eventType: "A", dueIn: -400, claimedIn: -400}) // past half of 10 min
 	rows = append(rows, rawRow{status: "SENDING", eventType: "A", dueIn: -10, claimedIn: -10})
 	rows = append(rows, repeatRow(rawRow{status: "FAIL", eventType: "ORDER_PAID", dueIn: -60, claimedIn: -60}, 2)...)
