@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // ClaimMode says how a publisher claims events. Both give the same guarantees: an event is
@@ -160,6 +162,17 @@ type Config struct {
 	// event as it now stands (status FAIL) and the error of its last attempt. Use it to alert a
 	// person. It runs on the publishing goroutine: keep it quick.
 	OnDeadLetter func(ctx context.Context, ev Event, cause error)
+
+	// MeterProvider, if set, receives the publisher's metrics (see the README's "Metrics and
+	// health" for every instrument). Nil records nothing, at no cost; the package never
+	// uses the global provider.
+	MeterProvider metric.MeterProvider
+
+	// StatsInterval is how often, at most, the table gauges read the table's statistics
+	// ([StatsReader]): one indexed statement per interval for this publisher, however often
+	// the gauges are collected; a collection between two reads reports the last one. Only
+	// with a MeterProvider, and only while Run runs. Defaults to 15 seconds.
+	StatsInterval time.Duration
 }
 
 // withDefaults fills the zero fields and validates the result.
@@ -179,6 +192,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxProbeDelay = cmp.Or(c.MaxProbeDelay, MaxProbeDelayDefault)
 	c.SendTimeout = cmp.Or(c.SendTimeout, SendTimeoutDefault)
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, StoreTimeoutDefault)
+	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
@@ -206,6 +220,7 @@ func (c Config) validate() error {
 		{"MaxProbeDelay", int64(c.MaxProbeDelay)},
 		{"SendTimeout", int64(c.SendTimeout)},
 		{"StoreTimeout", int64(c.StoreTimeout)},
+		{"StatsInterval", int64(c.StatsInterval)},
 	}
 	for _, f := range positive {
 		if f.v < 0 {
