@@ -113,7 +113,8 @@ func newMetrics(cfg Config, store Store, log *slog.Logger) (*metrics, error) {
 		metric.WithDescription("Store statements run again after a deadlock or a lock wait timeout."), metric.WithUnit("{statement}"))
 	errs = append(errs, err)
 	m.brokerUnavailable, err = meter.Int64ObservableGauge("outbox.broker.unavailable",
-		metric.WithDescription("1 while the publisher finds the broker unavailable and probes it, else 0."), metric.WithUnit("1"))
+		// No unit: "1" would make Prometheus's name outbox_broker_unavailable_ratio.
+		metric.WithDescription("1 while the publisher finds the broker unavailable and probes it, else 0."))
 	errs = append(errs, err)
 	gauge := func(name, desc string) metric.Int64ObservableGauge {
 		g, err := meter.Int64ObservableGauge(name, metric.WithDescription(desc), events)
