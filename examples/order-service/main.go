@@ -229,7 +229,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	if err == nil && ms != nil && o.metricsReady != nil {
+	if err == nil && ctx.Err() == nil && ms != nil && o.metricsReady != nil {
 		o.metricsReady(ms.url)
 	}
 	stopPublishers()
