@@ -17,8 +17,10 @@ type Health struct {
 	Running bool
 	// LastRoundOK is when a round last reached the store without an error: its claim (or
 	// its candidate query) went through, and everything earlier rounds owed was recorded.
-	// Rounds run every [Config.PollInterval] even when nothing is due, so with Running, an
-	// old LastRoundOK says the store is failing or a round is stuck. Zero if never.
+	// Rounds run every [Config.PollInterval] even when nothing is due (while the broker is
+	// unavailable, only at each probe, at most [Config.MaxProbeDelay] apart), so with
+	// Running, an old LastRoundOK says the store is failing or a round is stuck. Zero if
+	// never.
 	LastRoundOK time.Time
 	// LastError is the store error of the last round that met one, if that round came after
 	// LastRoundOK (nil otherwise); LastErrorAt is when.

@@ -2,7 +2,9 @@ package outbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -188,6 +190,13 @@ func TestMetricsKnownSequence(t *testing.T) {
 	assert.Equal(t, map[string]float64{"event_type=ORDER_PAID": 1, "event_type=ORDER_POISON": 1}, c.values["outbox.table.failed"])
 	assert.Equal(t, int64(1), store.calls.Load())
 
+	for name := range c.values {
+		assert.Contains(t, instruments, name)
+	}
+	for name := range c.counts {
+		assert.Contains(t, instruments, name)
+	}
+
 	// Collections within StatsInterval read the table no more.
 	for range 5 {
 		collect(t, reader)
@@ -280,4 +289,54 @@ func TestMetricsOptional(t *testing.T) {
 	_, err := outbox.NewPublisher(b.store, newRecorder(), outbox.Config{StatsInterval: -time.Second})
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	require.ErrorContains(t, err, "StatsInterval")
+}
+
+// instruments are the publisher's instruments by name, with the name Prometheus gives each
+// (the OpenTelemetry Prometheus exporter's translation).
+var instruments = map[string]string{
+	"outbox.events.sent":                   "outbox_events_sent_total",
+	"outbox.events.retried":                "outbox_events_retried_total",
+	"outbox.events.dead_lettered":          "outbox_events_dead_lettered_total",
+	"outbox.events.reclaimed":              "outbox_events_reclaimed_total",
+	"outbox.claims.lost":                   "outbox_claims_lost_total",
+	"outbox.leases.lost":                   "outbox_leases_lost_total",
+	"outbox.store.lock_retries":            "outbox_store_lock_retries_total",
+	"outbox.broker.outages":                "outbox_broker_outages_total",
+	"outbox.broker.unavailable":            "outbox_broker_unavailable",
+	"outbox.send.duration":                 "outbox_send_duration_seconds",
+	"outbox.commit_to_send.duration":       "outbox_commit_to_send_duration_seconds",
+	"outbox.table.backlog":                 "outbox_table_backlog",
+	"outbox.table.oldest_due_age":          "outbox_table_oldest_due_age_seconds",
+	"outbox.table.sending":                 "outbox_table_sending",
+	"outbox.table.oldest_claim_age":        "outbox_table_oldest_claim_age_seconds",
+	"outbox.table.sending_past_half_lease": "outbox_table_sending_past_half_lease",
+	"outbox.table.failed":                  "outbox_table_failed",
+}
+
+// The README lists every instrument, and the dashboard has a panel for each.
+func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	raw, err := os.ReadFile("dashboards/outbox.json")
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			Type    string `json:"type"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &dash), "the dashboard is valid JSON")
+	var exprs []string
+	for _, p := range dash.Panels {
+		for _, target := range p.Targets {
+			exprs = append(exprs, target.Expr)
+		}
+	}
+	all := strings.Join(exprs, "\n")
+	for name, prom := range instruments {
+		assert.Contains(t, string(readme), "`"+name+"` (`"+prom+"`)", "README lists %s", name)
+		assert.Contains(t, all, prom, "the dashboard shows %s", name)
+	}
 }
