@@ -101,6 +101,7 @@ func (p *Publisher) round(ctx context.Context) (stats RoundStats, next time.Dura
 		}
 	}()
 	if err := p.settle(ctx, &stats); err != nil {
+		p.health.storeReached(err, ctx.Err() != nil)
 		return stats, p.cfg.PollInterval, err
 	}
 	probe := p.outage.down
@@ -249,6 +250,7 @@ func (p *Publisher) fetch(ctx context.Context, what string, fn func(context.Cont
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
 	defer cancel()
 	evs, err := fn(sctx)
+	p.health.storeReached(err, ctx.Err() != nil)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "outbox: could not "+what+"; trying again next round", slog.Any("error", err))
@@ -275,7 +277,7 @@ func (p *Publisher) sendBatch(ctx context.Context, evs []Event) (errs []error) {
 				errs = repeatErr(fmt.Errorf("sender panicked: %v", r), len(evs))
 			}
 		}()
-		errs = bs.SendBatch(ctx, evs)
+		errs = p.m.batchSent(ctx, evs, func() []error { return bs.SendBatch(ctx, evs) })
 		if len(errs) != len(evs) {
 			return repeatErr(fmt.Errorf("sender returned %d results for %d events", len(errs), len(evs)), len(evs))
 		}
@@ -352,6 +354,7 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 		// The claim may have changed the row all the same: release whatever is ours before
 		// the next claim.
 		p.releaseOwed = true
+		p.health.storeReached(err, ctx.Err() != nil)
 		if ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "outbox: could not claim an event; trying again next round",
 				slog.Int64("event_id", ev.ID), slog.Any("error", err))
@@ -363,6 +366,7 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 		// Normal with several instances: the SELECT only found a candidate.
 		p.log.DebugContext(ctx, "outbox: event taken by another instance, skip", slog.Int64("event_id", ev.ID))
 		stats.add(outcomeLost)
+		p.m.claimLost(ctx)
 		return outcomeLost
 	}
 
@@ -386,6 +390,7 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 
 // send calls the sender within SendTimeout; a panic in the sender is an error like any other.
 func (p *Publisher) send(ctx context.Context, ev Event) (err error) {
+	defer p.m.sendDone(ctx, ev, p.m.now(), &err)
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
 	defer cancel()
 	ctx, span := p.tracing.start(ctx, ev)

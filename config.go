@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -196,6 +197,17 @@ type Config struct {
 	// alone, never the global provider. Defaults to nil: no spans. Events carry their trace
 	// context to the broker either way.
 	TracerProvider trace.TracerProvider
+
+	// MeterProvider, if set, receives the publisher's metrics (see the README's "Metrics and
+	// health" for every instrument). Nil records nothing, at no cost; the package never
+	// uses the global provider.
+	MeterProvider metric.MeterProvider
+
+	// StatsInterval is how often, at most, the table gauges read the table's statistics
+	// ([StatsReader]): one indexed statement per interval for this publisher, however often
+	// the gauges are collected; a collection between two reads reports the last one. Only
+	// with a MeterProvider, and only while Run runs. Defaults to 15 seconds.
+	StatsInterval time.Duration
 }
 
 // withDefaults fills the zero fields and validates the result.
@@ -218,6 +230,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
 	c.RetentionBatch = cmp.Or(c.RetentionBatch, PurgeBatchDefault)
 	c.RetentionPause = cmp.Or(c.RetentionPause, PurgePauseDefault)
+	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
@@ -249,6 +262,7 @@ func (c Config) validate() error {
 		{"RetentionInterval", int64(c.RetentionInterval)},
 		{"RetentionBatch", int64(c.RetentionBatch)},
 		{"RetentionPause", int64(c.RetentionPause)},
+		{"StatsInterval", int64(c.StatsInterval)},
 	}
 	for _, f := range positive {
 		if f.v < 0 {

@@ -25,6 +25,8 @@ func (p *Publisher) enterOutage(ctx context.Context, cause error) {
 	if !o.down {
 		*o = outage{down: true, since: now, delay: min(firstProbeDelay, p.cfg.MaxProbeDelay)}
 		p.down.Store(true)
+		p.m.outage(ctx)
+		p.health.brokerDown(true, now)
 		p.log.ErrorContext(ctx, "outbox: broker unavailable; claims paused, probing until a send succeeds (no retries are spent)",
 			slog.Any("error", cause))
 	} else {
@@ -47,6 +49,7 @@ func (p *Publisher) endOutage(ctx context.Context) {
 		slog.Duration("down_for", time.Since(p.outage.since).Round(time.Millisecond)))
 	p.outage = outage{}
 	p.down.Store(false)
+	p.health.brokerDown(false, time.Time{})
 }
 
 // BrokerUnavailable reports whether the publisher has found the broker unavailable and is

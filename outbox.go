@@ -56,6 +56,11 @@ type Event struct {
 	// sender sends them with the event so that its consumer continues that trace.
 	TraceParent string
 	TraceState  string
+
+	// storeAge and readAt date the store's read of the event, for the commit-to-send
+	// latency: its age then by the store's clock, and when that was by this process's.
+	storeAge time.Duration
+	readAt   time.Time
 }
 
 // EventInput is what a service writes inside its business transaction.
@@ -229,6 +234,8 @@ type Publisher struct {
 	running atomic.Bool
 	limit   atomic.Int64 // batch mode: how many events the next claim takes
 	down    atomic.Bool  // outage.down, for BrokerUnavailable
+	m       *metrics     // nil without Config.MeterProvider
+	health  healthState
 
 	// roundMu serialises rounds (Run's and PublishPending's) and guards what they share.
 	roundMu     sync.Mutex
@@ -264,6 +271,9 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 		cfg:    cfg,
 		log:    cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
 	}
+	if p.m, err = newMetrics(cfg, store, p.log); err != nil {
+		return nil, fmt.Errorf("outbox: make the publisher's instruments: %w", err)
+	}
 	p.limit.Store(int64(min(cfg.BatchSize, initialClaimLimit)))
 	p.tracing = newSendTracing(cfg.TracerProvider, sender)
 	return p, nil
@@ -293,6 +303,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	defer p.running.Store(false)
+	defer p.m.observe(p)()
 
 	p.log.InfoContext(ctx, "outbox publisher started",
 		slog.Int("batch_size", p.cfg.BatchSize),

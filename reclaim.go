@@ -23,6 +23,7 @@ func (p *Publisher) Reclaim(ctx context.Context) (int64, error) {
 		}
 		return 0, err
 	}
+	p.m.reclaimedEvents(ctx, n, dead)
 	for _, ev := range dead {
 		p.deadLettered(ctx, ev, errors.New(ev.LastError))
 	}

@@ -66,6 +66,7 @@ func (p *Publisher) execWrite(ctx context.Context, w write) (int64, error) {
 func (p *Publisher) recorded(ctx context.Context, stats *RoundStats, w write, changed int64) outcome {
 	if lost := int64(len(w.ids)) - changed; lost > 0 {
 		stats.LeaseLost += int(lost)
+		p.m.leaseLost(ctx, lost)
 		p.log.WarnContext(ctx, "outbox: lease lost before recording "+w.what+"; the rows keep their new owner's state",
 			slog.Int64("count", lost), slog.Int64("first_event_id", w.ids[0]))
 	}
@@ -78,6 +79,7 @@ func (p *Publisher) recorded(ctx context.Context, stats *RoundStats, w write, ch
 
 // keep keeps w, which the store failed to record, for the next round.
 func (p *Publisher) keep(ctx context.Context, w write, err error) {
+	p.health.storeReached(err, false)
 	p.log.ErrorContext(ctx, "outbox: could not record "+w.what+"; will try again before the next claim",
 		slog.Int("count", len(w.ids)), slog.Int64("first_event_id", w.ids[0]), slog.Any("error", err))
 	if len(p.pending) >= maxPending {
@@ -199,6 +201,7 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 					return
 				}
 				stats.DeadLettered++
+				p.m.deadLetter(ctx, ev, cause)
 				ev.Status, ev.RetryCount, ev.LastError = StatusFail, attempt, reason
 				p.deadLettered(ctx, ev, cause)
 			},
@@ -216,6 +219,7 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 				return
 			}
 			stats.Retried++
+			p.m.retry(ctx, ev)
 			p.log.WarnContext(ctx, "outbox: send failed, will retry",
 				slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo),
 				slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Candidates implements [Store].
@@ -18,7 +19,8 @@ func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error)
 }
 
 // scanEvents reads the rows of the candidates and lockDue queries: WAIT events, and the
-// length of each one's payload (lockDue may leave a long payload out).
+// length of each one's payload (lockDue may leave a long payload out). Each event is dated
+// for the commit-to-send latency: its age by the database clock, and the time of the read.
 func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
 	if err != nil {
 		return nil, nil, err
@@ -31,10 +33,12 @@ func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
 	for rows.Next() {
 		ev := Event{Status: StatusWait}
 		var size int
+		var ageUS int64
 		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
-			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState); err != nil {
+			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState, &ageUS); err != nil {
 			return nil, nil, err
 		}
+		ev.storeAge, ev.readAt = time.Duration(ageUS)*time.Microsecond, time.Now()
 		events = append(events, ev)
 		sizes = append(sizes, size)
 	}

@@ -26,8 +26,12 @@ func newMySQLQueries(table string) mysqlQueries {
 
 		// Candidates only: no lock, no ownership. Several instances seeing the same row is
 		// expected. Served by idx_status_next_retry.
+		//
+		// The last column of this and the claim's SELECT is the event's age by the database
+		// clock, for the commit-to-send latency.
 		candidates: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time,
-	       reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state
+	       reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state,
+	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3))
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT ?`),
@@ -49,7 +53,8 @@ func newMySQLQueries(table string) mysqlQueries {
 		// query once the claim has chosen its rows, so that a claim never holds more than about
 		// limit times that plus maxBytes in memory, however large the payloads are.
 		lockDue: r.Replace(`SELECT id, event_id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
-	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state
+	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state,
+	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3))
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT %d

@@ -39,6 +39,9 @@
 // would export them to its collector); the summary counts the traces that reached the points
 // service. Nothing is registered globally.
 //
+// -metrics-addr 127.0.0.1:9464 serves the publishers' metrics at /metrics while the example
+// runs, in Prometheus's text format (see the README's "Metrics and health").
+//
 // The example's tables are its own, in the database of -dsn. An outbox table left by an
 // older version of this example (from before event ids, without the event_id column) is
 // dropped and created again if all its events were sent; if some were not, the example stops
@@ -86,6 +89,10 @@ type options struct {
 	timeout             time.Duration
 	verbose             bool
 	out                 io.Writer // where the progress and the summary go
+	metricsAddr         string    // where /metrics is served; "" for nowhere
+	// metricsReady, if set, is called with the /metrics URL once every event is published,
+	// before the publishers stop.
+	metricsReady func(url string)
 }
 
 func main() {
@@ -100,6 +107,7 @@ func main() {
 	flag.IntVar(&o.duplicate, "duplicate", 5, "sends whose acknowledgement the first publisher loses, to show the consumer suppressing duplicates")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
 	flag.BoolVar(&o.verbose, "v", false, "log every publisher event")
+	flag.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the publishers' metrics at http://ADDR/metrics (a loopback address, e.g. 127.0.0.1:9464)")
 	flag.Parse()
 	if o.orders < 1 || o.instances < 1 || o.duplicate < 0 {
 		log.Fatal("-orders and -instances must be at least 1, -duplicate at least 0")
@@ -199,6 +207,15 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 
+	var ms *metricsServer
+	if o.metricsAddr != "" {
+		if ms, err = startMetrics(o.metricsAddr); err != nil {
+			return sum, err
+		}
+		defer ms.close()
+		fmt.Fprintf(o.out, "metrics: %s\n", ms.url)
+	}
+
 	points, err := startPointsService(ctx, db, o, "points-"+runID, prefix, tp)
 	if err != nil {
 		return sum, err
@@ -215,7 +232,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	var wg sync.WaitGroup
 	var lostAcks atomic.Int64 // acknowledgements the first instance dropped on purpose
 	for i := range o.instances {
-		p, closeSender, err := newInstance(o, i, &lostAcks, tp)
+		p, closeSender, err := newInstance(o, i, &lostAcks, tp, ms)
 		if err != nil {
 			stopPublishers()
 			wg.Wait()
@@ -245,6 +262,9 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	if err == nil && ctx.Err() == nil && ms != nil && o.metricsReady != nil {
+		o.metricsReady(ms.url)
+	}
 	stopPublishers()
 	wg.Wait()
 	if err != nil {
@@ -387,7 +407,7 @@ func createOrder(ctx context.Context, store *outbox.MySQLStore, orderNo string, 
 
 // newInstance is one instance of the order-service: its own connection pool, producer and
 // publisher, as a separate process would have.
-func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvider) (*outbox.Publisher, func(), error) {
+func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvider, ms *metricsServer) (*outbox.Publisher, func(), error) {
 	db, err := openDB(o.dsn)
 	if err != nil {
 		return nil, nil, err
@@ -415,7 +435,7 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 	if o.verbose {
 		level = slog.LevelDebug
 	}
-	p, err := outbox.NewPublisher(store, sender, outbox.Config{
+	cfg := outbox.Config{
 		InstanceID:     instanceID,
 		TracerProvider: tp, // each send a span, linked to its orders' traces
 		PollInterval:   100 * time.Millisecond,
@@ -424,7 +444,11 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 		OnDeadLetter: func(_ context.Context, ev outbox.Event, cause error) {
 			fmt.Fprintf(os.Stderr, "ALERT: event %d (%s) dead-lettered: %v\n", ev.ID, ev.BizNo, cause)
 		},
-	})
+	}
+	if ms != nil {
+		cfg.MeterProvider = ms.provider
+	}
+	p, err := outbox.NewPublisher(store, sender, cfg)
 	if err != nil {
 		_ = rmq.Close()
 		_ = db.Close()

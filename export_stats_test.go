@@ -1,0 +1,7 @@
+package outbox
+
+// StatsQueryForTest returns the statement [MySQLStore.Stats] runs, so that the tests EXPLAIN
+// the real text.
+func StatsQueryForTest(s *MySQLStore, countSucceeded bool) string {
+	return s.statsQuery(countSucceeded)
+}

@@ -1,0 +1,369 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// meterName is the instrumentation scope of the publisher's instruments.
+const meterName = "github.com/go-outbox/outbox"
+
+// StatsIntervalDefault is how often, at most, the publisher's table gauges read
+// [StatsReader.Stats] unless [Config.StatsInterval] says otherwise.
+const StatsIntervalDefault = 15 * time.Second
+
+// StatsReader is implemented by a store that can describe its table ([MySQLStore] does).
+// The publisher's table gauges (backlog, publish lag, SENDING and FAIL rows) read it; with a
+// store that is not a StatsReader, they report nothing.
+type StatsReader interface {
+	Stats(ctx context.Context, opts StatsOptions) (TableStats, error)
+}
+
+// lockRetrier is implemented by a store that counts its lock-conflict retries, as
+// [MySQLStore.LockRetries] does.
+type lockRetrier interface{ LockRetries() int64 }
+
+// Attribute keys and values of the publisher's instruments: a closed set, so that every
+// series is bounded. Event types are the service's own, and few.
+const (
+	attrEventType = "event_type"
+	attrOutcome   = "outcome"
+	attrReason    = "reason"
+)
+
+// Bucket boundaries, in seconds: a send takes milliseconds; commit to send spans a wake-up
+// (milliseconds), a poll interval (seconds), a backoff or an outage (minutes to an hour).
+var (
+	sendBuckets         = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	commitToSendBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+)
+
+// metrics holds the publisher's instruments. A nil *metrics (no [Config.MeterProvider]) is
+// valid: every method returns at once, at no cost, and nothing is registered anywhere.
+type metrics struct {
+	log *slog.Logger
+
+	sent, retried, deadLettered, reclaimed, claimsLost, leasesLost, outages metric.Int64Counter
+	sendDuration, commitToSend                                              metric.Float64Histogram
+
+	// Observed: registered while Run runs (observe).
+	meter                                          metric.Meter
+	lockRetries                                    metric.Int64ObservableCounter
+	brokerUnavailable                              metric.Int64ObservableGauge
+	backlog, sending, sendingPastHalfLease, failed metric.Int64ObservableGauge
+	oldestDueAge, oldestClaimAge                   metric.Float64ObservableGauge
+
+	outcomeSent, outcomeFailed, outcomeUnavailable metric.MeasurementOption
+	byType                                         sync.Map // event type -> metric.MeasurementOption
+
+	stats statsCache
+}
+
+// newMetrics makes the publisher's instruments on cfg.MeterProvider, or returns nil without
+// one.
+func newMetrics(cfg Config, store Store, log *slog.Logger) (*metrics, error) {
+	if cfg.MeterProvider == nil {
+		return nil, nil
+	}
+	meter := cfg.MeterProvider.Meter(meterName)
+	m := &metrics{
+		log:                log,
+		meter:              meter,
+		outcomeSent:        metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, "sent"))),
+		outcomeFailed:      metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, "failed"))),
+		outcomeUnavailable: metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, "unavailable"))),
+	}
+	if sr, ok := store.(StatsReader); ok {
+		m.stats = statsCache{reader: sr, interval: cfg.StatsInterval, timeout: cfg.StoreTimeout, lease: cfg.Lease, log: log}
+	}
+	events := metric.WithUnit("{event}")
+	var errs []error
+	counter := func(name, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithDescription(desc), events)
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	m.sent = counter("outbox.events.sent", "Events the broker accepted.")
+	m.retried = counter("outbox.events.retried", "Failed sends released for a later retry, with backoff.")
+	m.deadLettered = counter("outbox.events.dead_lettered", "Events marked FAIL: a permanent error, the last retry, or too many reclaims.")
+	m.reclaimed = counter("outbox.events.reclaimed", "SENDING events returned to WAIT because their lease expired (their instance died or stalled).")
+	m.claimsLost = counter("outbox.claims.lost", "Per-row claims another instance won first.")
+	m.leasesLost = counter("outbox.leases.lost", "Outcomes not recorded because the lease had been reclaimed by then.")
+	oc, err := meter.Int64Counter("outbox.broker.outages",
+		metric.WithDescription("Times the publisher found the broker unavailable and paused its claims."), metric.WithUnit("{outage}"))
+	m.outages = oc
+	errs = append(errs, err)
+	m.sendDuration = histogram("outbox.send.duration", "Duration of one send call: one event, or one batch through a BatchSender.", sendBuckets)
+	m.commitToSend = histogram("outbox.commit_to_send.duration",
+		"From the event's commit (create_time) to the broker's acceptance, by the database clock up to the read and this process's clock after.",
+		commitToSendBuckets)
+
+	m.lockRetries, err = meter.Int64ObservableCounter("outbox.store.lock_retries",
+		metric.WithDescription("Store statements run again after a deadlock or a lock wait timeout."), metric.WithUnit("{statement}"))
+	errs = append(errs, err)
+	m.brokerUnavailable, err = meter.Int64ObservableGauge("outbox.broker.unavailable",
+		// No unit: "1" would make Prometheus's name outbox_broker_unavailable_ratio.
+		metric.WithDescription("1 while the publisher finds the broker unavailable and probes it, else 0."))
+	errs = append(errs, err)
+	gauge := func(name, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithDescription(desc), events)
+		errs = append(errs, err)
+		return g
+	}
+	ageGauge := func(name, desc string) metric.Float64ObservableGauge {
+		g, err := meter.Float64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit("s"))
+		errs = append(errs, err)
+		return g
+	}
+	m.backlog = gauge("outbox.table.backlog", "WAIT rows due now.")
+	m.oldestDueAge = ageGauge("outbox.table.oldest_due_age", "How long the oldest due WAIT row has been due: the publish lag.")
+	m.sending = gauge("outbox.table.sending", "SENDING rows: claimed, outcome not yet recorded.")
+	m.oldestClaimAge = ageGauge("outbox.table.oldest_claim_age", "Age of the oldest SENDING claim.")
+	m.sendingPastHalfLease = gauge("outbox.table.sending_past_half_lease", "SENDING rows claimed more than half a lease ago.")
+	m.failed = gauge("outbox.table.failed", "FAIL rows (dead letters) by event type.")
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// typeAttr is the event_type attribute, made once per type.
+func (m *metrics) typeAttr(eventType string) metric.MeasurementOption {
+	if o, ok := m.byType.Load(eventType); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String(attrEventType, eventType)))
+	m.byType.Store(eventType, o)
+	return o
+}
+
+// observe registers the observed instruments for p while Run runs; the returned function
+// unregisters them.
+func (m *metrics) observe(p *Publisher) func() {
+	if m == nil {
+		return func() {}
+	}
+	instruments := []metric.Observable{m.brokerUnavailable}
+	lr, hasLocks := p.store.(lockRetrier)
+	if hasLocks {
+		instruments = append(instruments, m.lockRetries)
+	}
+	if m.stats.reader != nil {
+		instruments = append(instruments, m.backlog, m.oldestDueAge, m.sending, m.oldestClaimAge, m.sendingPastHalfLease, m.failed)
+	}
+	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(m.brokerUnavailable, boolCount(p.BrokerUnavailable()))
+		if hasLocks {
+			o.ObserveInt64(m.lockRetries, lr.LockRetries())
+		}
+		if st, ok := m.stats.get(ctx); ok {
+			o.ObserveInt64(m.backlog, st.Due)
+			o.ObserveFloat64(m.oldestDueAge, st.OldestDueAge.Seconds())
+			o.ObserveInt64(m.sending, st.Sending)
+			o.ObserveFloat64(m.oldestClaimAge, st.OldestClaimAge.Seconds())
+			o.ObserveInt64(m.sendingPastHalfLease, st.SendingPastHalfLease)
+			for t, n := range st.FailByType {
+				o.ObserveInt64(m.failed, n, m.typeAttr(t))
+			}
+		}
+		return nil
+	}, instruments...)
+	if err != nil {
+		m.log.Error("outbox: could not register the publisher's gauges", slog.Any("error", err))
+		return func() {}
+	}
+	return func() { _ = reg.Unregister() }
+}
+
+// statsCache reads the table's statistics at most once per interval, however often the
+// gauges are collected: a scrape between two reads gets the last read.
+type statsCache struct {
+	reader                   StatsReader
+	interval, timeout, lease time.Duration
+	log                      *slog.Logger
+	mu                       sync.Mutex
+	readAt                   time.Time // of the last read, successful or not
+	last                     TableStats
+	ok                       bool
+}
+
+func (c *statsCache) get(ctx context.Context) (TableStats, bool) {
+	if c.reader == nil {
+		return TableStats{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.readAt.IsZero() && time.Since(c.readAt) < c.interval {
+		return c.last, c.ok
+	}
+	c.readAt = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	st, err := c.reader.Stats(ctx, StatsOptions{Lease: c.lease})
+	if err != nil {
+		c.log.WarnContext(ctx, "outbox: could not read the table's statistics for the gauges", slog.Any("error", err))
+		c.last, c.ok = TableStats{}, false
+		return c.last, false
+	}
+	c.last, c.ok = st, true
+	return st, true
+}
+
+// now is the start of a timed call: the zero time when metrics are off, so that they cost
+// nothing.
+func (m *metrics) now() time.Time {
+	if m == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// sendDone records one Send call begun at start that returned *err.
+func (m *metrics) sendDone(ctx context.Context, ev Event, start time.Time, err *error) {
+	if m == nil {
+		return
+	}
+	end := time.Now()
+	m.sendDuration.Record(ctx, end.Sub(start).Seconds(), m.sendOutcome(*err))
+	if *err == nil {
+		m.accepted(ctx, ev, end)
+	}
+}
+
+// batchSent runs one SendBatch call and records it.
+func (m *metrics) batchSent(ctx context.Context, evs []Event, send func() []error) []error {
+	if m == nil {
+		return send()
+	}
+	start := time.Now()
+	errs := send()
+	end := time.Now()
+	outcome := m.outcomeSent
+	if len(errs) != len(evs) {
+		outcome = m.outcomeFailed
+	} else {
+		unavailable := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				m.accepted(ctx, evs[i], end)
+			case IsUnavailable(err):
+				unavailable++
+				outcome = m.outcomeFailed
+			default:
+				outcome = m.outcomeFailed
+			}
+		}
+		if unavailable == len(evs) {
+			outcome = m.outcomeUnavailable
+		}
+	}
+	m.sendDuration.Record(ctx, end.Sub(start).Seconds(), outcome)
+	return errs
+}
+
+func (m *metrics) sendOutcome(err error) metric.MeasurementOption {
+	switch {
+	case err == nil:
+		return m.outcomeSent
+	case IsUnavailable(err):
+		return m.outcomeUnavailable
+	}
+	return m.outcomeFailed
+}
+
+// accepted counts an event the broker accepted at end, and records its commit-to-send
+// latency.
+//
+// The latency is measured on two clocks, never compared: the event's age when the store
+// read it, by the store's own clock (the claim's SELECT computes it, as it computes every
+// lease and retry time), plus the time since that read on this process's monotonic clock.
+// A skew between this machine's clock and the database's changes nothing. For a store that
+// does not date its reads, the age is taken from CreateTime by this machine's clock, which
+// is right only as far as the two clocks agree.
+func (m *metrics) accepted(ctx context.Context, ev Event, end time.Time) {
+	attr := m.typeAttr(ev.EventType)
+	m.sent.Add(ctx, 1, attr)
+	var age time.Duration
+	switch {
+	case !ev.readAt.IsZero():
+		age = ev.storeAge + end.Sub(ev.readAt)
+	case !ev.CreateTime.IsZero():
+		age = end.Sub(ev.CreateTime)
+	default:
+		return
+	}
+	m.commitToSend.Record(ctx, max(age, 0).Seconds(), attr)
+}
+
+// retry counts a failed send released for a later retry.
+func (m *metrics) retry(ctx context.Context, ev Event) {
+	if m == nil {
+		return
+	}
+	m.retried.Add(ctx, 1, m.typeAttr(ev.EventType))
+}
+
+// deadLetter counts an event dead-lettered after a failed send: for a permanent error, or
+// for its last retry.
+func (m *metrics) deadLetter(ctx context.Context, ev Event, cause error) {
+	if m == nil {
+		return
+	}
+	reason := "retries"
+	if IsPermanent(cause) {
+		reason = "permanent"
+	}
+	m.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, reason)))
+}
+
+// reclaimedEvents counts a reclaim run: n events back to WAIT, and the poison events it
+// dead-lettered.
+func (m *metrics) reclaimedEvents(ctx context.Context, n int64, dead []Event) {
+	if m == nil {
+		return
+	}
+	if n > 0 {
+		m.reclaimed.Add(ctx, n)
+	}
+	for _, ev := range dead {
+		m.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, "reclaims")))
+	}
+}
+
+// claimLost counts a per-row claim another instance won.
+func (m *metrics) claimLost(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	m.claimsLost.Add(ctx, 1)
+}
+
+// leaseLost counts outcomes not recorded because their leases had been reclaimed.
+func (m *metrics) leaseLost(ctx context.Context, n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.leasesLost.Add(ctx, n)
+}
+
+// outage counts the start of an outage.
+func (m *metrics) outage(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	m.outages.Add(ctx, 1)
+}
