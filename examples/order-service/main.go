@@ -489,6 +489,7 @@ type pointsService struct {
 	rejected             atomic.Int64 // messages recorded as unprocessable
 	retries              atomic.Int64 // deliveries handed back to RocketMQ for a later retry
 	consumer             rocketmq.PushConsumer
+	started              time.Time    // when the consumer started
 	finished             atomic.Int64 // deliveries of this run's events whose span has ended
 	tracer               trace.Tracer
 	topic                string
@@ -524,11 +525,17 @@ func startPointsService(ctx context.Context, db *sql.DB, o options, instance, pr
 	if err := c.Start(); err != nil {
 		return nil, fmt.Errorf("start consumer (is the topic %s created?): %w", o.topic, err)
 	}
-	s.consumer = c
+	s.consumer, s.started = c, time.Now()
 	return s, nil
 }
 
-func (s *pointsService) shutdown() { _ = s.consumer.Shutdown() }
+// shutdown stops the consumer, at the earliest a few seconds after its start: the client
+// races with itself when a consumer is shut down while the rebalance its own registration
+// set off still runs (rocketmq-client-go, internal/client.go: Shutdown and InvokeSync).
+func (s *pointsService) shutdown() {
+	time.Sleep(time.Until(s.started.Add(3 * time.Second)))
+	_ = s.consumer.Shutdown()
+}
 
 // messageProperties reads a message's properties for a propagator.
 type messageProperties struct{ m *primitive.MessageExt }
