@@ -129,7 +129,7 @@ func TestTraceContextTravelsThroughTheBroker(t *testing.T) {
 
 	cfg := fastConfig("order-trace", &logSink{})
 	cfg.TracerProvider = tp
-	p := newPublisher(t, b.store, newRocketMQSender(t, topic, nil), cfg)
+	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), cfg)
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 6, stats.Sent)
