@@ -128,6 +128,7 @@ func TestTraceContextTravelsThroughTheBroker(t *testing.T) {
 	b.exec(t, "UPDATE {t} SET trace_parent = ?, trace_state = 'not a tracestate' WHERE id = ?", goodParent, badState)
 
 	cfg := fastConfig("order-trace", &logSink{})
+	cfg.ClaimMode = outbox.ClaimBatch // one batch, one span; TestSendSpanPerEvent covers per-row
 	cfg.TracerProvider = tp
 	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), cfg)
 	stats, err := p.PublishPending(context.Background())
