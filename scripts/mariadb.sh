@@ -78,7 +78,9 @@ start() {
 		return
 	fi
 	install
-	mkdir -p "$dir" /run/mysqld
+	# A temporary directory of its own: several servers (the tests start private ones) must
+	# never share one, where one's cleanup could remove another's internal temporary tables.
+	mkdir -p "$dir/tmp" /run/mysqld
 	chown -R mysql:mysql "$dir" /run/mysqld
 	if [ ! -d "$dir/data/mysql" ]; then
 		mariadb-install-db --no-defaults --user=mysql --datadir="$dir/data" \
@@ -88,7 +90,7 @@ start() {
 	# --no-defaults: ignore /etc/mysql so a machine's own settings cannot change the tests.
 	# The buffer pool and log sizes suit a 2-core test box; the tests are not about fsync.
 	/usr/sbin/mariadbd --no-defaults --user=mysql \
-		--datadir="$dir/data" --socket="$sock" --pid-file="$pidfile" \
+		--datadir="$dir/data" --socket="$sock" --pid-file="$pidfile" --tmpdir="$dir/tmp" \
 		--bind-address=127.0.0.1 --port="$port" \
 		--innodb-buffer-pool-size="$buffer_pool" --innodb-log-file-size="$log_file_size" \
 		--innodb-flush-log-at-trx-commit=2 --max-connections=500 \
