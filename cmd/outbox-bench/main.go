@@ -52,18 +52,26 @@ func main() {
 	purgeBatch := flag.Int("purge-batch", outbox.PurgeBatchDefault, "rows per purge DELETE")
 	purgePause := flag.Duration("purge-pause", outbox.PurgePauseDefault, "pause between purge DELETEs")
 	backlog := flag.Int("backlog", 0, "also drain a backlog of this many rows with one batch-mode instance, reporting the heap (e.g. 1000000)")
+	steadyRates := flag.String("steady-rates", "100,1000,5000", "steady-state rows: commit rates (events/s, one event per transaction); empty skips them")
+	steadyInstances := flag.String("steady-instances", "1,3", "steady-state rows: numbers of publisher instances")
+	steadyDuration := flag.Duration("steady-duration", 10*time.Second, "steady-state rows: how long the writers commit")
+	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 4 per instance)")
+	writePath := flag.Bool("writepath", true, "measure the write path: orders/s of an order alone, with its event, and with each outbox index dropped")
+	writePathWriters := flag.Int("writepath-writers", 8, "write path: writers")
+	writePathDuration := flag.Duration("writepath-duration", 5*time.Second, "write path: how long each variant commits")
+	serviceWriters := flag.Int("service-writers", 8, "service view: writers committing an order and its event per transaction (0 skips it)")
+	serviceInstances := flag.Int("service-instances", 3, "service view: publisher instances (the writers are spread over them)")
+	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
 	flag.Parse()
 	if *runs < 1 {
 		log.Fatalf("-runs must be at least 1, got %d", *runs)
 	}
 
-	var ks []int
-	for _, f := range strings.Split(*instanceList, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || k < 1 {
-			log.Fatalf("-instances: %q is not a positive number", f)
-		}
-		ks = append(ks, k)
+	ks := positives("-instances", *instanceList)
+	var rates, steadyKs []int
+	if strings.TrimSpace(*steadyRates) != "" {
+		rates = positives("-steady-rates", *steadyRates)
+		steadyKs = positives("-steady-instances", *steadyInstances)
 	}
 	var modes []outbox.ClaimMode
 	for _, f := range strings.Split(*modeList, ",") {
@@ -134,6 +142,16 @@ func main() {
 	}
 	_ = w.Flush()
 
+	if len(rates) > 0 {
+		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters)
+	}
+	if *writePath {
+		writePathTable(ctx, env, *writePathWriters, *writePathDuration)
+	}
+	if *serviceWriters > 0 {
+		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration)
+	}
+
 	if *purgeRows > 0 {
 		purgeTable(ctx, env, *purgeRows, *purgeBatch, *purgePause, max(*latencyEvents, 1), *rate)
 	}
@@ -149,6 +167,19 @@ func main() {
 		fmt.Printf("\nbacklog of %d rows, 1 batch-mode instance: drained in %.1f s (%.0f events/s); heap in use %.1f MiB at start, at most %.1f MiB while draining\n",
 			*backlog, res.Elapsed.Seconds(), float64(*backlog)/res.Elapsed.Seconds(), mib(res.HeapStart), mib(res.HeapMax))
 	}
+}
+
+// positives parses a comma-separated list of positive numbers, or exits naming the flag.
+func positives(flagName, list string) []int {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 {
+			log.Fatalf("%s: %q is not a positive number", flagName, f)
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
