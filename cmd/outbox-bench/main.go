@@ -55,10 +55,11 @@ func main() {
 	steadyRates := flag.String("steady-rates", "100,1000,5000", "steady-state rows: commit rates (events/s, one event per transaction); empty skips them")
 	steadyInstances := flag.String("steady-instances", "1,3", "steady-state rows: numbers of publisher instances")
 	steadyDuration := flag.Duration("steady-duration", 10*time.Second, "steady-state rows: how long the writers commit")
-	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 4 per instance)")
+	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 16)")
 	writePath := flag.Bool("writepath", true, "measure the write path: orders/s of an order alone, with its event, and with each outbox index dropped")
 	writePathWriters := flag.Int("writepath-writers", 8, "write path: writers")
-	writePathDuration := flag.Duration("writepath-duration", 5*time.Second, "write path: how long each variant commits")
+	writePathDuration := flag.Duration("writepath-duration", 4*time.Second, "write path: how long each variant commits, per round")
+	writePathRounds := flag.Int("writepath-rounds", 2, "write path: rounds over all variants; each reports its median")
 	serviceWriters := flag.Int("service-writers", 8, "service view: writers committing an order and its event per transaction (0 skips it)")
 	serviceInstances := flag.Int("service-instances", 3, "service view: publisher instances (the writers are spread over them)")
 	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
@@ -146,7 +147,7 @@ func main() {
 		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters)
 	}
 	if *writePath {
-		writePathTable(ctx, env, *writePathWriters, *writePathDuration)
+		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1))
 	}
 	if *serviceWriters > 0 {
 		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration)

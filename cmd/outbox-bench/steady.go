@@ -77,9 +77,9 @@ func perEvent(com map[string]float64, events int) map[string]float64 {
 
 // writePathTable prints what the event's INSERT, and each of the outbox table's indexes,
 // costs the business transaction.
-func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Duration) {
-	fmt.Printf("\nwrite path: %d writers, %s each, one pool, no publisher; %s\n", writers, dur, flushNote(ctx, env))
-	vs, err := bench.WritePath{Writers: writers, Duration: dur}.Run(ctx, env)
+func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Duration, rounds int) {
+	fmt.Printf("\nwrite path: %d writers, %s per variant per round, %d rounds, one pool, no publisher; %s\n", writers, dur, rounds, flushNote(ctx, env))
+	vs, err := bench.WritePath{Writers: writers, Duration: dur, Rounds: rounds}.Run(ctx, env)
 	if err != nil {
 		log.Fatalf("write path: %v", err)
 	}
@@ -93,13 +93,14 @@ func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Du
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "write path\torders\torders/s\tvs order alone\tvs order + event\tredo KB/order\t")
+	fmt.Fprintf(w, "write path\torders\torders/s (median of %d)\tlowest\thighest\tvs order alone\tvs order + event\tredo KB/order\t\n", rounds)
 	for _, v := range vs {
 		redo := "-"
-		if v.RedoBytes >= 0 {
-			redo = fmt.Sprintf("%.2f", float64(v.RedoBytes)/1024/float64(v.Committed))
+		if r := v.RedoPerOrder(); r >= 0 {
+			redo = fmt.Sprintf("%.2f", r/1024)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%.0f\t%+.1f %%\t%+.1f %%\t%s\t\n", v.Name, v.Committed, v.Rate(),
+		rs := v.Rates()
+		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.0f\t%.0f\t%+.1f %%\t%+.1f %%\t%s\t\n", v.Name, v.Committed(), v.Rate(), rs[0], rs[len(rs)-1],
 			100*(v.Rate()/alone-1), 100*(v.Rate()/full-1), redo)
 	}
 	_ = w.Flush()

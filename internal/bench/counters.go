@@ -113,11 +113,16 @@ func (c Counters) minus(cal PerEvent, events int) (q float64, com map[string]flo
 }
 
 // Breakdown formats per-event counts by statement kind, largest first ("update 1.00,
-// select 0.50, ...").
+// select 0.50, ..."). The prepared-statement commands (stmt_prepare, stmt_execute,
+// stmt_close) are left out of the list: an executed prepared statement is counted under its
+// kind too (and once in Questions). They are summarised at the end instead, since each also
+// costs the server a PREPARE and a CLOSE that Questions does not count.
 func Breakdown(com map[string]float64) string {
 	keys := make([]string, 0, len(com))
 	for k := range com {
-		keys = append(keys, k)
+		if !strings.HasPrefix(k, "stmt_") {
+			keys = append(keys, k)
+		}
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		if com[keys[i]] != com[keys[j]] {
@@ -133,6 +138,10 @@ func Breakdown(com map[string]float64) string {
 		b.WriteString(k)
 		b.WriteByte(' ')
 		b.WriteString(strconv.FormatFloat(com[k], 'f', 2, 64))
+	}
+	if n := com["stmt_execute"]; n != 0 {
+		b.WriteString("; of these, prepared " + strconv.FormatFloat(n, 'f', 2, 64) +
+			" (each also a PREPARE and a CLOSE)")
 	}
 	return b.String()
 }

@@ -43,10 +43,13 @@ func TestService(t *testing.T) {
 // the index it names.
 func TestWritePath(t *testing.T) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
-	vs, err := bench.WritePath{Writers: 2, Duration: 200 * time.Millisecond}.Run(context.Background(), env)
+	vs, err := bench.WritePath{Writers: 2, Duration: 200 * time.Millisecond, Rounds: 2}.Run(context.Background(), env)
 	require.NoError(t, err)
 	require.Len(t, vs, 2+len(bench.SecondaryIndexes))
 	for _, v := range vs {
-		require.Positive(t, v.Committed, v.Name)
+		require.Len(t, v.Rounds, 2, v.Name)
+		for _, r := range v.Rounds {
+			require.Positive(t, r.Committed, v.Name)
+		}
 	}
 }
