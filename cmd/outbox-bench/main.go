@@ -10,6 +10,19 @@
 //
 //	bash scripts/mariadb.sh start && eval "$(bash scripts/rocketmq.sh start)"
 //	go run ./cmd/outbox-bench -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV"
+//
+// Three more sections, each skippable, measure the steady state rather than a backlog: the
+// steady-state rows (-steady-rates, -steady-instances: writers committing one event per
+// transaction at a fixed rate, and the publishing statements, claim rounds, redo and
+// commit-to-send it costs), the write path (-writepath: orders/s of an order alone, with its
+// event, and with each of the outbox table's secondary indexes dropped) and the service view
+// (-service-writers: orders/s alone and with the publishers keeping up). Their statement and
+// redo counts come from the server's global counters: run them against a server nothing else
+// uses, with innodb_flush_log_at_trx_commit=1 as in production:
+//
+//	OUTBOX_MARIADB_DIR=/tmp/bench-mariadb OUTBOX_MARIADB_PORT=3427 \
+//	  OUTBOX_MARIADB_ARGS=--innodb-flush-log-at-trx-commit=1 bash scripts/mariadb.sh start
+//	go run ./cmd/outbox-bench -dsn 'root@tcp(127.0.0.1:3427)/outbox_test?parseTime=true'
 package main
 
 import (
