@@ -73,6 +73,7 @@ func main() {
 	writePathWriters := flag.Int("writepath-writers", 8, "write path: writers")
 	writePathDuration := flag.Duration("writepath-duration", 4*time.Second, "write path: how long each variant commits, per round")
 	writePathRounds := flag.Int("writepath-rounds", 2, "write path: rounds over all variants; each reports its median")
+	writePathPrefill := flag.Int("writepath-prefill", 0, "write path: SUCCESS rows each outbox table holds before the writers start (the history kept until a purge; e.g. 500000)")
 	serviceWriters := flag.Int("service-writers", 8, "service view: writers committing an order and its event per transaction (0 skips it)")
 	serviceInstances := flag.Int("service-instances", 3, "service view: publisher instances (the writers are spread over them)")
 	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
@@ -160,7 +161,7 @@ func main() {
 		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters)
 	}
 	if *writePath {
-		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1))
+		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1), *writePathPrefill)
 	}
 	if *serviceWriters > 0 {
 		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration)

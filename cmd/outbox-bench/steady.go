@@ -77,9 +77,10 @@ func perEvent(com map[string]float64, events int) map[string]float64 {
 
 // writePathTable prints what the event's INSERT, and each of the outbox table's indexes,
 // costs the business transaction.
-func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Duration, rounds int) {
-	fmt.Printf("\nwrite path: %d writers, %s per variant per round, %d rounds, one pool, no publisher; %s\n", writers, dur, rounds, flushNote(ctx, env))
-	vs, err := bench.WritePath{Writers: writers, Duration: dur, Rounds: rounds}.Run(ctx, env)
+func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Duration, rounds, prefill int) {
+	fmt.Printf("\nwrite path: %d writers, %s per variant per round, %d rounds, one pool, no publisher, outbox tables holding %d sent rows; %s\n",
+		writers, dur, rounds, prefill, flushNote(ctx, env))
+	vs, err := bench.WritePath{Writers: writers, Duration: dur, Rounds: rounds, Prefill: prefill}.Run(ctx, env)
 	if err != nil {
 		log.Fatalf("write path: %v", err)
 	}

@@ -568,6 +568,10 @@ type WritePath struct {
 	Writers  int
 	Duration time.Duration
 	Rounds   int // rounds over all variants, so that the machine's noise spreads over each alike; 0: 1
+	// Prefill, when positive, fills each variant's outbox table with this many SUCCESS
+	// rows sent a day ago before it measures: the history a table keeps until it is
+	// purged, which the indexes must be maintained beside.
+	Prefill int
 }
 
 // WriteVariant is one row of the write-path measurement: one result per round.
@@ -668,6 +672,11 @@ func (p WritePath) one(ctx context.Context, env Env, event bool, dropIndex strin
 	defer t.drop()
 	if dropIndex != "" {
 		if _, err := t.db.ExecContext(ctx, "ALTER TABLE `"+t.name+"` DROP INDEX `"+dropIndex+"`"); err != nil {
+			return v, err
+		}
+	}
+	if p.Prefill > 0 && event {
+		if err := t.fillSent(ctx, p.Prefill, 24*time.Hour); err != nil {
 			return v, err
 		}
 	}

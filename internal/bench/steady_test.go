@@ -43,7 +43,7 @@ func TestService(t *testing.T) {
 // the index it names.
 func TestWritePath(t *testing.T) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
-	vs, err := bench.WritePath{Writers: 2, Duration: 200 * time.Millisecond, Rounds: 2}.Run(context.Background(), env)
+	vs, err := bench.WritePath{Writers: 2, Duration: 200 * time.Millisecond, Rounds: 2, Prefill: 3000}.Run(context.Background(), env)
 	require.NoError(t, err)
 	require.Len(t, vs, 2+len(bench.SecondaryIndexes))
 	for _, v := range vs {
