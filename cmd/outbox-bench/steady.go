@@ -27,7 +27,8 @@ func flushNote(ctx context.Context, env bench.Env) string {
 // steadyTable prints the steady-state rows: for each rate and number of instances, writers
 // committing one event per transaction at that rate, and what publishing them cost.
 func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.Duration, writers int) {
-	fmt.Printf("\nsteady state, %s each, batch mode, wake on commit; %s\n", dur, flushNote(ctx, env))
+	fmt.Printf("\nsteady state, %s each, batch mode, wake on commit; %s; statements and redo from the server-wide counters (valid on a server nothing else uses)\n",
+		dur, flushNote(ctx, env))
 	type row struct {
 		s   bench.Steady
 		res bench.SteadyResult
