@@ -10,6 +10,19 @@
 //
 //	bash scripts/mariadb.sh start && eval "$(bash scripts/rocketmq.sh start)"
 //	go run ./cmd/outbox-bench -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV"
+//
+// Three more sections, each skippable, measure the steady state rather than a backlog: the
+// steady-state rows (-steady-rates, -steady-instances: writers committing one event per
+// transaction at a fixed rate, and the publishing statements, claim rounds, redo and
+// commit-to-send it costs), the write path (-writepath: orders/s of an order alone, with its
+// event, and with each of the outbox table's secondary indexes dropped) and the service view
+// (-service-writers: orders/s alone and with the publishers keeping up). Their statement and
+// redo counts come from the server's global counters: run them against a server nothing else
+// uses, with innodb_flush_log_at_trx_commit=1 as in production:
+//
+//	OUTBOX_MARIADB_DIR=/tmp/bench-mariadb OUTBOX_MARIADB_PORT=3427 \
+//	  OUTBOX_MARIADB_ARGS=--innodb-flush-log-at-trx-commit=1 bash scripts/mariadb.sh start
+//	go run ./cmd/outbox-bench -dsn 'root@tcp(127.0.0.1:3427)/outbox_test?parseTime=true'
 package main
 
 import (
@@ -52,18 +65,28 @@ func main() {
 	purgeBatch := flag.Int("purge-batch", outbox.PurgeBatchDefault, "rows per purge DELETE")
 	purgePause := flag.Duration("purge-pause", outbox.PurgePauseDefault, "pause between purge DELETEs")
 	backlog := flag.Int("backlog", 0, "also drain a backlog of this many rows with one batch-mode instance, reporting the heap (e.g. 1000000)")
+	steadyRates := flag.String("steady-rates", "100,1000,5000", "steady-state rows: commit rates (events/s, one event per transaction); empty skips them")
+	steadyInstances := flag.String("steady-instances", "1,3", "steady-state rows: numbers of publisher instances")
+	steadyDuration := flag.Duration("steady-duration", 10*time.Second, "steady-state rows: how long the writers commit")
+	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 16)")
+	writePath := flag.Bool("writepath", true, "measure the write path: orders/s of an order alone, with its event, and with each outbox index dropped")
+	writePathWriters := flag.Int("writepath-writers", 8, "write path: writers")
+	writePathDuration := flag.Duration("writepath-duration", 4*time.Second, "write path: how long each variant commits, per round")
+	writePathRounds := flag.Int("writepath-rounds", 2, "write path: rounds over all variants; each reports its median")
+	writePathPrefill := flag.Int("writepath-prefill", 0, "write path: SUCCESS rows each outbox table holds before the writers start (the history kept until a purge; e.g. 500000)")
+	serviceWriters := flag.Int("service-writers", 8, "service view: writers committing an order and its event per transaction (0 skips it)")
+	serviceInstances := flag.Int("service-instances", 3, "service view: publisher instances (the writers are spread over them)")
+	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
 	flag.Parse()
 	if *runs < 1 {
 		log.Fatalf("-runs must be at least 1, got %d", *runs)
 	}
 
-	var ks []int
-	for _, f := range strings.Split(*instanceList, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || k < 1 {
-			log.Fatalf("-instances: %q is not a positive number", f)
-		}
-		ks = append(ks, k)
+	ks := positives("-instances", *instanceList)
+	var rates, steadyKs []int
+	if strings.TrimSpace(*steadyRates) != "" {
+		rates = positives("-steady-rates", *steadyRates)
+		steadyKs = positives("-steady-instances", *steadyInstances)
 	}
 	var modes []outbox.ClaimMode
 	for _, f := range strings.Split(*modeList, ",") {
@@ -134,6 +157,16 @@ func main() {
 	}
 	_ = w.Flush()
 
+	if len(rates) > 0 {
+		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters)
+	}
+	if *writePath {
+		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1), *writePathPrefill)
+	}
+	if *serviceWriters > 0 {
+		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration)
+	}
+
 	if *purgeRows > 0 {
 		purgeTable(ctx, env, *purgeRows, *purgeBatch, *purgePause, max(*latencyEvents, 1), *rate)
 	}
@@ -149,6 +182,19 @@ func main() {
 		fmt.Printf("\nbacklog of %d rows, 1 batch-mode instance: drained in %.1f s (%.0f events/s); heap in use %.1f MiB at start, at most %.1f MiB while draining\n",
 			*backlog, res.Elapsed.Seconds(), float64(*backlog)/res.Elapsed.Seconds(), mib(res.HeapStart), mib(res.HeapMax))
 	}
+}
+
+// positives parses a comma-separated list of positive numbers, or exits naming the flag.
+func positives(flagName, list string) []int {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 {
+			log.Fatalf("%s: %q is not a positive number", flagName, f)
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }

@@ -1,7 +1,10 @@
 // Package bench measures the publisher on real servers: how fast K instances drain a backlog
-// in each claim mode, and how long an event waits between its commit and its send. The
-// benchmark program (cmd/outbox-bench) prints its results as a table; the package's go test
-// benchmarks run the same code.
+// in each claim mode, and how long an event waits between its commit and its send; and, at a
+// steady commit rate rather than from a backlog, what publishing costs the service's
+// database (Steady), what the event's INSERT and each outbox index cost the business
+// transaction (WritePath), and what publishing takes from the writers' throughput (Service).
+// The benchmark program (cmd/outbox-bench) prints its results as tables; the package's go
+// test benchmarks run the same code.
 package bench
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/bench"
@@ -64,5 +65,31 @@ func BenchmarkCommitToSend(b *testing.B) {
 				b.ReportMetric(float64(res.Quantile(0.99).Microseconds())/1000, "p99-ms")
 			}
 		})
+	}
+}
+
+// BenchmarkSteady commits events one per transaction at 100, 1,000 and 5,000 events/s for
+// 5 s, with 1 and 3 instances, and reports what publishing them cost the server (its own
+// statement counters, less the writers' statements) and the commit-to-send latency. The
+// counters are global: run it against a server nothing else uses.
+//
+//	OUTBOX_TEST_MYSQL_DSN=... go test -run '^$' -bench Steady ./internal/bench
+func BenchmarkSteady(b *testing.B) {
+	env := bench.Env{DSN: testsvc.MySQLDSN(b)}
+	for _, rate := range []int{100, 1000, 5000} {
+		for _, k := range []int{1, 3} {
+			b.Run(fmt.Sprintf("rate=%d/instances=%d", rate, k), func(b *testing.B) {
+				for b.Loop() {
+					res, err := bench.Steady{Rate: rate, Instances: k, Duration: 5 * time.Second}.Run(context.Background(), env)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(res.StatementsPerEvent(), "stmts/event")
+					b.ReportMetric(res.EventsPerRound(), "events/round")
+					b.ReportMetric(float64(res.Quantile(0.5).Microseconds())/1000, "p50-ms")
+					b.ReportMetric(float64(res.Quantile(0.99).Microseconds())/1000, "p99-ms")
+				}
+			})
+		}
 	}
 }

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-outbox/outbox/internal/bench"
+)
+
+// flushNote names the server's innodb_flush_log_at_trx_commit, and says so when it is not
+// the production default.
+func flushNote(ctx context.Context, env bench.Env) string {
+	f, err := bench.FlushSetting(ctx, env)
+	switch {
+	case err != nil:
+		return "innodb_flush_log_at_trx_commit unknown: " + err.Error()
+	case f == 1:
+		return "innodb_flush_log_at_trx_commit=1 (the production default)"
+	}
+	return fmt.Sprintf("innodb_flush_log_at_trx_commit=%d (NOT the production default 1: commits are cheaper than in production)", f)
+}
+
+// steadyTable prints the steady-state rows: for each rate and number of instances, writers
+// committing one event per transaction at that rate, and what publishing them cost.
+func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.Duration, writers int) {
+	fmt.Printf("\nsteady state, %s each, batch mode, wake on commit; %s; statements and redo from the server-wide counters (valid on a server nothing else uses)\n",
+		dur, flushNote(ctx, env))
+	type row struct {
+		s   bench.Steady
+		res bench.SteadyResult
+	}
+	var rows []row
+	for _, rate := range rates {
+		for _, k := range ks {
+			s := bench.Steady{Rate: rate, Instances: k, Duration: dur, Writers: writers}
+			res, err := s.Run(ctx, env)
+			if err != nil {
+				log.Fatalf("steady state %d/s x%d: %v", rate, k, err)
+			}
+			rows = append(rows, row{s, res})
+		}
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "steady\tinstances\ttarget/s\tachieved/s\tevents\tstatements/event\tclaim rounds/s\tevents/round\tsends/s\tredo KB/event\tp50\tp99\tmax\terrors\t")
+	for _, r := range rows {
+		redo := "-"
+		if r.res.RedoBytes >= 0 {
+			redo = fmt.Sprintf("%.2f", r.res.RedoBytes/1024/float64(r.res.Committed))
+		}
+		fmt.Fprintf(w, "publishing\t%d\t%d\t%.0f\t%d\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", r.s.Instances, r.s.Rate, r.res.Rate(),
+			r.res.Committed, r.res.StatementsPerEvent(), r.res.RoundsPerSecond(), r.res.EventsPerRound(),
+			float64(r.res.Batches)/r.res.Elapsed.Seconds(), redo,
+			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), r.res.Errors)
+	}
+	_ = w.Flush()
+	fmt.Println("publishing statements per event by kind (server Com_* counters):")
+	for _, r := range rows {
+		fmt.Printf("  %5d/s x%d: %s\n", r.s.Rate, r.s.Instances, bench.Breakdown(perEvent(r.res.Com, r.res.Committed)))
+	}
+	if len(rows) > 0 {
+		cal := rows[0].res.Writer
+		fmt.Printf("a writer transaction alone (subtracted): %.2f statements (%s), %.2f KB redo\n",
+			cal.Questions, bench.Breakdown(cal.Com), cal.RedoBytes/1024)
+	}
+}
+
+func perEvent(com map[string]float64, events int) map[string]float64 {
+	out := make(map[string]float64, len(com))
+	for k, v := range com {
+		out[k] = v / float64(events)
+	}
+	return out
+}
+
+// writePathTable prints what the event's INSERT, and each of the outbox table's indexes,
+// costs the business transaction.
+func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Duration, rounds, prefill int) {
+	fmt.Printf("\nwrite path: %d writers, %s per variant per round, %d rounds, one pool, no publisher, outbox tables holding %d sent rows; %s\n",
+		writers, dur, rounds, prefill, flushNote(ctx, env))
+	vs, err := bench.WritePath{Writers: writers, Duration: dur, Rounds: rounds, Prefill: prefill}.Run(ctx, env)
+	if err != nil {
+		log.Fatalf("write path: %v", err)
+	}
+	var alone, full float64
+	for _, v := range vs {
+		switch v.Name {
+		case "order alone":
+			alone = v.Rate()
+		case "order + event":
+			full = v.Rate()
+		}
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "write path\torders\torders/s (median of %d)\tlowest\thighest\tvs order alone\tvs order + event\tredo KB/order\t\n", rounds)
+	for _, v := range vs {
+		redo := "-"
+		if r := v.RedoPerOrder(); r >= 0 {
+			redo = fmt.Sprintf("%.2f", r/1024)
+		}
+		rs := v.Rates()
+		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.0f\t%.0f\t%+.1f %%\t%+.1f %%\t%s\t\n", v.Name, v.Committed(), v.Rate(), rs[0], rs[len(rs)-1],
+			100*(v.Rate()/alone-1), 100*(v.Rate()/full-1), redo)
+	}
+	_ = w.Flush()
+}
+
+// serviceTable prints the service's view: orders/s alone and with the publishers keeping up.
+func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur time.Duration) {
+	fmt.Printf("\nservice view: %d writers committing an order and its event per transaction, %s each way, spread over %d instances; %s\n",
+		writers, dur, instances, flushNote(ctx, env))
+	res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur}.Run(ctx, env)
+	if err != nil {
+		log.Fatalf("service view: %v", err)
+	}
+	s := res.Steady
+	alone, publishing := res.Orders()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "service\torders\torders/s\tpublishing cost\tstatements/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
+	fmt.Fprintf(w, "alone\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", alone, res.AloneRate())
+	fmt.Fprintf(w, "%d publishers keeping up\t%d\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", instances, publishing, res.PublishingRate(),
+		res.CostPercent(), s.StatementsPerEvent(), s.RoundsPerSecond(), s.EventsPerRound(),
+		ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
+	_ = w.Flush()
+	fmt.Printf("publishing statements per event by kind: %s\n", bench.Breakdown(perEvent(s.Com, s.Committed)))
+}

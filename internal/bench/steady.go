@@ -1,0 +1,698 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-outbox/outbox"
+)
+
+// ordersDDL is the business table of the write-path and service runs: an order row, with the
+// unique order number a real order table has.
+const ordersDDL = "CREATE TABLE `%s` (id BIGINT NOT NULL AUTO_INCREMENT, order_no VARCHAR(64) NOT NULL, " +
+	"user_id BIGINT NOT NULL, amount DECIMAL(12,2) NOT NULL, created_at DATETIME(3) NOT NULL, " +
+	"PRIMARY KEY (id), UNIQUE KEY uk_order_no (order_no)) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
+
+// eventPayload is the body of every event the writers commit: an order-created message of
+// the example's size.
+var eventPayload = []byte(`{"orderNo":"ORD-0000000000","userId":1042,"amount":"129.90","currency":"EUR","items":3,"createdAt":"2026-01-01T00:00:00.000Z"}`)
+
+// FlushSetting returns the server's innodb_flush_log_at_trx_commit: 1 (the production
+// default) syncs the redo log at every commit, which is what a commit costs a service.
+func FlushSetting(ctx context.Context, env Env) (int, error) {
+	db, err := env.open()
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var v int
+	err = db.QueryRowContext(ctx, "SELECT @@GLOBAL.innodb_flush_log_at_trx_commit").Scan(&v)
+	return v, err
+}
+
+// workload is what the writers commit: per transaction an order row (if orders is a table
+// name), an event (if event), or both.
+type workload struct {
+	orders  string
+	event   bool
+	rate    int // transactions per second over all writers; 0: as fast as they can
+	writers int
+	dur     time.Duration
+}
+
+// writeResult is what the writers did.
+type writeResult struct {
+	committed int
+	elapsed   time.Duration
+}
+
+// commitTimes records, for each event, the moment just before its transaction's commit.
+type commitTimes struct {
+	mu sync.Mutex
+	at map[int64]time.Time
+}
+
+func (c *commitTimes) add(id int64, at time.Time) {
+	c.mu.Lock()
+	c.at[id] = at
+	c.mu.Unlock()
+}
+
+var runSeq atomic.Int64
+
+// write runs w.writers goroutines committing transactions for w.dur, writer i through
+// stores[i%len(stores)] (as an instance's order API commits through its own store, and so
+// wakes its own publishers only). With w.rate > 0 the transactions are paced over all
+// writers; a writer that falls behind lowers the achieved rate, which the result shows.
+func write(ctx context.Context, stores []*outbox.MySQLStore, w workload, times *commitTimes) (writeResult, error) {
+	var res writeResult
+	prefix := fmt.Sprintf("B%d-%d-", time.Now().UnixNano()%1e9, runSeq.Add(1))
+	insertOrder := ""
+	if w.orders != "" {
+		insertOrder = "INSERT INTO `" + w.orders + "` (order_no, user_id, amount, created_at) VALUES (?, ?, ?, UTC_TIMESTAMP(3))"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var tokens chan struct{}
+	start := time.Now()
+	end := start.Add(w.dur)
+	if w.rate > 0 {
+		tokens = make(chan struct{}, 2*w.writers)
+		go func() {
+			defer close(tokens)
+			period := time.Second / time.Duration(w.rate)
+			next := start
+			for {
+				now := time.Now()
+				if !now.Before(end) {
+					return
+				}
+				for ; !next.After(now); next = next.Add(period) {
+					select {
+					case tokens <- struct{}{}:
+					case <-ctx.Done():
+						return
+					default: // the writers are behind: this transaction is not committed
+					}
+				}
+				time.Sleep(next.Sub(now))
+			}
+		}()
+	}
+	var committed atomic.Int64
+	errc := make(chan error, w.writers)
+	var wg sync.WaitGroup
+	for i := range w.writers {
+		store := stores[i%len(stores)]
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				if tokens != nil {
+					if _, ok := <-tokens; !ok {
+						return
+					}
+				} else if !time.Now().Before(end) {
+					return
+				}
+				no := fmt.Sprintf("%s%d-%d", prefix, i, n)
+				if err := commitOrder(ctx, store, insertOrder, no, w.event, times); err != nil {
+					errc <- err
+					cancel()
+					return
+				}
+				committed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.committed = int(committed.Load())
+	close(errc)
+	if err := <-errc; err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// commitOrder commits one transaction: the order row (if insertOrder is set), its event (if
+// event), committed through Tx.Commit so that the store's publishers wake up.
+func commitOrder(ctx context.Context, store *outbox.MySQLStore, insertOrder, no string, event bool, times *commitTimes) error {
+	tx, err := store.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if insertOrder != "" {
+		if _, err := tx.ExecContext(ctx, insertOrder, no, 1042, "129.90"); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("insert order: %w", err)
+		}
+	}
+	var id int64
+	if event {
+		if id, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: no, EventType: "ORDER_CREATED", Payload: eventPayload}); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("insert event: %w", err)
+		}
+	}
+	at := time.Now()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	if event && times != nil {
+		times.add(id, at)
+	}
+	return nil
+}
+
+// recorder is the publishers' sender: it notes when each event was first sent and how many
+// batches (non-empty claims) there were.
+type recorder struct {
+	mu      sync.Mutex
+	sentAt  map[int64]time.Time
+	batches atomic.Int64
+}
+
+func (r *recorder) Send(_ context.Context, ev outbox.Event) error {
+	r.note(time.Now(), ev)
+	return nil
+}
+
+func (r *recorder) SendBatch(_ context.Context, evs []outbox.Event) []error {
+	now := time.Now()
+	r.batches.Add(1)
+	r.note(now, evs...)
+	return make([]error, len(evs))
+}
+
+func (r *recorder) note(at time.Time, evs ...outbox.Event) {
+	r.mu.Lock()
+	for _, ev := range evs {
+		if _, ok := r.sentAt[ev.ID]; !ok {
+			r.sentAt[ev.ID] = at
+		}
+	}
+	r.mu.Unlock()
+}
+
+func (r *recorder) sent() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sentAt)
+}
+
+func (r *recorder) senders(int) (outbox.Sender, func(), error) { return r, func() {}, nil }
+
+// latencies returns the commit-to-send time of every committed event, sorted; an event
+// never sent is an error.
+func latencies(times *commitTimes, r *recorder) ([]time.Duration, error) {
+	times.mu.Lock()
+	defer times.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]time.Duration, 0, len(times.at))
+	for id, c := range times.at {
+		s, ok := r.sentAt[id]
+		if !ok {
+			return nil, fmt.Errorf("event %d committed and never sent", id)
+		}
+		out = append(out, s.Sub(c))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// waitSent waits until n events were sent and no row of t is pending (so that the
+// acknowledgements are in), and returns how many pending-row polls it ran.
+func waitSent(ctx context.Context, t *table, r *recorder, n int, limit time.Duration) (int64, error) {
+	deadline := time.Now().Add(limit)
+	for r.sent() < n {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%d of %d committed events sent within %s", r.sent(), n, limit)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	var polls int64
+	for {
+		left, err := t.pending(ctx)
+		polls++
+		if err != nil {
+			return polls, err
+		}
+		if left == 0 {
+			return polls, nil
+		}
+		if time.Now().After(deadline) {
+			return polls, fmt.Errorf("%d rows still pending after %s", left, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// storesOn returns a store on table for each pool.
+func storesOn(dbs []*sql.DB, table string) ([]*outbox.MySQLStore, error) {
+	out := make([]*outbox.MySQLStore, len(dbs))
+	for i, db := range dbs {
+		s, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: table})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// calibrate commits n transactions of w's kind (as fast as the writers go) into a fresh
+// outbox table through stores on the pools dbs, with no publisher, and returns what one
+// transaction cost the server: the writers' own statements and redo, which a measurement
+// with publishers subtracts to leave the publishing cost.
+func calibrate(ctx context.Context, env Env, harness *sql.DB, dbs []*sql.DB, w workload, n int) (PerEvent, error) {
+	t, err := newTable(ctx, env)
+	if err != nil {
+		return PerEvent{}, err
+	}
+	defer t.drop()
+	stores, err := storesOn(dbs, t.name)
+	if err != nil {
+		return PerEvent{}, err
+	}
+	// Counting transactions, not time: a short run at full speed, n transactions exactly.
+	var done atomic.Int64
+	c0, err := readCounters(ctx, harness)
+	if err != nil {
+		return PerEvent{}, err
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, w.writers)
+	prefix := fmt.Sprintf("C%d-%d-", time.Now().UnixNano()%1e9, runSeq.Add(1))
+	insertOrder := ""
+	if w.orders != "" {
+		insertOrder = "INSERT INTO `" + w.orders + "` (order_no, user_id, amount, created_at) VALUES (?, ?, ?, UTC_TIMESTAMP(3))"
+	}
+	for i := range w.writers {
+		store := stores[i%len(stores)]
+		wg.Go(func() {
+			for {
+				k := done.Add(1)
+				if k > int64(n) {
+					return
+				}
+				if err := commitOrder(ctx, store, insertOrder, fmt.Sprintf("%s%d", prefix, k), w.event, nil); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return PerEvent{}, fmt.Errorf("calibrate the writers: %w", err)
+	}
+	c1, err := readCounters(ctx, harness)
+	if err != nil {
+		return PerEvent{}, err
+	}
+	return c1.sub(c0).per(n), nil
+}
+
+// Steady is one steady-state measurement: writers commit one event per transaction at a
+// fixed rate for a fixed time, spread over Instances instances; an instance is its writers
+// and its publisher sharing one store (one pool), so a commit wakes the publisher of its own
+// instance only, as in separate services.
+type Steady struct {
+	Rate      int           // events (transactions) per second, over all instances
+	Instances int           // publisher instances
+	Duration  time.Duration // how long the writers commit
+	Writers   int           // writer goroutines over all instances; 0: 16 (enough for 5,000/s at flush=1 here)
+	Poll      time.Duration // 0: outbox.PollIntervalDefault
+}
+
+// SteadyResult is what a steady-state run measured. The statement counts are the server's
+// own (SHOW GLOBAL STATUS: Questions and Com_*) over the window from just before the first
+// commit until every event was sent and acknowledged, less the writers' statements (measured
+// by a calibration run of the same writers alone, per transaction, times the transactions
+// committed) and less the harness's own reads of the counters and of the pending rows.
+type SteadyResult struct {
+	Committed int           // events committed (= transactions)
+	Elapsed   time.Duration // the writers' time
+	Batches   int64         // non-empty claims (the sender's SendBatch calls)
+
+	Writer     PerEvent           // one writer transaction alone (the calibration)
+	Statements float64            // publishing statements over the run
+	Com        map[string]float64 // the same by kind (select, update, commit, ...)
+	RedoBytes  float64            // publishing redo over the run; -1 if unknown
+	Rounds     float64            // claim transactions: the publishing COMMITs (empty ones too)
+	Latency    []time.Duration    // commit to send, sorted
+	Errors     int64
+}
+
+// Rate is the achieved commit rate.
+func (r SteadyResult) Rate() float64 { return float64(r.Committed) / r.Elapsed.Seconds() }
+
+// StatementsPerEvent is the publishing statements per committed event.
+func (r SteadyResult) StatementsPerEvent() float64 { return r.Statements / float64(r.Committed) }
+
+// RoundsPerSecond is the claim transactions per second of the writers' time.
+func (r SteadyResult) RoundsPerSecond() float64 { return r.Rounds / r.Elapsed.Seconds() }
+
+// EventsPerRound is the events per claim transaction.
+func (r SteadyResult) EventsPerRound() float64 {
+	if r.Rounds <= 0 {
+		return 0
+	}
+	return float64(r.Committed) / r.Rounds
+}
+
+// Quantile returns the q-quantile of the commit-to-send latency.
+func (r SteadyResult) Quantile(q float64) time.Duration {
+	return LatencyResult{Sorted: r.Latency}.Quantile(q)
+}
+
+// calibrationTxs is how many transactions a calibration commits.
+const calibrationTxs = 400
+
+// Run runs the steady state once.
+func (s Steady) Run(ctx context.Context, env Env) (SteadyResult, error) {
+	var res SteadyResult
+	if s.Rate <= 0 || s.Instances <= 0 || s.Duration <= 0 {
+		return res, fmt.Errorf("steady: rate (%d), instances (%d) and duration (%s) must be positive", s.Rate, s.Instances, s.Duration)
+	}
+	writers := s.Writers
+	if writers <= 0 {
+		writers = 16
+	}
+	poll := s.Poll
+	if poll <= 0 {
+		poll = outbox.PollIntervalDefault
+	}
+	w := workload{event: true, rate: s.Rate, writers: writers, dur: s.Duration}
+	m, err := measure(ctx, env, s.Instances, w, poll)
+	if err != nil {
+		return res, err
+	}
+	return m, nil
+}
+
+// measure runs workload w through instances instances with their publishers running (poll
+// as their poll interval), and counts what the publishing cost the server.
+func measure(ctx context.Context, env Env, instances int, w workload, poll time.Duration) (SteadyResult, error) {
+	var res SteadyResult
+	t, err := newTable(ctx, env)
+	if err != nil {
+		return res, err
+	}
+	defer t.drop()
+	rec := &recorder{sentAt: map[int64]time.Time{}}
+	errs := &errorCounter{}
+	ins, err := startInstances(env, t.name, Drain{Mode: outbox.ClaimBatch, Instances: instances}, poll, rec.senders, errs)
+	if err != nil {
+		for _, in := range ins {
+			in.close()
+		}
+		return res, err
+	}
+	dbs := make([]*sql.DB, len(ins))
+	stores := make([]*outbox.MySQLStore, len(ins))
+	for i, in := range ins {
+		dbs[i], stores[i] = in.db, in.store
+	}
+	cal, err := calibrate(ctx, env, t.db, dbs, w, calibrationTxs)
+	if err != nil {
+		for _, in := range ins {
+			in.close()
+		}
+		return res, err
+	}
+	res.Writer = cal
+	stop := run(ins)
+	defer stop()
+	time.Sleep(200 * time.Millisecond) // the publishers' start-up (a first empty claim) is not the steady state
+	c0, err := readCounters(ctx, t.db)
+	if err != nil {
+		return res, err
+	}
+	times := &commitTimes{at: map[int64]time.Time{}}
+	wr, err := write(ctx, stores, w, times)
+	if err != nil {
+		return res, err
+	}
+	res.Committed, res.Elapsed = wr.committed, wr.elapsed
+	polls, err := waitSent(ctx, t, rec, wr.committed, time.Minute+2*poll)
+	if err != nil {
+		return res, err
+	}
+	c1, err := readCounters(ctx, t.db)
+	if err != nil {
+		return res, err
+	}
+	d := c1.sub(c0)
+	d.Questions -= polls // the harness's pending-row counts
+	d.Com["select"] -= polls
+	res.Statements, res.Com, res.RedoBytes = d.minus(cal, wr.committed)
+	res.Rounds = res.Com["commit"]
+	res.Batches = rec.batches.Load()
+	if res.Latency, err = latencies(times, rec); err != nil {
+		return res, err
+	}
+	res.Errors = errs.n.Load()
+	return res, nil
+}
+
+// Service is the service's view: Writers writers commit an order and its event per
+// transaction for Duration, spread over Instances instances, first with no publisher running
+// (alone), then with the instances' publishers keeping up.
+type Service struct {
+	Writers   int
+	Instances int
+	Duration  time.Duration
+}
+
+// ServiceResult is what a service run measured.
+type ServiceResult struct {
+	Alone, Publishing writeResult
+	// Steady is the publishing run's cost, counted as in a steady-state run (the writers'
+	// statements calibrated on order-and-event transactions).
+	Steady SteadyResult
+}
+
+// AloneRate and PublishingRate are the orders per second without and with the publishers.
+func (r ServiceResult) AloneRate() float64 {
+	return float64(r.Alone.committed) / r.Alone.elapsed.Seconds()
+}
+
+// PublishingRate is the orders per second with the publishers keeping up.
+func (r ServiceResult) PublishingRate() float64 {
+	return float64(r.Publishing.committed) / r.Publishing.elapsed.Seconds()
+}
+
+// CostPercent is what publishing took from the writers' throughput, in percent.
+func (r ServiceResult) CostPercent() float64 {
+	return 100 * (1 - r.PublishingRate()/r.AloneRate())
+}
+
+// Orders returns the orders committed alone and with publishing.
+func (r ServiceResult) Orders() (alone, publishing int) {
+	return r.Alone.committed, r.Publishing.committed
+}
+
+// Run runs the writers alone, then with the publishers.
+func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
+	var res ServiceResult
+	if s.Writers <= 0 || s.Instances <= 0 || s.Duration <= 0 {
+		return res, fmt.Errorf("service: writers (%d), instances (%d) and duration (%s) must be positive", s.Writers, s.Instances, s.Duration)
+	}
+	// Alone: the same pools and stores, nobody publishing.
+	alone, err := newTable(ctx, env)
+	if err != nil {
+		return res, err
+	}
+	defer alone.drop()
+	orders, dropOrders, err := newOrders(ctx, alone.db)
+	if err != nil {
+		return res, err
+	}
+	defer dropOrders()
+	var dbs []*sql.DB
+	defer func() {
+		for _, db := range dbs {
+			_ = db.Close()
+		}
+	}()
+	for range s.Instances {
+		db, err := env.open()
+		if err != nil {
+			return res, err
+		}
+		dbs = append(dbs, db)
+	}
+	stores, err := storesOn(dbs, alone.name)
+	if err != nil {
+		return res, err
+	}
+	w := workload{orders: orders, event: true, writers: s.Writers, dur: s.Duration}
+	if res.Alone, err = write(ctx, stores, w, nil); err != nil {
+		return res, err
+	}
+	// With the publishers: a fresh orders table, so both runs start alike.
+	orders2, dropOrders2, err := newOrders(ctx, alone.db)
+	if err != nil {
+		return res, err
+	}
+	defer dropOrders2()
+	w.orders = orders2
+	if res.Steady, err = measure(ctx, env, s.Instances, w, outbox.PollIntervalDefault); err != nil {
+		return res, err
+	}
+	res.Publishing = writeResult{committed: res.Steady.Committed, elapsed: res.Steady.Elapsed}
+	return res, nil
+}
+
+// newOrders creates a fresh orders table and returns its name and a function that drops it.
+func newOrders(ctx context.Context, db *sql.DB) (string, func(), error) {
+	name := fmt.Sprintf("bench_orders_%d_%d", time.Now().UnixNano()%1e9, tableSeq.Add(1))
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(ordersDDL, name)); err != nil {
+		return "", nil, fmt.Errorf("create orders table: %w", err)
+	}
+	return name, func() { _, _ = db.Exec("DROP TABLE IF EXISTS `" + name + "`") }, nil
+}
+
+// WritePath measures what the event's INSERT costs the business transaction: Writers
+// writers commit for Duration, through one pool, an order alone, then an order and its
+// event, then an order and its event with each of the outbox table's secondary indexes
+// dropped in turn (on a fresh copy of the table; schema.sql is not changed).
+type WritePath struct {
+	Writers  int
+	Duration time.Duration
+	Rounds   int // rounds over all variants, so that the machine's noise spreads over each alike; 0: 1
+	// Prefill, when positive, fills each variant's outbox table with this many SUCCESS
+	// rows sent a day ago before it measures: the history a table keeps until it is
+	// purged, which the indexes must be maintained beside.
+	Prefill int
+}
+
+// WriteVariant is one row of the write-path measurement: one result per round.
+type WriteVariant struct {
+	Name   string // "order alone", "order + event", "order + event, no idx_biz_no", ...
+	Rounds []WriteRound
+}
+
+// WriteRound is one round of a write-path variant.
+type WriteRound struct {
+	Committed int
+	Elapsed   time.Duration
+	RedoBytes int64 // redo log written during the run; -1 if unknown
+}
+
+// Rate is the orders per second.
+func (r WriteRound) Rate() float64 { return float64(r.Committed) / r.Elapsed.Seconds() }
+
+// Rates returns the rate of each round, sorted.
+func (v WriteVariant) Rates() []float64 {
+	out := make([]float64, len(v.Rounds))
+	for i, r := range v.Rounds {
+		out[i] = r.Rate()
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Rate is the median rate over the rounds.
+func (v WriteVariant) Rate() float64 {
+	rs := v.Rates()
+	if n := len(rs); n%2 == 0 {
+		return (rs[n/2-1] + rs[n/2]) / 2
+	}
+	return rs[len(rs)/2]
+}
+
+// Committed is the orders committed over all rounds.
+func (v WriteVariant) Committed() int {
+	n := 0
+	for _, r := range v.Rounds {
+		n += r.Committed
+	}
+	return n
+}
+
+// RedoPerOrder is the redo bytes per order over all rounds; -1 if unknown.
+func (v WriteVariant) RedoPerOrder() float64 {
+	var redo int64
+	for _, r := range v.Rounds {
+		if r.RedoBytes < 0 {
+			return -1
+		}
+		redo += r.RedoBytes
+	}
+	return float64(redo) / float64(v.Committed())
+}
+
+// SecondaryIndexes are the outbox table's secondary indexes, each dropped in turn.
+var SecondaryIndexes = []string{"idx_biz_no", "idx_status_claimed_at", "idx_status_next_retry", "uk_event_id"}
+
+// Run measures every variant once, in order.
+func (p WritePath) Run(ctx context.Context, env Env) ([]WriteVariant, error) {
+	if p.Writers <= 0 || p.Duration <= 0 {
+		return nil, fmt.Errorf("write path: writers (%d) and duration (%s) must be positive", p.Writers, p.Duration)
+	}
+	type variant struct {
+		name  string
+		event bool
+		drop  string
+	}
+	vs := []variant{{name: "order alone"}, {name: "order + event", event: true}}
+	for _, ix := range SecondaryIndexes {
+		vs = append(vs, variant{name: "order + event, no " + ix, event: true, drop: ix})
+	}
+	out := make([]WriteVariant, len(vs))
+	for i, v := range vs {
+		out[i].Name = v.name
+	}
+	for range max(p.Rounds, 1) {
+		for i, v := range vs {
+			r, err := p.one(ctx, env, v.event, v.drop)
+			if err != nil {
+				return out, fmt.Errorf("write path %q: %w", v.name, err)
+			}
+			out[i].Rounds = append(out[i].Rounds, r)
+		}
+	}
+	return out, nil
+}
+
+func (p WritePath) one(ctx context.Context, env Env, event bool, dropIndex string) (WriteRound, error) {
+	v := WriteRound{RedoBytes: -1}
+	t, err := newTable(ctx, env)
+	if err != nil {
+		return v, err
+	}
+	defer t.drop()
+	if dropIndex != "" {
+		if _, err := t.db.ExecContext(ctx, "ALTER TABLE `"+t.name+"` DROP INDEX `"+dropIndex+"`"); err != nil {
+			return v, err
+		}
+	}
+	if p.Prefill > 0 && event {
+		if err := t.fillSent(ctx, p.Prefill, 24*time.Hour); err != nil {
+			return v, err
+		}
+	}
+	orders, dropOrders, err := newOrders(ctx, t.db)
+	if err != nil {
+		return v, err
+	}
+	defer dropOrders()
+	lsn0 := redoLSN(ctx, t.db)
+	r, err := write(ctx, []*outbox.MySQLStore{t.store}, workload{orders: orders, event: event, writers: p.Writers, dur: p.Duration}, nil)
+	if err != nil {
+		return v, err
+	}
+	if lsn1 := redoLSN(ctx, t.db); lsn0 >= 0 && lsn1 >= 0 {
+		v.RedoBytes = lsn1 - lsn0
+	}
+	v.Committed, v.Elapsed = r.committed, r.elapsed
+	return v, nil
+}

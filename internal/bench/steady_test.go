@@ -1,0 +1,55 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox/internal/bench"
+	"github.com/go-outbox/outbox/internal/testsvc"
+)
+
+// TestSteady runs a short steady state with three instances: every committed event is sent
+// (Run fails otherwise), and the server's counters saw the writers' statements and claim
+// transactions.
+func TestSteady(t *testing.T) {
+	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
+	res, err := bench.Steady{Rate: 200, Instances: 3, Duration: time.Second}.Run(context.Background(), env)
+	require.NoError(t, err)
+	require.Positive(t, res.Committed)
+	require.Len(t, res.Latency, res.Committed, "every committed event has a commit-to-send time")
+	require.Positive(t, res.Batches, "the publishers claimed and sent")
+	require.LessOrEqual(t, res.Batches, int64(res.Committed))
+	require.GreaterOrEqual(t, res.Writer.Questions, 3.0, "a writer transaction is at least BEGIN, INSERT, COMMIT")
+	require.Zero(t, res.Errors)
+}
+
+// TestService runs the service view briefly: orders are committed both ways, and with the
+// publishers every event is sent.
+func TestService(t *testing.T) {
+	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
+	res, err := bench.Service{Writers: 4, Instances: 3, Duration: 500 * time.Millisecond}.Run(context.Background(), env)
+	require.NoError(t, err)
+	alone, publishing := res.Orders()
+	require.Positive(t, alone)
+	require.Positive(t, publishing)
+	require.Len(t, res.Steady.Latency, publishing, "every order's event was sent")
+	require.Positive(t, res.Steady.Batches)
+}
+
+// TestWritePath measures every variant briefly: each committed orders, on a table without
+// the index it names.
+func TestWritePath(t *testing.T) {
+	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
+	vs, err := bench.WritePath{Writers: 2, Duration: 200 * time.Millisecond, Rounds: 2, Prefill: 3000}.Run(context.Background(), env)
+	require.NoError(t, err)
+	require.Len(t, vs, 2+len(bench.SecondaryIndexes))
+	for _, v := range vs {
+		require.Len(t, v.Rounds, 2, v.Name)
+		for _, r := range v.Rounds {
+			require.Positive(t, r.Committed, v.Name)
+		}
+	}
+}
