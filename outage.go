@@ -24,7 +24,6 @@ func (p *Publisher) enterOutage(ctx context.Context, cause error) {
 	now := time.Now()
 	if !o.down {
 		*o = outage{down: true, since: now, delay: min(firstProbeDelay, p.cfg.MaxProbeDelay)}
-		p.down.Store(true)
 		p.m.outage(ctx)
 		p.health.brokerDown(true, now)
 		p.log.ErrorContext(ctx, "outbox: broker unavailable; claims paused, probing until a send succeeds (no retries are spent)",
@@ -48,10 +47,9 @@ func (p *Publisher) endOutage(ctx context.Context) {
 	p.log.WarnContext(ctx, "outbox: broker reachable again; claims resumed",
 		slog.Duration("down_for", time.Since(p.outage.since).Round(time.Millisecond)))
 	p.outage = outage{}
-	p.down.Store(false)
 	p.health.brokerDown(false, time.Time{})
 }
 
 // BrokerUnavailable reports whether the publisher has found the broker unavailable and is
 // probing it rather than claiming events.
-func (p *Publisher) BrokerUnavailable() bool { return p.down.Load() }
+func (p *Publisher) BrokerUnavailable() bool { return p.Health().BrokerUnavailable }

@@ -233,7 +233,6 @@ type Publisher struct {
 	log     *slog.Logger
 	running atomic.Bool
 	limit   atomic.Int64 // batch mode: how many events the next claim takes
-	down    atomic.Bool  // outage.down, for BrokerUnavailable
 	m       *metrics     // nil without Config.MeterProvider
 	health  healthState
 

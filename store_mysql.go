@@ -189,16 +189,16 @@ func retryOnLockConflict[T any](ctx context.Context, s *MySQLStore, fn func() (T
 			return v, err
 		}
 		s.lockRetries.Add(1)
-		if pauseAfterConflict(ctx, attempt) != nil {
+		// A short, jittered pause, so that the transaction that won the lock finishes first.
+		if sleep(ctx, time.Duration(attempt)*time.Duration(1+mrand.IntN(4))*time.Millisecond) != nil {
 			return v, err
 		}
 	}
 }
 
-// pauseAfterConflict waits a short, jittered while, so that the transaction that won the
-// lock finishes first.
-func pauseAfterConflict(ctx context.Context, attempt int) error {
-	t := time.NewTimer(time.Duration(attempt) * time.Duration(1+mrand.IntN(4)) * time.Millisecond)
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -206,6 +206,24 @@ func pauseAfterConflict(ctx context.Context, attempt int) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// selectIDs runs a query that returns one column of ids.
+func (s *MySQLStore) selectIDs(ctx context.Context, op, q string, args ...any) ([]int64, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, s.wrap(op, err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, s.wrap(op, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, s.wrap(op, rows.Err())
 }
 
 // idList writes ids as an SQL list of integer literals. Literals rather than one placeholder

@@ -208,23 +208,6 @@ func (s *MySQLStore) RequeueFailed(ctx context.Context, f Filter, opts RequeueOp
 	return total, nil
 }
 
-func (s *MySQLStore) selectIDs(ctx context.Context, op, q string, args ...any) ([]int64, error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, s.wrap(op, err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, s.wrap(op, err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, s.wrap(op, rows.Err())
-}
-
 // Purge deletes SUCCESS events whose last update (their acknowledgement) is older than
 // olderThan by the database clock, and reports how many it deleted. WAIT, SENDING and FAIL
 // rows are never deleted, however old. It deletes at most opts.BatchRows rows per statement,
@@ -274,12 +257,8 @@ func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts Pu
 			return total, nil
 		}
 		if opts.Pause > 0 {
-			t := time.NewTimer(opts.Pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return total, ctx.Err()
-			case <-t.C:
+			if err := sleep(ctx, opts.Pause); err != nil {
+				return total, err
 			}
 		}
 	}

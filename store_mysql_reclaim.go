@@ -97,21 +97,5 @@ func (s *MySQLStore) ReleaseOwned(ctx context.Context, owner, reason string) (in
 }
 
 func (s *MySQLStore) ownedIDs(ctx context.Context, owner string) ([]int64, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.owned, owner, reclaimPage)
-	if err != nil {
-		return nil, s.wrap("select owned events", err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, s.wrap("select owned events", err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("select owned events", err)
-	}
-	return ids, nil
+	return s.selectIDs(ctx, "select owned events", s.q.owned, owner, reclaimPage)
 }
