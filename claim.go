@@ -82,13 +82,14 @@ func (s RoundStats) clean() bool {
 // While the broker is unavailable (see [Sender]), a round claims nothing until the next
 // probe is due, and then claims one event to probe with.
 func (p *Publisher) PublishPending(ctx context.Context) (RoundStats, error) {
-	stats, _, err := p.round(ctx)
+	stats, _, err := p.round(ctx, false)
 	return stats, err
 }
 
 // round is PublishPending that also returns the pause before the next round, with a panic
-// in the store turned into a logged error. Rounds of one publisher never overlap.
-func (p *Publisher) round(ctx context.Context) (stats RoundStats, next time.Duration, err error) {
+// in the store turned into a logged error. Rounds of one publisher never overlap. With
+// deferAcks (Run's rounds) a batch round leaves its successes to the next round's claim.
+func (p *Publisher) round(ctx context.Context, deferAcks bool) (stats RoundStats, next time.Duration, err error) {
 	p.roundMu.Lock()
 	defer p.roundMu.Unlock()
 	defer func() {
@@ -116,7 +117,7 @@ func (p *Publisher) round(ctx context.Context) (stats RoundStats, next time.Dura
 	if p.cfg.ClaimMode == ClaimPerRow {
 		more, err = p.publishPerRow(ctx, &stats, probe)
 	} else {
-		more, err = p.publishBatch(ctx, &stats, probe)
+		more, err = p.publishBatch(ctx, &stats, probe, deferAcks)
 	}
 	switch {
 	case p.outage.down:
@@ -153,27 +154,44 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 			break // the broker is down: leave the other candidates to the probes
 		}
 	}
+	now := time.Now()
+	fresh, age := meanFreshAge(candidates, now)
+	p.gather.claimed(now, len(candidates), fresh, age, len(candidates) == limit)
 	return len(candidates) == limit, nil
 }
 
-func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe bool) (more bool, err error) {
-	owner := p.cfg.InstanceID
+func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, deferAcks bool) (more bool, err error) {
 	limit := int(p.limit.Load())
 	if probe {
 		limit = 1
 	}
-	evs, err := p.fetch(ctx, "claim due events", func(ctx context.Context) (evs []Event, err error) {
-		evs, more, err = p.store.ClaimDue(ctx, owner, limit, p.cfg.MaxClaimBytes)
-		return evs, err
+	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.MaxClaimBytes}
+	acked := p.unacked
+	p.unacked = nil
+	for _, ev := range acked {
+		req.Succeeded = append(req.Succeeded, ev.ID)
+	}
+	var res ClaimResult
+	evs, err := p.fetch(ctx, "claim due events", func(ctx context.Context) ([]Event, error) {
+		res, err = p.store.ClaimDue(ctx, req)
+		return res.Events, err
 	})
 	if err != nil {
 		// The claim may have committed all the same: release whatever is ours before the
-		// next claim.
+		// next claim, once the successes it carried are recorded.
+		if len(acked) > 0 {
+			p.pending = append(p.pending, p.successWrite(acked))
+		}
 		p.releaseOwed = true
 		return false, err
 	}
+	if len(acked) > 0 {
+		p.recorded(ctx, stats, p.successWrite(acked), res.Succeeded)
+	}
+	more = res.More
 	stats.Candidates, stats.Claimed = len(evs), len(evs)
 	if len(evs) == 0 {
+		p.gather.claimed(time.Now(), 0, 0, 0, more)
 		return more, nil
 	}
 
@@ -190,7 +208,10 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe b
 	}
 	start := time.Now()
 	errs := p.sendBatch(held, evs)
-	p.adaptLimit(len(evs), limit, time.Since(start))
+	now := time.Now()
+	p.adaptLimit(len(evs), limit, now.Sub(start))
+	fresh, age := meanFreshAge(evs, now)
+	p.gather.claimed(now, len(evs), fresh, age, more)
 
 	// Successes are recorded first: a failure to record a retry costs a later resend, a
 	// failure to record a success a duplicate.
@@ -200,7 +221,11 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe b
 			sent = append(sent, ev)
 		}
 	}
-	if len(sent) > 0 {
+	switch {
+	case len(sent) == 0:
+	case deferAcks && ctx.Err() == nil:
+		p.unacked = sent // the next claim records them
+	default:
 		p.record(held, stats, p.successWrite(sent))
 	}
 	var unavailable error // the first failure that says the broker is down

@@ -57,6 +57,7 @@ const (
 	MaxReclaimsDefault     = 3
 	MaxClaimBytesDefault   = 16 << 20
 	MaxProbeDelayDefault   = 15 * time.Second
+	CoalesceDelayDefault   = 7 * time.Millisecond
 	SendTimeoutDefault     = 3 * time.Second
 	StoreTimeoutDefault    = 5 * time.Second
 
@@ -65,9 +66,15 @@ const (
 
 	// NoRetries, as [Config.MaxRetry], dead-letters an event at its first failed send.
 	NoRetries = -1
+	// NoCoalescing, as [Config.CoalesceDelay], starts a round at every wake-up at once.
+	NoCoalescing = -1
+
 	// RetryForever, as [Config.MaxRetry], never dead-letters an event for failed sends, and
 	// as [Config.MaxReclaims], never for reclaims.
 	RetryForever = math.MaxInt32
+
+	// maxCoalesceDelay bounds CoalesceDelay.
+	maxCoalesceDelay = time.Second
 
 	// maxBackoffLimit bounds MaxBackoff: a retry time must stay a valid DATETIME.
 	maxBackoffLimit = 366 * 24 * time.Hour
@@ -104,6 +111,20 @@ type Config struct {
 	// commit through this process's store (Tx.Commit) ends the pause early. Defaults to 5
 	// seconds.
 	PollInterval time.Duration
+
+	// CoalesceDelay trades a few milliseconds of latency for rounds that carry many events,
+	// so that publishing at a steady commit rate costs the database little. When commits
+	// come often enough that a short wait gathers more of them (more than one event per
+	// window, by the rate this publisher claims), a commit's wake-up waits before its round:
+	// a window that each round adjusts so that the events it sends have taken about
+	// CoalesceDelay on average from their insert to their send (their age by the database's
+	// clock when the claim read them, and by this process's since). The window grows while
+	// they take less, shrinks when more, and closes when they take longer than CoalesceDelay
+	// without waiting (rounds that long carry many events anyway); it is at most 20 times
+	// CoalesceDelay and never longer than PollInterval. A backlog is drained without waiting, and at a low rate
+	// nothing waits. [NoCoalescing] claims at every wake-up at once. At most 1 s. Defaults
+	// to 7 ms (see the README's steady-state figures).
+	CoalesceDelay time.Duration
 
 	// ReclaimInterval is the pause between reclaim runs. Defaults to 60 seconds.
 	ReclaimInterval time.Duration
@@ -231,6 +252,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.RetentionBatch = cmp.Or(c.RetentionBatch, PurgeBatchDefault)
 	c.RetentionPause = cmp.Or(c.RetentionPause, PurgePauseDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
+	c.CoalesceDelay = cmp.Or(c.CoalesceDelay, CoalesceDelayDefault)
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
@@ -268,6 +290,9 @@ func (c Config) validate() error {
 		if f.v < 0 {
 			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, f.name, f.v)
 		}
+	}
+	if c.CoalesceDelay < 0 && c.CoalesceDelay != NoCoalescing || c.CoalesceDelay > maxCoalesceDelay {
+		return fmt.Errorf("%w: CoalesceDelay must be between 0 and %s, or NoCoalescing, got %s", ErrInvalidConfig, maxCoalesceDelay, c.CoalesceDelay)
 	}
 	if c.MaxRetry < NoRetries {
 		return fmt.Errorf("%w: MaxRetry must be positive, NoRetries or RetryForever, got %d", ErrInvalidConfig, c.MaxRetry)

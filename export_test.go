@@ -1,6 +1,9 @@
 package outbox
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ScanQueriesForTest returns the candidate and reclaim statements as the store runs them, so
 // that the tests EXPLAIN the real text.
@@ -26,3 +29,33 @@ func SetPurgeHookForTest(s *MySQLStore, hook func(holding bool)) { s.purgeHook =
 // PurgeQueryForTest returns the statement that finds old SUCCESS rows, so that the tests
 // EXPLAIN the real text.
 func PurgeQueryForTest(s *MySQLStore) string { return s.q.purgeCandidates }
+
+// RunRoundForTest runs one round as Run does, leaving its successes to the next claim.
+func RunRoundForTest(p *Publisher, ctx context.Context) (RoundStats, error) {
+	stats, _, err := p.round(ctx, true)
+	return stats, err
+}
+
+// UnackedForTest returns the ids of the events sent whose success is not yet recorded.
+func UnackedForTest(p *Publisher) []int64 {
+	p.roundMu.Lock()
+	defer p.roundMu.Unlock()
+	ids := make([]int64, len(p.unacked))
+	for i, ev := range p.unacked {
+		ids[i] = ev.ID
+	}
+	return ids
+}
+
+// FlushAcksForTest records the successes no claim has carried, as Run does after ackDelay.
+func FlushAcksForTest(p *Publisher, ctx context.Context) { p.flushAcks(ctx) }
+
+// StopForTest does what Run does once its loops have ended.
+func StopForTest(p *Publisher, ctx context.Context) { p.stop(ctx) }
+
+// ClaimSessionOpenForTest reports whether s keeps a claim session open.
+func ClaimSessionOpenForTest(s *MySQLStore) bool {
+	s.session.mu.Lock()
+	defer s.session.mu.Unlock()
+	return s.session.conn != nil
+}

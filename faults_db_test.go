@@ -310,7 +310,7 @@ func TestMySQLStoreBatchClaimGoesAheadWhenGetLockIsRefused(t *testing.T) {
 			store := testsvc.NewStoreOn(t, db, b.store.Table())
 			b.insert(t, 3)
 
-			evs, _, err := store.ClaimDue(context.Background(), "owner-a", 10, 1<<20)
+			evs, _, err := claimDue(context.Background(), store, "owner-a", 10, 1<<20)
 			assert.EqualValues(t, 1, refused.Load())
 			if !c.goesOn {
 				require.Error(t, err)
@@ -323,7 +323,7 @@ func TestMySQLStoreBatchClaimGoesAheadWhenGetLockIsRefused(t *testing.T) {
 			assert.EqualValues(t, 1, refuser.closeds.Load(), "the connection whose GET_LOCK failed was closed")
 
 			b.insert(t, 2)
-			evs, _, err = store.ClaimDue(context.Background(), "owner-a", 10, 1<<20)
+			evs, _, err = claimDue(context.Background(), store, "owner-a", 10, 1<<20)
 			require.NoError(t, err)
 			assert.Len(t, evs, 2)
 			assert.EqualValues(t, 1, refused.Load(), "turns are paused after a refusal")
@@ -347,11 +347,13 @@ func lostOnce[T any](match func(T) bool) (hook func(T) error, fired *atomic.Bool
 // runUnknownOutcome inserts five events, runs a publisher (with the default ten-minute
 // lease) on a pool through c, and returns once the hook has fired, with the bundle, the
 // sender and the function that stops the publisher.
-func runUnknownOutcome(t *testing.T, c *faultyConnector, fired *atomic.Bool) (*bundle, *recorder, []int64, func()) {
+func runUnknownOutcome(t *testing.T, c *faultyConnector, fired *atomic.Bool, storeCfg outbox.MySQLConfig) (*bundle, *recorder, []int64, func()) {
 	t.Helper()
 	b := setup(t)
 	ids := b.insert(t, 5)
-	store := testsvc.NewStoreOn(t, openFaulty(t, c), b.store.Table())
+	storeCfg.Table = b.store.Table()
+	store, err := outbox.NewMySQLStore(openFaulty(t, c), storeCfg)
+	require.NoError(t, err)
 	rec := newRecorder()
 	cfg := fastConfig("unknown-outcome", &logSink{})
 	cfg.Lease = outbox.LeaseDefault
@@ -368,36 +370,58 @@ func runUnknownOutcome(t *testing.T, c *faultyConnector, fired *atomic.Bool) (*b
 // A claim whose commit reached the server but whose answer never came back (the connection
 // dropped during COMMIT) leaves rows SENDING that the publisher does not know it holds.
 // They must not sit SENDING for the whole lease (ten minutes) while the publisher runs: it
-// sends them, or releases them to be claimed again (issue 8, part 4).
+// sends them, or releases them to be claimed again (issue 8, part 4). A batch claim commits
+// with a COMMIT statement on the store's claim session, or with its own transaction's
+// commit without one.
 func TestClaimWithUnknownCommitOutcomeLeavesNothingSending(t *testing.T) {
 	t.Parallel()
-	c := &faultyConnector{}
-	var fired *atomic.Bool
-	if testClaimMode == outbox.ClaimPerRow {
-		c.afterExec, fired = lostOnce(func(q string) bool { return strings.Contains(q, "SET status = 'SENDING'") })
-	} else {
+	type variant struct {
+		name  string
+		cfg   outbox.MySQLConfig
+		fault func(c *faultyConnector) *atomic.Bool
+	}
+	variants := []variant{{name: "claim session", fault: func(c *faultyConnector) (fired *atomic.Bool) {
+		c.afterExec, fired = lostOnce(func(q string) bool { return q == "COMMIT" })
+		return fired
+	}}, {name: "own transaction", cfg: outbox.MySQLConfig{NoClaimSession: true}, fault: func(c *faultyConnector) (fired *atomic.Bool) {
 		c.afterCommit, fired = lostOnce(func(o driver.TxOptions) bool { return o.Isolation == driver.IsolationLevel(sql.LevelReadCommitted) })
+		return fired
+	}}}
+	if testClaimMode == outbox.ClaimPerRow {
+		variants = []variant{{name: "per row", fault: func(c *faultyConnector) (fired *atomic.Bool) {
+			c.afterExec, fired = lostOnce(func(q string) bool { return strings.Contains(q, "SET status = 'SENDING'") })
+			return fired
+		}}}
 	}
-	b, rec, ids, stop := runUnknownOutcome(t, c, fired)
-	if !assert.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) }, 60*time.Second, 20*time.Millisecond,
-		"the claimed rows are sent (or released and sent) well before their ten-minute lease ends") {
-		t.Fatalf("after a minute: %d SENDING, %d WAIT", b.countStatus(t, outbox.StatusSending), b.countStatus(t, outbox.StatusWait))
-	}
-	stop()
-	for _, id := range ids {
-		assert.Positive(t, rec.count(id), "event %d sent", id)
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			c := &faultyConnector{}
+			fired := v.fault(c)
+			b, rec, ids, stop := runUnknownOutcome(t, c, fired, v.cfg)
+			if !assert.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) }, 60*time.Second, 20*time.Millisecond,
+				"the claimed rows are sent (or released and sent) well before their ten-minute lease ends") {
+				t.Fatalf("after a minute: %d SENDING, %d WAIT", b.countStatus(t, outbox.StatusSending), b.countStatus(t, outbox.StatusWait))
+			}
+			stop()
+			for _, id := range ids {
+				assert.Positive(t, rec.count(id), "event %d sent", id)
+			}
+		})
 	}
 }
 
-// An acknowledgement (the UPDATE to SUCCESS) that fails with its connection is retried, so
-// the event does not sit SENDING for its lease and is not sent again after it (issue 8,
-// part 4).
+// An acknowledgement (the UPDATE to SUCCESS, on its own or in the next claim's UPDATE) that
+// fails with its connection is retried, so the event does not sit SENDING for its lease and
+// is not sent again after it (issue 8, part 4).
 func TestFailedAcknowledgementIsRetried(t *testing.T) {
 	t.Parallel()
 	c := &faultyConnector{}
 	var fired *atomic.Bool
-	c.beforeExec, fired = lostOnce(func(q string) bool { return strings.Contains(q, "SET status = 'SUCCESS'") })
-	b, rec, ids, stop := runUnknownOutcome(t, c, fired)
+	c.beforeExec, fired = lostOnce(func(q string) bool {
+		return strings.Contains(q, "status IN ('SENDING', 'SUCCESS') AND claim_owner = ?")
+	})
+	b, rec, ids, stop := runUnknownOutcome(t, c, fired, outbox.MySQLConfig{})
 	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) }, 60*time.Second, 20*time.Millisecond,
 		"acknowledged well before the ten-minute lease ends")
 	stop()

@@ -507,7 +507,7 @@ func FuzzMySQLConfig(f *testing.F) {
 		id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "B", EventType: "E", Payload: payload})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
-		evs, _, err := store.ClaimDue(ctx, "fuzz", 10, 1<<20)
+		evs, _, err := claimDue(ctx, store, "fuzz", 10, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 1)
 		n, err := store.MarkSuccessBatch(ctx, []int64{id}, "fuzz")

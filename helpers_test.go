@@ -305,22 +305,29 @@ type hookStore struct {
 	beforeRelease   func(ctx context.Context, id int64) error
 }
 
-func (h *hookStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, bool, error) {
+func (h *hookStore) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (outbox.ClaimResult, error) {
 	if h.afterCandidates != nil {
 		h.afterCandidates(ctx, nil)
 	}
 	if h.beforeClaim != nil {
 		if err := h.beforeClaim(ctx, outbox.Event{}); err != nil {
-			return nil, false, err
+			return outbox.ClaimResult{}, err
 		}
 	}
-	evs, more, err := h.Store.ClaimDue(ctx, owner, limit, maxBytes)
+	res, err := h.Store.ClaimDue(ctx, req)
 	if err == nil && h.afterClaim != nil {
-		for _, ev := range evs {
+		for _, ev := range res.Events {
 			h.afterClaim(ctx, ev, true)
 		}
 	}
-	return evs, more, err
+	return res, err
+}
+
+// claimDue is a batch claim of up to limit events and maxBytes payload bytes for owner, that
+// records no success.
+func claimDue(ctx context.Context, s outbox.Store, owner string, limit, maxBytes int) ([]outbox.Event, bool, error) {
+	res, err := s.ClaimDue(ctx, outbox.ClaimRequest{Owner: owner, Limit: limit, MaxBytes: maxBytes})
+	return res.Events, res.More, err
 }
 
 func (h *hookStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error) {

@@ -84,27 +84,29 @@ type Store interface {
 	// first. It takes no lock and grants no ownership: other instances may see the same rows.
 	Candidates(ctx context.Context, limit int) ([]Event, error)
 
-	// ClaimDue claims up to limit due WAIT events for owner at once, oldest first, whose
-	// payloads add up to at most maxBytes (but at least one event), and returns them as
-	// claimed. Rows another instance is claiming at the same moment are skipped, not waited
-	// for. An event that was reclaimed before (ReclaimCount > 0) is claimed alone, so that
-	// if its send kills the instance again, the reclaim counts against it and nothing else.
-	// more reports that due events may be left (the claim took all it was allowed, or
-	// stopped short of maxBytes or of a reclaimed event), so that the next claim need not
-	// wait for the poll interval. Used by [ClaimBatch].
-	ClaimDue(ctx context.Context, owner string, limit, maxBytes int) (evs []Event, more bool, err error)
+	// ClaimDue claims up to req.Limit due WAIT events for req.Owner at once, oldest first,
+	// whose payloads add up to at most req.MaxBytes (but at least one event), and returns
+	// them as claimed. Rows another instance is claiming at the same moment are skipped, not
+	// waited for. An event that was reclaimed before (ReclaimCount > 0) is claimed alone, so
+	// that if its send kills the instance again, the reclaim counts against it and nothing
+	// else. In the same transaction it marks SUCCESS the events of req.Succeeded that
+	// req.Owner still holds, as [Store.MarkSuccessBatch] does: the claim and the last
+	// round's acknowledgement cost one commit. Used by [ClaimBatch].
+	ClaimDue(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 
 	// Claim makes owner the holder of ev's lease, if ev is still WAIT, still due and still at
 	// ev.RetryCount. It reports whether the claim changed the row: false means another
 	// instance got there first, which is normal.
 	Claim(ctx context.Context, ev Event, owner string) (bool, error)
 
-	// MarkSuccess marks the event SUCCESS if owner still holds its lease. False means the
-	// lease was lost (reclaimed) and the row was left as it is.
+	// MarkSuccess marks the event SUCCESS if owner still holds its lease (or it is SUCCESS
+	// under owner's claim already: a success recorded twice). False means the lease was lost
+	// (reclaimed) and the row was left as it is.
 	MarkSuccess(ctx context.Context, id int64, owner string) (bool, error)
 
-	// MarkSuccessBatch marks SUCCESS every event of ids whose lease owner still holds, and
-	// reports how many it marked; the others were reclaimed and are left as they are.
+	// MarkSuccessBatch marks SUCCESS every event of ids whose lease owner still holds (or
+	// that is SUCCESS under owner's claim already), and reports how many it marked; the
+	// others were reclaimed and are left as they are.
 	MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error)
 
 	// ReleaseForRetry returns the event to WAIT with retryCount and a next_retry_time delay
@@ -126,6 +128,28 @@ type Store interface {
 	// unknown (its COMMIT failed), so that no row waits for a whole lease while its owner is
 	// alive.
 	ReleaseOwned(ctx context.Context, owner, reason string) (int64, error)
+}
+
+// ClaimRequest is what one batch claim ([Store.ClaimDue]) takes, and what it records first.
+type ClaimRequest struct {
+	Owner    string // the instance that claims
+	Limit    int    // the most events to claim; positive
+	MaxBytes int    // the most payload bytes to claim (but at least one event); positive
+	// Succeeded are events Owner has sent since its last claim and not yet recorded: the
+	// claim marks them SUCCESS, if Owner still holds them, before it commits.
+	Succeeded []int64
+}
+
+// ClaimResult is what a batch claim did.
+type ClaimResult struct {
+	Events []Event // the events claimed, SENDING under the request's Owner
+	// More reports that due events may be left (the claim took all it was allowed, or
+	// stopped short of MaxBytes or of a reclaimed event), so that the next claim need not
+	// wait for the poll interval.
+	More bool
+	// Succeeded is how many of the request's Succeeded the claim marked SUCCESS; the others
+	// had been reclaimed, and keep their new owner's state.
+	Succeeded int64
 }
 
 // Sender publishes one event. It returns nil only once the broker has accepted the event.
@@ -240,7 +264,9 @@ type Publisher struct {
 	roundMu     sync.Mutex
 	outage      outage
 	pending     []write // outcomes the store failed to record, tried again before the next claim
-	releaseOwed bool    // a claim's outcome was unknown: release our rows before the next claim
+	unacked     []Event // sent in Run's rounds, SUCCESS not yet recorded: the next claim records it
+	gather      *gatherer
+	releaseOwed bool // a claim's outcome was unknown: release our rows before the next claim
 
 	tracing *sendTracing // the send spans; nil without Config.TracerProvider
 }
@@ -275,6 +301,7 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	}
 	p.limit.Store(int64(min(cfg.BatchSize, initialClaimLimit)))
 	p.tracing = newSendTracing(cfg.TracerProvider, sender)
+	p.gather = newGatherer(cfg.CoalesceDelay, cfg.PollInterval)
 	return p, nil
 }
 
@@ -287,9 +314,12 @@ func (p *Publisher) InstanceID() string { return p.cfg.InstanceID }
 
 // Run publishes until ctx is cancelled: a scan loop that runs a round
 // ([Publisher.PublishPending]) and then waits [Config.PollInterval] (fixed delay: rounds never
-// overlap), and beside it a reclaim loop that runs [Publisher.Reclaim] at start and then every
+// overlap) or until a commit wakes it and its coalescing window ([Config.CoalesceDelay]) has
+// passed, and beside it a reclaim loop that runs [Publisher.Reclaim] at start and then every
 // [Config.ReclaimInterval], and, when [Config.Retention] is set, a retention loop that purges
-// old SUCCESS events every [Config.RetentionInterval].
+// old SUCCESS events every [Config.RetentionInterval]. In batch mode the successes of one
+// round are recorded by the next round's claim, in its transaction, or on their own if no
+// round comes within 50 ms.
 //
 // When ctx is cancelled, Run stops claiming, lets the send in flight finish (it is bounded by
 // [Config.SendTimeout]) and records its outcome, returns to WAIT every event still SENDING
@@ -315,21 +345,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 		wake = ch
 	}
 	var wg sync.WaitGroup
+	wg.Go(func() { p.scan(ctx, wake) })
 	wg.Go(func() {
-		loop(ctx, wake, func() time.Duration {
-			_, next, _ := p.round(ctx)
-			return next
-		})
-	})
-	wg.Go(func() {
-		loop(ctx, nil, func() time.Duration {
+		loop(ctx, func() time.Duration {
 			_, _ = p.Reclaim(ctx)
 			return p.cfg.ReclaimInterval
 		})
 	})
 	if p.cfg.Retention > 0 {
 		wg.Go(func() {
-			loop(ctx, nil, func() time.Duration {
+			loop(ctx, func() time.Duration {
 				p.retain(ctx)
 				return p.cfg.RetentionInterval
 			})
@@ -341,9 +366,9 @@ func (p *Publisher) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop runs fn, then waits the delay it returned (or until wake), until ctx is done: a
-// fixed delay, so runs never overlap.
-func loop(ctx context.Context, wake <-chan struct{}, fn func() time.Duration) {
+// loop runs fn, then waits the delay it returned, until ctx is done: a fixed delay, so runs
+// never overlap.
+func loop(ctx context.Context, fn func() time.Duration) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -351,7 +376,6 @@ func loop(ctx context.Context, wake <-chan struct{}, fn func() time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
-		case <-wake:
 		}
 		timer.Reset(fn())
 	}

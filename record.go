@@ -136,6 +136,14 @@ func (p *Publisher) releaseOwned(ctx context.Context, reason string) (int64, err
 func (p *Publisher) stop(ctx context.Context) {
 	p.roundMu.Lock()
 	defer p.roundMu.Unlock()
+	if s, ok := p.store.(interface{ closeClaimSession() }); ok {
+		defer s.closeClaimSession()
+	}
+	if len(p.unacked) > 0 {
+		// Recorded before the release below, which would otherwise send them again.
+		p.pending = append(p.pending, p.successWrite(p.unacked))
+		p.unacked = nil
+	}
 	var stats RoundStats
 	if err := p.settle(ctx, &stats); err != nil {
 		p.log.ErrorContext(ctx, "outbox: stopping with outcomes unrecorded; their events will be reclaimed after the lease",

@@ -208,7 +208,7 @@ func TestRocketMQResendCarriesTheSameEventID(t *testing.T) {
 
 	// A holder that sent and died: its lease expires, the row is reclaimed and sent again.
 	reclaimed := b.insert(t, 1)[0]
-	evs, _, err := b.store.ClaimDue(ctx, "dead-holder", 10, 1<<20)
+	evs, _, err := claimDue(ctx, b.store, "dead-holder", 10, 1<<20)
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
 	require.NoError(t, rmq.Send(ctx, evs[0]))

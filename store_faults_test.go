@@ -28,7 +28,7 @@ func faultConformance(t *testing.T, h storeHarness) {
 		for i := range 6 {
 			ids = append(ids, b.insertPayload(t, "ORD-B", bytes.Repeat([]byte{byte('a' + i)}, size)))
 		}
-		evs, more, err := s.ClaimDue(ctx, owner, 100, 1<<20)
+		evs, more, err := claimDue(ctx, s, owner, 100, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 3, "three 300 KiB payloads fit in 1 MiB, a fourth does not")
 		assert.True(t, more, "due events were left behind")
@@ -37,7 +37,7 @@ func faultConformance(t *testing.T, h storeHarness) {
 			assert.Equal(t, bytes.Repeat([]byte{byte('a' + i)}, size), ev.Payload, "a payload read after the claim is whole")
 		}
 		// A payload larger than the bound still goes, alone.
-		evs, _, err = s.ClaimDue(ctx, owner, 100, 100<<10)
+		evs, _, err = claimDue(ctx, s, owner, 100, 100<<10)
 		require.NoError(t, err)
 		require.Len(t, evs, 1)
 		assert.Equal(t, ids[3], evs[0].ID)
@@ -59,7 +59,7 @@ func faultConformance(t *testing.T, h storeHarness) {
 			mores []bool
 		)
 		for {
-			evs, more, err := s.ClaimDue(ctx, owner, 100, 1<<20)
+			evs, more, err := claimDue(ctx, s, owner, 100, 1<<20)
 			require.NoError(t, err)
 			if len(evs) == 0 {
 				assert.False(t, more)
@@ -81,7 +81,7 @@ func faultConformance(t *testing.T, h storeHarness) {
 		t.Parallel()
 		s, b := h.new(t)
 		ids := b.insert(t, 3)
-		evs, _, err := s.ClaimDue(ctx, owner, 10, 1<<20)
+		evs, _, err := claimDue(ctx, s, owner, 10, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 3)
 		b.exec(t, "UPDATE {t} SET reclaim_count = 2 WHERE id = ?", ids[0])
@@ -105,7 +105,7 @@ func faultConformance(t *testing.T, h storeHarness) {
 		assert.Equal(t, 1, b.get(t, ids[2]).ReclaimCount)
 
 		// RetryForever never dead-letters for reclaims.
-		evs, _, err = s.ClaimDue(ctx, owner, 10, 1<<20)
+		evs, _, err = claimDue(ctx, s, owner, 10, 1<<20)
 		require.NoError(t, err)
 		require.NotEmpty(t, evs)
 		for _, ev := range evs {
@@ -127,10 +127,10 @@ func faultConformance(t *testing.T, h storeHarness) {
 		t.Parallel()
 		s, b := h.new(t)
 		ids := b.insert(t, 4)
-		mine, _, err := s.ClaimDue(ctx, owner, 2, 1<<20)
+		mine, _, err := claimDue(ctx, s, owner, 2, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, mine, 2)
-		theirs, _, err := s.ClaimDue(ctx, other, 1, 1<<20)
+		theirs, _, err := claimDue(ctx, s, other, 1, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, theirs, 1)
 		b.exec(t, "UPDATE {t} SET retry_count = 2 WHERE id = ?", mine[0].ID)

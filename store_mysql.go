@@ -59,6 +59,16 @@ type MySQLConfig struct {
 	// proxy that forbids it: such a claim would close its connection every ten seconds.
 	// The per-row claim mode ([ClaimPerRow]) never takes the lock.
 	ConcurrentClaims bool
+
+	// NoClaimSession makes every batch claim a transaction of its own on a pooled connection
+	// (SET TRANSACTION ISOLATION LEVEL, BEGIN, its statements, COMMIT). By default the store
+	// keeps one connection of the pool for its claims, set once to READ COMMITTED with
+	// autocommit off, so that a claim costs its statements and a COMMIT; the connection is
+	// closed (never returned to the pool, where its settings would reach the service's own
+	// statements) after two seconds without a claim, after any error, and when a publisher
+	// of the store stops. A pool whose MaxOpenConns is below 4 never lends it. Set
+	// NoClaimSession behind a proxy that must not pin a client to one server connection.
+	NoClaimSession bool
 }
 
 // MySQLStore is the [Store] for MySQL 8 and MariaDB. It also writes events inside the
@@ -81,6 +91,11 @@ type MySQLStore struct {
 
 	// suspectsAhead: the last claim met a reclaimed row, so the next locks only a few rows.
 	suspectsAhead atomic.Bool
+	// backlog: the last claim took all it was allowed, so the next takes the claim turn.
+	backlog atomic.Bool
+
+	noClaimSession bool
+	session        claimSession
 
 	lockRetries atomic.Int64
 
@@ -95,7 +110,7 @@ type MySQLStore struct {
 // mysqlQueries holds every statement with the configured table name in place.
 type mysqlQueries struct {
 	schema, insert, candidates, claim, markSuccess, release, markFail, get, requeue string
-	lockDue, claimLocked, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn   string
+	lockDue, claimAndAck, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn   string
 	expired, reclaim, reclaimFail, owned, releaseOwned                              string
 	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock string
 }
@@ -116,8 +131,10 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 		return nil, fmt.Errorf("%w: MaxPayloadBytes must be between 1 and %d (the payload column's size), got %d",
 			ErrInvalidConfig, maxPayloadColumn, cfg.MaxPayloadBytes)
 	}
-	return &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
-		claimTurnWait: claimTurnWait, q: newMySQLQueries(table), born: time.Now()}, nil
+	s := &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
+		noClaimSession: cfg.NoClaimSession, claimTurnWait: claimTurnWait, q: newMySQLQueries(table), born: time.Now()}
+	s.backlog.Store(true) // a publisher starting may find one
+	return s, nil
 }
 
 // Table is the outbox table's name.

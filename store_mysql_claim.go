@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -52,23 +51,21 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 
 // ClaimDue implements [Store]: SELECT ... FOR UPDATE SKIP LOCKED and an UPDATE of the rows
 // it locked, in one READ COMMITTED transaction (no gap locks, so the business transactions'
-// inserts never wait on a claim). Unless [MySQLConfig.ConcurrentClaims] is set, the SELECT
-// runs in this table's claim turn, which may mean waiting up to a second for other
-// instances' SELECTs. A deadlock or lock wait timeout runs it again.
+// inserts never wait on a claim), which also records the request's successes. The
+// transaction runs on the store's claim session, a connection kept for claims (see
+// [MySQLConfig.NoClaimSession]), so that it costs its statements and a COMMIT. After a claim
+// that took all it was allowed (a backlog), and unless [MySQLConfig.ConcurrentClaims] is set,
+// the SELECT runs in this table's claim turn, which may mean waiting up to a second for
+// other instances' SELECTs. A deadlock or lock wait timeout runs it again.
 //
 // Reclaimed rows keep their old next_retry_time, so after an instance died they come first:
 // each is claimed alone, and while they come the claim locks only a few rows at a time
 // (suspectLimit) instead of a whole batch to take one.
-func (s *MySQLStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]Event, bool, error) {
-	if limit <= 0 || maxBytes <= 0 {
-		return nil, false, fmt.Errorf("outbox: claim due events: limit (%d) and maxBytes (%d) must be positive", limit, maxBytes)
+func (s *MySQLStore) ClaimDue(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if req.Limit <= 0 || req.MaxBytes <= 0 {
+		return ClaimResult{}, fmt.Errorf("outbox: claim due events: Limit (%d) and MaxBytes (%d) must be positive", req.Limit, req.MaxBytes)
 	}
-	var more bool
-	evs, err := retryOnLockConflict(ctx, s, func() (evs []Event, err error) {
-		evs, more, err = s.claimDue(ctx, owner, limit, maxBytes)
-		return evs, err
-	})
-	return evs, more, err
+	return retryOnLockConflict(ctx, s, func() (ClaimResult, error) { return s.claimDue(ctx, req) })
 }
 
 // suspectLimit is how many rows a claim locks while reclaimed rows are at the head.
@@ -77,68 +74,81 @@ const suspectLimit = 16
 // minInlinePayload is the least payload size the claim's SELECT reads inline.
 const minInlinePayload = 4 << 10
 
-func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes int) (evs []Event, more bool, err error) {
-	// A connection of its own, so that it can be thrown away if it might still hold the
-	// claim turn.
-	conn, err := s.db.Conn(ctx)
+func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimResult, err error) {
+	c, err := s.beginClaim(ctx)
 	if err != nil {
-		return nil, false, s.wrap("claim due events", err)
+		return res, s.wrap("claim due events", err)
 	}
-	defer conn.Close()
-	// A session whose GET_LOCK failed may hold the lock all the same: once the claim is done
-	// (after its commit or rollback), it is closed, not returned to the pool.
+	defer c.end()
+	// Every way out but a commit closes the connection, a panic's too: a claim session must
+	// never keep a transaction open.
+	committed := false
+	defer func() {
+		if !committed {
+			_ = c.fail(nil)
+		}
+	}()
+	// Taking the turn only after a claim that found a backlog: at a steady commit rate the
+	// claims take a few rows each and rarely meet, and the turn would be two statements more.
 	turn := turnSkipped
-	defer func() {
-		if turn == turnFailed {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
-	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return nil, false, s.wrap("claim due events", err)
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, ignoreDone(tx.Rollback()))
-		}
-	}()
-	// If taking or releasing the turn fails, the session may hold the lock, and would keep it
-	// idle in the pool, where no other instance's claim could get it: close the connection.
-	discard := func(err error) error {
-		err = errors.Join(err, ignoreDone(tx.Rollback()))
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		return err
-	}
-	if !s.concurrentClaims {
-		if turn, err = s.takeClaimTurn(ctx, tx); err != nil {
-			return nil, false, discard(err)
+	if !s.concurrentClaims && s.backlog.Load() {
+		if turn, err = s.takeClaimTurn(ctx, c.q); err != nil {
+			return res, c.fail(err)
 		}
 	}
-	scan := limit
+	scan := req.Limit
 	if s.suspectsAhead.Load() {
-		scan = min(limit, suspectLimit)
+		scan = min(req.Limit, suspectLimit)
 	}
-	inline := max(maxBytes/limit, minInlinePayload)
-	evs, sizes, err := scanEvents(tx.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
+	inline := max(req.MaxBytes/req.Limit, minInlinePayload)
+	evs, sizes, err := scanEvents(c.q.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
 	if err != nil {
 		err = s.wrap("lock due events", err)
 	}
 	if turn == turnTaken {
-		if endErr := s.endClaimTurn(ctx, tx); endErr != nil {
-			return nil, false, discard(errors.Join(err, endErr))
+		if endErr := s.endClaimTurn(ctx, c.q); endErr != nil {
+			err = errors.Join(err, endErr)
 		}
 	}
 	if err != nil {
-		return nil, false, err
+		return res, c.fail(err)
 	}
-	if len(evs) == 0 {
-		s.suspectsAhead.Store(false)
-		return nil, false, s.wrap("claim due events", tx.Commit())
+	if turn == turnFailed {
+		// A session whose GET_LOCK failed may hold the lock all the same, and would keep it
+		// where no other instance's claim could get it: the connection is closed once the
+		// claim is done.
+		defer func() { _ = c.fail(nil) }()
 	}
-	n, suspect := claimable(evs, sizes, maxBytes)
+	n, suspect := claimable(evs, sizes, req.MaxBytes)
 	s.suspectsAhead.Store(suspect)
-	more = len(evs) == scan || n < len(evs)
+	res.More = len(evs) == scan || n < len(evs)
+	s.backlog.Store(res.More)
 	evs = evs[:n] // the other rows stay WAIT; their locks end with the transaction
+	if len(evs) > 0 || len(req.Succeeded) > 0 {
+		if res.Succeeded, err = s.claimAndAck(ctx, c.q, evs, sizes, req); err != nil {
+			return ClaimResult{}, c.fail(err)
+		}
+	}
+	if err := c.commit(); err != nil {
+		// The outcome is unknown: the rows may be SENDING under owner. The publisher
+		// releases its own rows before it claims again (Store.ReleaseOwned).
+		return ClaimResult{}, c.fail(s.wrap("claim due events: commit", err))
+	}
+	committed = true
+	for i := range evs {
+		evs[i].Status, evs[i].ClaimOwner = StatusSending, req.Owner
+		if evs[i].Payload == nil {
+			evs[i].Payload = []byte{}
+		}
+	}
+	res.Events = evs
+	return res, nil
+}
+
+// claimAndAck claims the rows the claim's SELECT locked and marks SUCCESS the request's
+// successes that are still the owner's, with one statement, and reads the payloads the SELECT
+// left out. It returns how many successes it marked.
+func (s *MySQLStore) claimAndAck(ctx context.Context, q querier, evs []Event, sizes []int, req ClaimRequest) (int64, error) {
 	ids := make([]int64, len(evs))
 	var long []int64 // rows whose payload the SELECT left out
 	for i, ev := range evs {
@@ -147,31 +157,26 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 			long = append(long, ev.ID)
 		}
 	}
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.claimLocked, idList(ids)), owner)
+	where, args := claimAndAckWhere(ids, req.Succeeded, req.Owner)
+	res, err := q.ExecContext(ctx, fmt.Sprintf(s.q.claimAndAck, where), args...)
 	if err != nil {
-		return nil, false, s.wrap("claim due events", err)
+		return 0, s.wrap("claim due events", err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != int64(len(evs)) {
-		// The rows were locked by this transaction: anything else is a broken invariant.
-		return nil, false, fmt.Errorf("outbox: claim due events: claimed %d of %d locked rows (%v)", n, len(evs), err)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, s.wrap("claim due events", err)
+	}
+	// The claimed rows were locked by this transaction, WAIT: each one changed.
+	acked := n - int64(len(evs))
+	if acked < 0 || acked > int64(len(req.Succeeded)) {
+		return 0, fmt.Errorf("outbox: claim due events: %d rows changed for %d locked rows and %d successes", n, len(evs), len(req.Succeeded))
 	}
 	if len(long) > 0 {
-		if err := s.readPayloads(ctx, tx, evs, long); err != nil {
-			return nil, false, err
+		if err := s.readPayloads(ctx, q, evs, long); err != nil {
+			return 0, err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		// The outcome is unknown: the rows may be SENDING under owner. The publisher
-		// releases its own rows before it claims again (Store.ReleaseOwned).
-		return nil, false, s.wrap("claim due events: commit", err)
-	}
-	for i := range evs {
-		evs[i].Status, evs[i].ClaimOwner = StatusSending, owner
-		if evs[i].Payload == nil {
-			evs[i].Payload = []byte{}
-		}
-	}
-	return evs, more, nil
+	return acked, nil
 }
 
 // claimable says how many of the locked rows, in order, one claim takes: a reclaimed row at
@@ -179,6 +184,9 @@ func (s *MySQLStore) claimDue(ctx context.Context, owner string, limit, maxBytes
 // payloads add up to at most maxBytes (the first row always). suspect reports that the claim
 // stopped at (or took) a reclaimed row, so more may follow.
 func claimable(evs []Event, sizes []int, maxBytes int) (n int, suspect bool) {
+	if len(evs) == 0 {
+		return 0, false
+	}
 	if evs[0].ReclaimCount > 0 {
 		return 1, true
 	}
@@ -196,8 +204,8 @@ func claimable(evs []Event, sizes []int, maxBytes int) (n int, suspect bool) {
 }
 
 // readPayloads fills in the payloads the claim's SELECT left out, for the claimed rows ids.
-func (s *MySQLStore) readPayloads(ctx context.Context, tx *sql.Tx, evs []Event, ids []int64) error {
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(s.q.payloads, idList(ids)))
+func (s *MySQLStore) readPayloads(ctx context.Context, q querier, evs []Event, ids []int64) error {
+	rows, err := q.QueryContext(ctx, fmt.Sprintf(s.q.payloads, idList(ids)))
 	if err != nil {
 		return s.wrap("claim due events: read payloads", err)
 	}

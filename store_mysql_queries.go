@@ -64,21 +64,31 @@ func newMySQLQueries(table string) mysqlQueries {
 		// table. Lock names are server-wide and at most 64 characters, hence the hash.
 		takeClaimTurn: "SELECT GET_LOCK(" + claimLockName(table) + ", %d)",
 		endClaimTurn:  fmt.Sprintf("DO RELEASE_LOCK(%s)", claimLockName(table)),
-		claimLocked: r.Replace(`UPDATE t_event_record
-	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
-	WHERE id IN (%s) AND status = 'WAIT'`),
+		// The rows the claim locked, and the successes the claim records, in one statement:
+		// a locked row (WAIT) becomes SENDING under the owner, a row of ours (SENDING, or
+		// SUCCESS already) becomes SUCCESS. claimed_at is assigned before status, so that it
+		// reads the old status whether the server assigns left to right (MySQL, MariaDB by
+		// default) or all at once (MariaDB's SIMULTANEOUS_ASSIGNMENT). The WHERE is built by
+		// claimAndAckWhere: a range on the primary key.
+		claimAndAck: r.Replace(`UPDATE t_event_record
+	SET claimed_at = IF(status = 'WAIT', UTC_TIMESTAMP(3), claimed_at),
+	    status = IF(status = 'WAIT', 'SENDING', 'SUCCESS'),
+	    claim_owner = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE %s`),
 
-		// Success for a whole batch, only for the rows whose lease is still ours.
+		// Success for a whole batch, only for the rows whose lease is still ours. A row
+		// already SUCCESS under our own claim counts as marked: after a claim whose outcome
+		// was unknown, the successes it carried are recorded again, and may be in already.
 		markSuccessBatch: r.Replace(`UPDATE t_event_record
 	SET status = 'SUCCESS', update_time = UTC_TIMESTAMP(3)
-	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
+	WHERE id IN (%s) AND status IN ('SENDING', 'SUCCESS') AND claim_owner = ?`),
 
 		// Success, only under our own lease: a late acknowledgement from an instance whose
 		// lease was reclaimed (and re-sent by another) affects 0 rows and cannot overwrite
 		// the true state.
 		markSuccess: r.Replace(`UPDATE t_event_record
 	SET status = 'SUCCESS', update_time = UTC_TIMESTAMP(3)
-	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+	WHERE id = ? AND status IN ('SENDING', 'SUCCESS') AND claim_owner = ?`),
 
 		// Failure: release only our own lease, back to WAIT with a later retry time. Without
 		// claim_owner, A could push back into the queue an event B is sending right now.
@@ -158,4 +168,19 @@ func newMySQLQueries(table string) mysqlQueries {
 		takePurgeLock: "SELECT GET_LOCK(" + purgeLockName(table) + ", 0)",
 		endPurgeLock:  "DO RELEASE_LOCK(" + purgeLockName(table) + ")",
 	}
+}
+
+// claimAndAckWhere is the WHERE of the claimAndAck statement for the rows claimed and the
+// successes recorded (either may be empty, not both), and the arguments it takes.
+func claimAndAckWhere(claimed, succeeded []int64, owner string) (string, []any) {
+	var parts []string
+	args := []any{owner}
+	if len(claimed) > 0 {
+		parts = append(parts, "(id IN ("+idList(claimed)+") AND status = 'WAIT')")
+	}
+	if len(succeeded) > 0 {
+		parts = append(parts, "(id IN ("+idList(succeeded)+") AND status IN ('SENDING', 'SUCCESS') AND claim_owner = ?)")
+		args = append(args, owner)
+	}
+	return strings.Join(parts, " OR "), args
 }

@@ -43,13 +43,13 @@ const (
 // turnPause. It returns an error only for a connection that is gone or a ctx that is done
 // (the claim cannot go on without them), and for a deadlock or lock wait timeout, after
 // which ClaimDue runs the claim again, without the turn.
-func (s *MySQLStore) takeClaimTurn(ctx context.Context, tx *sql.Tx) (claimTurn, error) {
+func (s *MySQLStore) takeClaimTurn(ctx context.Context, q querier) (claimTurn, error) {
 	if time.Since(s.born) < time.Duration(s.turnsPausedUntil.Load()) {
 		return turnSkipped, nil
 	}
 	var got sql.NullInt64 // 1: ours; 0: timed out; NULL: an error such as a killed wait
 	query := fmt.Sprintf(s.q.takeClaimTurn, int(s.claimTurnWait/time.Second))
-	err := tx.QueryRowContext(ctx, query).Scan(&got)
+	err := q.QueryRowContext(ctx, query).Scan(&got)
 	switch {
 	case err != nil && !turnRefused(ctx, err):
 		if isLockConflict(err) {
@@ -91,10 +91,10 @@ func turnRefused(ctx context.Context, err error) bool {
 
 // endClaimTurn releases the claim lock, even when ctx is done, so that the other instances
 // do not wait for it.
-func (s *MySQLStore) endClaimTurn(ctx context.Context, tx *sql.Tx) error {
+func (s *MySQLStore) endClaimTurn(ctx context.Context, q querier) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	_, err := tx.ExecContext(ctx, s.q.endClaimTurn)
+	_, err := q.ExecContext(ctx, s.q.endClaimTurn)
 	return s.wrap("claim due events: release the claim lock", err)
 }
 

@@ -100,7 +100,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		require.NoError(t, err)
 		require.Len(t, evs, 1)
 		assert.Equal(t, want, evs[0].EventID, "candidate")
-		evs, _, err = s.ClaimDue(ctx, owner, 1, 1<<20)
+		evs, _, err = claimDue(ctx, s, owner, 1, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 1)
 		assert.Equal(t, want, evs[0].EventID, "batch claim")
@@ -109,7 +109,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		b.makeDue(t, id)
-		evs, _, err = s.ClaimDue(ctx, other, 1, 1<<20)
+		evs, _, err = claimDue(ctx, s, other, 1, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 1)
 		assert.Equal(t, want, evs[0].EventID, "claimed again after a retry")
@@ -312,7 +312,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 MINUTE) WHERE id = ?", ids[4])
 		b.exec(t, "UPDATE {t} SET status = 'FAIL' WHERE id = ?", ids[0])
 
-		evs, _, err := s.ClaimDue(ctx, owner, 2, 1<<20)
+		evs, _, err := claimDue(ctx, s, owner, 2, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 2)
 		assert.Equal(t, []int64{ids[1], ids[2]}, []int64{evs[0].ID, evs[1].ID})
@@ -324,10 +324,41 @@ func storeConformance(t *testing.T, h storeHarness) {
 			assert.Equal(t, owner, got.ClaimOwner)
 			assert.InDelta(t, 0, b.secondsFromNow(t, ev.ID, "claimed_at"), 1)
 		}
-		evs, _, err = s.ClaimDue(ctx, other, 10, 1<<20)
+		evs, _, err = claimDue(ctx, s, other, 10, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 1, "the FAIL row and the row not yet due are not claimed")
 		assert.Equal(t, ids[3], evs[0].ID)
+	})
+
+	t.Run("ClaimDueRecordsSuccessesUnderOwnLease", func(t *testing.T) {
+		t.Parallel()
+		s, b := h.new(t)
+		ids := b.insert(t, 4)
+		mine, _, err := claimDue(ctx, s, owner, 3, 1<<20)
+		require.NoError(t, err)
+		require.Len(t, mine, 3)
+		// The third was reclaimed and claimed by another instance meanwhile.
+		b.exec(t, "UPDATE {t} SET claim_owner = ? WHERE id = ?", other, mine[2].ID)
+
+		res, err := s.ClaimDue(ctx, outbox.ClaimRequest{Owner: owner, Limit: 10, MaxBytes: 1 << 20,
+			Succeeded: []int64{mine[0].ID, mine[1].ID, mine[2].ID}})
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), res.Succeeded, "only the rows still ours")
+		require.Len(t, res.Events, 1, "and the claim took the row left")
+		assert.Equal(t, ids[3], res.Events[0].ID)
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, mine[0].ID).Status)
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, mine[1].ID).Status)
+		assert.Equal(t, outbox.StatusSending, b.get(t, mine[2].ID).Status, "another's lease is left alone")
+		assert.Equal(t, other, b.get(t, mine[2].ID).ClaimOwner)
+
+		// With nothing due, the successes are recorded all the same; recording one again
+		// (after a claim whose outcome was unknown) counts it, as marked already.
+		res, err = s.ClaimDue(ctx, outbox.ClaimRequest{Owner: owner, Limit: 10, MaxBytes: 1 << 20,
+			Succeeded: []int64{mine[0].ID, res.Events[0].ID}})
+		require.NoError(t, err)
+		assert.Empty(t, res.Events)
+		assert.Equal(t, int64(2), res.Succeeded)
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, ids[3]).Status)
 	})
 
 	t.Run("ConcurrentClaimDueNeverOverlaps", func(t *testing.T) {
@@ -341,7 +372,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 			wg.Go(func() {
 				me := fmt.Sprintf("owner-%d", i)
 				for {
-					evs, _, err := s.ClaimDue(ctx, me, 7, 1<<20)
+					evs, _, err := claimDue(ctx, s, me, 7, 1<<20)
 					if !assert.NoError(t, err) || len(evs) == 0 {
 						return
 					}
@@ -369,9 +400,9 @@ func storeConformance(t *testing.T, h storeHarness) {
 		t.Parallel()
 		s, b := h.new(t)
 		b.insert(t, 3)
-		mine, _, err := s.ClaimDue(ctx, owner, 2, 1<<20)
+		mine, _, err := claimDue(ctx, s, owner, 2, 1<<20)
 		require.NoError(t, err)
-		theirs, _, err := s.ClaimDue(ctx, other, 1, 1<<20)
+		theirs, _, err := claimDue(ctx, s, other, 1, 1<<20)
 		require.NoError(t, err)
 		n, err := s.MarkSuccessBatch(ctx, []int64{mine[0].ID, mine[1].ID, theirs[0].ID}, owner)
 		require.NoError(t, err)
@@ -636,7 +667,7 @@ type claimResult struct {
 func claimInBackground(ctx context.Context, s outbox.Store, owner string) <-chan claimResult {
 	done := make(chan claimResult, 1)
 	go func() {
-		evs, _, err := s.ClaimDue(ctx, owner, 10, 1<<20)
+		evs, _, err := claimDue(ctx, s, owner, 10, 1<<20)
 		done <- claimResult{evs, err}
 	}()
 	return done
@@ -759,7 +790,7 @@ func TestMySQLStoreBatchClaimReleasesTheTurnOnError(t *testing.T) {
 	b := setup(t)
 	missing, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: testsvc.UniqueTable("missing")})
 	require.NoError(t, err)
-	_, _, err = missing.ClaimDue(context.Background(), "owner-a", 10, 1<<20)
+	_, _, err = claimDue(context.Background(), missing, "owner-a", 10, 1<<20)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does not exist")
 	assert.True(t, claimTurnFree(t, b.db, missing), "the failed claim released its turn")

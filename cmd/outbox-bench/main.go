@@ -69,6 +69,7 @@ func main() {
 	steadyInstances := flag.String("steady-instances", "1,3", "steady-state rows: numbers of publisher instances")
 	steadyDuration := flag.Duration("steady-duration", 10*time.Second, "steady-state rows: how long the writers commit")
 	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 16)")
+	coalesce := flag.Duration("coalesce-delay", 0, "steady-state rows and service view: the coalescing publishers' Config.CoalesceDelay (0: the default)")
 	writePath := flag.Bool("writepath", true, "measure the write path: orders/s of an order alone, with its event, and with each outbox index dropped")
 	writePathWriters := flag.Int("writepath-writers", 8, "write path: writers")
 	writePathDuration := flag.Duration("writepath-duration", 4*time.Second, "write path: how long each variant commits, per round")
@@ -158,13 +159,13 @@ func main() {
 	_ = w.Flush()
 
 	if len(rates) > 0 {
-		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters)
+		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters, *coalesce)
 	}
 	if *writePath {
 		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1), *writePathPrefill)
 	}
 	if *serviceWriters > 0 {
-		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration)
+		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce)
 	}
 
 	if *purgeRows > 0 {

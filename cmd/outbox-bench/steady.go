@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log"
@@ -8,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/bench"
 )
 
@@ -25,10 +27,13 @@ func flushNote(ctx context.Context, env bench.Env) string {
 }
 
 // steadyTable prints the steady-state rows: for each rate and number of instances, writers
-// committing one event per transaction at that rate, and what publishing them cost.
-func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.Duration, writers int) {
+// committing one event per transaction at that rate, and what publishing them cost, first
+// publishing eagerly (as before coalescing: the baseline) and then as the library does.
+func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.Duration, writers int, coalesce time.Duration) {
 	fmt.Printf("\nsteady state, %s each, batch mode, wake on commit; %s; statements and redo from the server-wide counters (valid on a server nothing else uses)\n",
 		dur, flushNote(ctx, env))
+	fmt.Printf("eager: every wake-up claims at once, each claim a transaction of its own (CoalesceDelay NoCoalescing, NoClaimSession); coalescing: the defaults, CoalesceDelay %s\n",
+		cmp.Or(coalesce, outbox.CoalesceDelayDefault))
 	type row struct {
 		s   bench.Steady
 		res bench.SteadyResult
@@ -36,12 +41,14 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	var rows []row
 	for _, rate := range rates {
 		for _, k := range ks {
-			s := bench.Steady{Rate: rate, Instances: k, Duration: dur, Writers: writers}
-			res, err := s.Run(ctx, env)
-			if err != nil {
-				log.Fatalf("steady state %d/s x%d: %v", rate, k, err)
+			for _, eager := range []bool{true, false} {
+				s := bench.Steady{Rate: rate, Instances: k, Duration: dur, Writers: writers, Eager: eager, CoalesceDelay: coalesce}
+				res, err := s.Run(ctx, env)
+				if err != nil {
+					log.Fatalf("steady state %d/s x%d (eager %t): %v", rate, k, eager, err)
+				}
+				rows = append(rows, row{s, res})
 			}
-			rows = append(rows, row{s, res})
 		}
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -51,7 +58,8 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 		if r.res.RedoBytes >= 0 {
 			redo = fmt.Sprintf("%.2f", r.res.RedoBytes/1024/float64(r.res.Committed))
 		}
-		fmt.Fprintf(w, "publishing\t%d\t%d\t%.0f\t%d\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", r.s.Instances, r.s.Rate, r.res.Rate(),
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%d\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", publishing(r.s.Eager),
+			r.s.Instances, r.s.Rate, r.res.Rate(),
 			r.res.Committed, r.res.StatementsPerEvent(), r.res.RoundsPerSecond(), r.res.EventsPerRound(),
 			float64(r.res.Batches)/r.res.Elapsed.Seconds(), redo,
 			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), r.res.Errors)
@@ -59,13 +67,21 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	_ = w.Flush()
 	fmt.Println("publishing statements per event by kind (server Com_* counters):")
 	for _, r := range rows {
-		fmt.Printf("  %5d/s x%d: %s\n", r.s.Rate, r.s.Instances, bench.Breakdown(perEvent(r.res.Com, r.res.Committed)))
+		fmt.Printf("  %5d/s x%d %-10s %s\n", r.s.Rate, r.s.Instances, publishing(r.s.Eager)+":", bench.Breakdown(perEvent(r.res.Com, r.res.Committed)))
 	}
 	if len(rows) > 0 {
 		cal := rows[0].res.Writer
 		fmt.Printf("a writer transaction alone (subtracted): %.2f statements (%s), %.2f KB redo\n",
 			cal.Questions, bench.Breakdown(cal.Com), cal.RedoBytes/1024)
 	}
+}
+
+// publishing names a row's way of publishing.
+func publishing(eager bool) string {
+	if eager {
+		return "eager"
+	}
+	return "coalescing"
 }
 
 func perEvent(com map[string]float64, events int) map[string]float64 {
@@ -108,22 +124,29 @@ func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Du
 	_ = w.Flush()
 }
 
-// serviceTable prints the service's view: orders/s alone and with the publishers keeping up.
-func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur time.Duration) {
+// serviceTable prints the service's view: orders/s alone and with the publishers keeping up,
+// eager and coalescing.
+func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration) {
 	fmt.Printf("\nservice view: %d writers committing an order and its event per transaction, %s each way, spread over %d instances; %s\n",
 		writers, dur, instances, flushNote(ctx, env))
-	res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur}.Run(ctx, env)
+	res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce}.Run(ctx, env)
 	if err != nil {
 		log.Fatalf("service view: %v", err)
 	}
-	s := res.Steady
-	alone, publishing := res.Orders()
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "service\torders\torders/s\tpublishing cost\tstatements/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
-	fmt.Fprintf(w, "alone\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", alone, res.AloneRate())
-	fmt.Fprintf(w, "%d publishers keeping up\t%d\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", instances, publishing, res.PublishingRate(),
-		res.CostPercent(), s.StatementsPerEvent(), s.RoundsPerSecond(), s.EventsPerRound(),
-		ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
+	fmt.Fprintf(w, "alone\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", res.AloneOrders(), res.AloneRate())
+	for _, eager := range []bool{true, false} {
+		s := res.Coalescing
+		if eager {
+			s = res.Eager
+		}
+		fmt.Fprintf(w, "%d publishers, %s\t%d\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", instances, publishing(eager),
+			s.Committed, s.Rate(), res.CostPercent(s), s.StatementsPerEvent(), s.RoundsPerSecond(), s.EventsPerRound(),
+			ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
+	}
 	_ = w.Flush()
-	fmt.Printf("publishing statements per event by kind: %s\n", bench.Breakdown(perEvent(s.Com, s.Committed)))
+	for _, s := range []bench.SteadyResult{res.Eager, res.Coalescing} {
+		fmt.Printf("publishing statements per event by kind: %s\n", bench.Breakdown(perEvent(s.Com, s.Committed)))
+	}
 }

@@ -147,14 +147,17 @@ type recordingStore struct {
 	log *outcomeLog
 }
 
-func (s recordingStore) ClaimDue(ctx context.Context, owner string, limit, maxBytes int) ([]outbox.Event, bool, error) {
-	evs, more, err := s.MySQLStore.ClaimDue(ctx, owner, limit, maxBytes)
-	recs := make([]record, len(evs))
-	for i, ev := range evs {
+func (s recordingStore) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (outbox.ClaimResult, error) {
+	res, err := s.MySQLStore.ClaimDue(ctx, req)
+	if len(req.Succeeded) > 0 {
+		s.log.write(ackRecords(req.Succeeded, res.Succeeded, err))
+	}
+	recs := make([]record, len(res.Events))
+	for i, ev := range res.Events {
 		recs[i] = record{Kind: kindClaim, ID: ev.ID, BizNo: ev.BizNo}
 	}
 	s.log.write(recs)
-	return evs, more, err
+	return res, err
 }
 
 func (s recordingStore) Claim(ctx context.Context, ev outbox.Event, owner string) (bool, error) {
@@ -173,6 +176,12 @@ func (s recordingStore) MarkSuccess(ctx context.Context, id int64, owner string)
 
 func (s recordingStore) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
 	n, err := s.MySQLStore.MarkSuccessBatch(ctx, ids, owner)
+	s.log.write(ackRecords(ids, n, err))
+	return n, err
+}
+
+// ackRecords are the records of an acknowledgement of ids that marked n rows, or failed.
+func ackRecords(ids []int64, n int64, err error) []record {
 	kind, detail := kindAck, ""
 	switch {
 	case err != nil:
@@ -186,8 +195,7 @@ func (s recordingStore) MarkSuccessBatch(ctx context.Context, ids []int64, owner
 	for i, id := range ids {
 		recs[i] = record{Kind: kind, ID: id, Detail: detail}
 	}
-	s.log.write(recs)
-	return n, err
+	return recs
 }
 
 func (s recordingStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error) {

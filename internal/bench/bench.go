@@ -79,6 +79,12 @@ type Drain struct {
 	// VARCHAR(16), claim_owner VARCHAR(128) NULL and claimed_at NULL, the layout before
 	// schema.sql made them fixed-width. A baseline for the in-place claim.
 	GrowingRows bool
+	// Eager publishes as before coalescing: every wake-up claims at once
+	// (Config.CoalesceDelay NoCoalescing) and every claim is a transaction of its own
+	// (MySQLConfig.NoClaimSession). The baseline of the steady-state rows.
+	Eager bool
+	// CoalesceDelay is Config.CoalesceDelay when not Eager; 0 is the default.
+	CoalesceDelay time.Duration
 }
 
 // DrainResult is what a drain measured.
@@ -239,7 +245,7 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 		if err != nil {
 			return out, err
 		}
-		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, ConcurrentClaims: d.ConcurrentClaims})
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, ConcurrentClaims: d.ConcurrentClaims, NoClaimSession: d.Eager})
 		if err != nil {
 			_ = db.Close()
 			return out, err
@@ -250,11 +256,12 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 			return out, err
 		}
 		pub, err := outbox.NewPublisher(store, sender, outbox.Config{
-			ClaimMode:    d.Mode,
-			BatchSize:    d.BatchSize,
-			InstanceID:   fmt.Sprintf("bench-%d-%s", i, outbox.DefaultInstanceID()),
-			PollInterval: poll,
-			Logger:       slog.New(errs),
+			ClaimMode:     d.Mode,
+			BatchSize:     d.BatchSize,
+			InstanceID:    fmt.Sprintf("bench-%d-%s", i, outbox.DefaultInstanceID()),
+			PollInterval:  poll,
+			Logger:        slog.New(errs),
+			CoalesceDelay: coalesceDelay(d),
 		})
 		if err != nil {
 			closeSender()
@@ -620,4 +627,12 @@ func (bl Backlog) Run(ctx context.Context, env Env) (BacklogResult, error) {
 		return res, fmt.Errorf("backlog: %d errors logged", n)
 	}
 	return res, nil
+}
+
+// coalesceDelay is the drain's Config.CoalesceDelay.
+func coalesceDelay(d Drain) time.Duration {
+	if d.Eager {
+		return outbox.NoCoalescing
+	}
+	return d.CoalesceDelay
 }

@@ -329,6 +329,9 @@ type Steady struct {
 	Duration  time.Duration // how long the writers commit
 	Writers   int           // writer goroutines over all instances; 0: 16 (enough for 5,000/s at flush=1 here)
 	Poll      time.Duration // 0: outbox.PollIntervalDefault
+	Eager     bool          // publish as before coalescing (see Drain.Eager)
+	// CoalesceDelay is the publishers' Config.CoalesceDelay when not Eager; 0: the default.
+	CoalesceDelay time.Duration
 }
 
 // SteadyResult is what a steady-state run measured. The statement counts are the server's
@@ -390,7 +393,7 @@ func (s Steady) Run(ctx context.Context, env Env) (SteadyResult, error) {
 		poll = outbox.PollIntervalDefault
 	}
 	w := workload{event: true, rate: s.Rate, writers: writers, dur: s.Duration}
-	m, err := measure(ctx, env, s.Instances, w, poll)
+	m, err := measure(ctx, env, s.Instances, w, poll, Drain{Eager: s.Eager, CoalesceDelay: s.CoalesceDelay})
 	if err != nil {
 		return res, err
 	}
@@ -399,7 +402,7 @@ func (s Steady) Run(ctx context.Context, env Env) (SteadyResult, error) {
 
 // measure runs workload w through instances instances with their publishers running (poll
 // as their poll interval), and counts what the publishing cost the server.
-func measure(ctx context.Context, env Env, instances int, w workload, poll time.Duration) (SteadyResult, error) {
+func measure(ctx context.Context, env Env, instances int, w workload, poll time.Duration, how Drain) (SteadyResult, error) {
 	var res SteadyResult
 	t, err := newTable(ctx, env)
 	if err != nil {
@@ -408,7 +411,7 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	defer t.drop()
 	rec := &recorder{sentAt: map[int64]time.Time{}}
 	errs := &errorCounter{}
-	ins, err := startInstances(env, t.name, Drain{Mode: outbox.ClaimBatch, Instances: instances}, poll, rec.senders, errs)
+	ins, err := startInstances(env, t.name, Drain{Mode: outbox.ClaimBatch, Instances: instances, Eager: how.Eager, CoalesceDelay: how.CoalesceDelay}, poll, rec.senders, errs)
 	if err != nil {
 		for _, in := range ins {
 			in.close()
@@ -469,37 +472,33 @@ type Service struct {
 	Writers   int
 	Instances int
 	Duration  time.Duration
+	// CoalesceDelay is the coalescing publishers' Config.CoalesceDelay; 0: the default.
+	CoalesceDelay time.Duration
 }
 
 // ServiceResult is what a service run measured.
 type ServiceResult struct {
-	Alone, Publishing writeResult
-	// Steady is the publishing run's cost, counted as in a steady-state run (the writers'
-	// statements calibrated on order-and-event transactions).
-	Steady SteadyResult
+	Alone writeResult
+	// Eager and Coalescing are the runs with the publishers keeping up: publishing as before
+	// coalescing (see Drain.Eager), and as the library does by default. Each is counted as a
+	// steady-state run (the writers' statements calibrated on order-and-event transactions).
+	Eager, Coalescing SteadyResult
 }
 
-// AloneRate and PublishingRate are the orders per second without and with the publishers.
+// AloneRate is the orders per second without the publishers.
 func (r ServiceResult) AloneRate() float64 {
 	return float64(r.Alone.committed) / r.Alone.elapsed.Seconds()
 }
 
-// PublishingRate is the orders per second with the publishers keeping up.
-func (r ServiceResult) PublishingRate() float64 {
-	return float64(r.Publishing.committed) / r.Publishing.elapsed.Seconds()
+// AloneOrders is the orders committed without the publishers.
+func (r ServiceResult) AloneOrders() int { return r.Alone.committed }
+
+// CostPercent is what publishing as in p took from the writers' throughput, in percent.
+func (r ServiceResult) CostPercent(p SteadyResult) float64 {
+	return 100 * (1 - p.Rate()/r.AloneRate())
 }
 
-// CostPercent is what publishing took from the writers' throughput, in percent.
-func (r ServiceResult) CostPercent() float64 {
-	return 100 * (1 - r.PublishingRate()/r.AloneRate())
-}
-
-// Orders returns the orders committed alone and with publishing.
-func (r ServiceResult) Orders() (alone, publishing int) {
-	return r.Alone.committed, r.Publishing.committed
-}
-
-// Run runs the writers alone, then with the publishers.
+// Run runs the writers alone, then with eager publishers, then with coalescing ones.
 func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 	var res ServiceResult
 	if s.Writers <= 0 || s.Instances <= 0 || s.Duration <= 0 {
@@ -537,17 +536,22 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 	if res.Alone, err = write(ctx, stores, w, nil); err != nil {
 		return res, err
 	}
-	// With the publishers: a fresh orders table, so both runs start alike.
-	orders2, dropOrders2, err := newOrders(ctx, alone.db)
-	if err != nil {
-		return res, err
+	// With the publishers, eager and then coalescing: a fresh orders table each, so that
+	// every run starts alike.
+	for _, run := range []struct {
+		how Drain
+		res *SteadyResult
+	}{{Drain{Eager: true}, &res.Eager}, {Drain{CoalesceDelay: s.CoalesceDelay}, &res.Coalescing}} {
+		table, drop, err := newOrders(ctx, alone.db)
+		if err != nil {
+			return res, err
+		}
+		defer drop()
+		w.orders = table
+		if *run.res, err = measure(ctx, env, s.Instances, w, outbox.PollIntervalDefault, run.how); err != nil {
+			return res, err
+		}
 	}
-	defer dropOrders2()
-	w.orders = orders2
-	if res.Steady, err = measure(ctx, env, s.Instances, w, outbox.PollIntervalDefault); err != nil {
-		return res, err
-	}
-	res.Publishing = writeResult{committed: res.Steady.Committed, elapsed: res.Steady.Elapsed}
 	return res, nil
 }
 

@@ -11,19 +11,21 @@ import (
 	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
-// TestSteady runs a short steady state with three instances: every committed event is sent
-// (Run fails otherwise), and the server's counters saw the writers' statements and claim
-// transactions.
+// TestSteady runs a short steady state with three instances, eager and coalescing: every
+// committed event is sent (Run fails otherwise), and the server's counters saw the writers'
+// statements and claim transactions.
 func TestSteady(t *testing.T) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
-	res, err := bench.Steady{Rate: 200, Instances: 3, Duration: time.Second}.Run(context.Background(), env)
-	require.NoError(t, err)
-	require.Positive(t, res.Committed)
-	require.Len(t, res.Latency, res.Committed, "every committed event has a commit-to-send time")
-	require.Positive(t, res.Batches, "the publishers claimed and sent")
-	require.LessOrEqual(t, res.Batches, int64(res.Committed))
-	require.GreaterOrEqual(t, res.Writer.Questions, 3.0, "a writer transaction is at least BEGIN, INSERT, COMMIT")
-	require.Zero(t, res.Errors)
+	for _, eager := range []bool{true, false} {
+		res, err := bench.Steady{Rate: 200, Instances: 3, Duration: time.Second, Eager: eager}.Run(context.Background(), env)
+		require.NoError(t, err)
+		require.Positive(t, res.Committed)
+		require.Len(t, res.Latency, res.Committed, "every committed event has a commit-to-send time")
+		require.Positive(t, res.Batches, "the publishers claimed and sent")
+		require.LessOrEqual(t, res.Batches, int64(res.Committed))
+		require.GreaterOrEqual(t, res.Writer.Questions, 3.0, "a writer transaction is at least BEGIN, INSERT, COMMIT")
+		require.Zero(t, res.Errors)
+	}
 }
 
 // TestService runs the service view briefly: orders are committed both ways, and with the
@@ -32,11 +34,12 @@ func TestService(t *testing.T) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
 	res, err := bench.Service{Writers: 4, Instances: 3, Duration: 500 * time.Millisecond}.Run(context.Background(), env)
 	require.NoError(t, err)
-	alone, publishing := res.Orders()
-	require.Positive(t, alone)
-	require.Positive(t, publishing)
-	require.Len(t, res.Steady.Latency, publishing, "every order's event was sent")
-	require.Positive(t, res.Steady.Batches)
+	require.Positive(t, res.AloneOrders())
+	for _, p := range []bench.SteadyResult{res.Eager, res.Coalescing} {
+		require.Positive(t, p.Committed)
+		require.Len(t, p.Latency, p.Committed, "every order's event was sent")
+		require.Positive(t, p.Batches)
+	}
 }
 
 // TestWritePath measures every variant briefly: each committed orders, on a table without
