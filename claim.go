@@ -261,7 +261,7 @@ func (p *Publisher) brokerAnswered(ctx context.Context, unavailable error) {
 // dead-lettered.
 func (p *Publisher) failed(ctx context.Context, stats *RoundStats, ev Event, cause error, othersSent bool) (outcome, bool) {
 	switch {
-	case errors.Is(cause, errNotSent):
+	case errors.Is(cause, ErrNotSent):
 		return p.record(ctx, stats, p.releaseWrite(ev, cause.Error(), outcomeReleased)), false
 	case IsUnavailable(cause) && !othersSent:
 		return p.record(ctx, stats, p.releaseWrite(ev, "broker unavailable: "+cause.Error(), outcomeUnavailable)), true
@@ -284,10 +284,6 @@ func (p *Publisher) fetch(ctx context.Context, what string, fn func(context.Cont
 	}
 	return evs, nil
 }
-
-// errNotSent marks an event of a batch whose turn never came before the batch's send
-// deadline: it is released, not counted as a failed attempt.
-var errNotSent = errors.New("not sent: the batch's send timeout passed before its turn")
 
 // sendBatch sends a claimed batch within one SendTimeout, so that no event of the batch is
 // sent late in its lease: through the sender's SendBatch if it has one, else one by one.

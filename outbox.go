@@ -138,6 +138,9 @@ type ClaimRequest struct {
 	// Succeeded are events Owner has sent since its last claim and not yet recorded: the
 	// claim marks them SUCCESS, if Owner still holds them, before it commits.
 	Succeeded []int64
+	// Ordering makes the claim keep each biz no's events in order (see [KeyOrder]); the
+	// claimed events of one biz no then come in id order.
+	Ordering Ordering
 }
 
 // ClaimResult is what a batch claim did.

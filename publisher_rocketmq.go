@@ -411,7 +411,7 @@ func (e *notSentError) Error() string {
 	return "not sent: an earlier send of the batch found the broker unavailable: " + e.cause.Error()
 }
 
-func (e *notSentError) Is(target error) bool { return target == errNotSent }
+func (e *notSentError) Is(target error) bool { return target == errNotSent || target == ErrNotSent }
 func (e *notSentError) Unwrap() error        { return e.cause }
 
 // messageSize estimates an event's encoded size in a batch: body, properties, and the
