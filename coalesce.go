@@ -17,7 +17,7 @@ import (
 //     dates its read, this process's clock the rest). A round that waited adjusts the
 //     window so that this mean age comes to Config.CoalesceDelay: it grows while the events are younger, shrinks when older,
 //     and closes when they are older than that without waiting (at a high rate rounds are
-//     long, and carry many events anyway); it opens again once they are younger.
+//     long, and carry many events anyway); it opens again once they are half as old.
 //     With several instances each sees the events of all, so each one's window settles at
 //     about the number of instances times the spacing of the fleet's rounds; an instance
 //     whose rounds follow another's closely sees young events and waits longer, which
@@ -96,8 +96,9 @@ func (g *gatherer) claimed(now time.Time, n, fresh int, age time.Duration, backl
 		return // the ages say nothing about the window
 	case g.window == 0:
 		// Closed because the events were older than the target without waiting (the
-		// rounds themselves take that long): open again once they are younger.
-		if age < g.target {
+		// rounds themselves take that long): open again once they are clearly younger, not
+		// at the first round that happens to be quick.
+		if age < g.target/2 {
 			g.window = g.target / 2
 		}
 		return
