@@ -136,19 +136,33 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 		limit = 1
 	}
 	candidates, err := p.fetch(ctx, "select candidates", func(ctx context.Context) ([]Event, error) {
+		if p.orderer != nil {
+			return p.orderer.OrderedCandidates(ctx, limit, p.cfg.Ordering)
+		}
 		return p.store.Candidates(ctx, limit)
 	})
 	if err != nil {
 		return false, err
 	}
 	stats.Candidates = len(candidates)
+	var stopped map[string]bool // in key order: biz nos whose event failed in this round
 	for _, ev := range candidates {
 		if ctx.Err() != nil {
 			break
 		}
+		if stopped[ev.BizNo] {
+			continue // an earlier event of the key is still open: its claim would lose
+		}
 		o := p.claimAndPublishSafe(ctx, stats, ev, stats.Sent > 0)
 		if o.claimed() {
 			stats.Claimed++
+		}
+		if p.orderer != nil && o != outcomeSent {
+			// Lost to another instance, failed or released: the key's later events wait.
+			if stopped == nil {
+				stopped = map[string]bool{}
+			}
+			stopped[ev.BizNo] = true
 		}
 		if p.outage.down {
 			break // the broker is down: leave the other candidates to the probes
@@ -165,7 +179,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	if probe {
 		limit = 1
 	}
-	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.MaxClaimBytes}
+	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.MaxClaimBytes, Ordering: p.cfg.Ordering}
 	acked := p.unacked
 	p.unacked = nil
 	for _, ev := range acked {
@@ -306,12 +320,23 @@ func (p *Publisher) sendBatch(ctx context.Context, evs []Event) (errs []error) {
 	}
 	errs = make([]error, len(evs))
 	sent := false
+	var failedKeys map[string]bool // in key order: the biz nos with a failed send in this batch
 	for i, ev := range evs {
 		if ctx.Err() != nil {
 			errs[i] = errNotSent
 			continue
 		}
+		if failedKeys[ev.BizNo] {
+			errs[i] = errKeyStopped
+			continue
+		}
 		errs[i] = p.send(ctx, ev)
+		if errs[i] != nil && p.cfg.Ordering != Unordered {
+			if failedKeys == nil {
+				failedKeys = map[string]bool{}
+			}
+			failedKeys[ev.BizNo] = true
+		}
 		if errs[i] == nil {
 			sent = true
 		} else if !sent && IsUnavailable(errs[i]) {
@@ -325,6 +350,10 @@ func (p *Publisher) sendBatch(ctx context.Context, evs []Event) (errs []error) {
 	}
 	return errs
 }
+
+// errKeyStopped is the answer, in key order, for an event of a batch whose biz no had an
+// earlier event fail in the same batch: it must not overtake it.
+var errKeyStopped = fmt.Errorf("%w: an earlier event of the same biz no failed in this batch", ErrNotSent)
 
 func repeatErr(err error, n int) []error {
 	errs := make([]error, n)
@@ -370,7 +399,12 @@ func (p *Publisher) claimAndPublishSafe(ctx context.Context, stats *RoundStats, 
 // stats, and returns that.
 func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev Event, othersSent bool) outcome {
 	owner := p.cfg.InstanceID
-	won, err := p.storeCall(ctx, func(ctx context.Context) (bool, error) { return p.store.Claim(ctx, ev, owner) })
+	won, err := p.storeCall(ctx, func(ctx context.Context) (bool, error) {
+		if p.orderer != nil {
+			return p.orderer.ClaimInOrder(ctx, ev, owner, p.cfg.Ordering)
+		}
+		return p.store.Claim(ctx, ev, owner)
+	})
 	if err != nil {
 		// The claim may have changed the row all the same: release whatever is ours before
 		// the next claim.

@@ -126,6 +126,13 @@ type Config struct {
 	// to 7 ms (see the README's steady-state figures).
 	CoalesceDelay time.Duration
 
+	// Ordering, when not Unordered, publishes the events of one biz no in id order (see
+	// [KeyOrder] and the README's "Per-key ordering"): the store must be a [KeyOrderer] whose
+	// table has the index ordered claims need (Run checks it at start), and a [BatchSender]
+	// must keep a key's events in order (a [RocketMQSender] does with
+	// [RocketMQConfig.KeyOrder]). Defaults to Unordered.
+	Ordering Ordering
+
 	// ReclaimInterval is the pause between reclaim runs. Defaults to 60 seconds.
 	ReclaimInterval time.Duration
 
@@ -302,6 +309,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxBackoff > maxBackoffLimit {
 		return fmt.Errorf("%w: MaxBackoff must be at most %s, got %s", ErrInvalidConfig, maxBackoffLimit, c.MaxBackoff)
+	}
+	if c.Ordering < Unordered || c.Ordering > KeyOrderSkipDeadLetters {
+		return fmt.Errorf("%w: unknown Ordering %d", ErrInvalidConfig, c.Ordering)
 	}
 	if c.ClaimMode != ClaimBatch && c.ClaimMode != ClaimPerRow {
 		return fmt.Errorf("%w: unknown ClaimMode %d", ErrInvalidConfig, c.ClaimMode)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 )
 
@@ -61,3 +62,40 @@ var ErrNotSent = errors.New("outbox: not sent")
 
 // errNotSent is ErrNotSent for an event whose turn never came before the batch's deadline.
 var errNotSent = fmt.Errorf("%w: the batch's send timeout passed before its turn", ErrNotSent)
+
+// checkOrdering checks that store and sender can keep the events of one biz no in order, if
+// o asks for it, and returns the store's KeyOrderer (nil when o is Unordered).
+func checkOrdering(o Ordering, store Store, sender Sender) (KeyOrderer, error) {
+	if o == Unordered {
+		return nil, nil
+	}
+	orderer, ok := store.(KeyOrderer)
+	if !ok {
+		return nil, fmt.Errorf("%w: Ordering %s needs a store that claims in key order, and %T is no KeyOrderer", ErrInvalidConfig, o, store)
+	}
+	if _, ok := sender.(BatchSender); ok {
+		ko, ok := sender.(interface{ KeyOrdered() bool })
+		if !ok || !ko.KeyOrdered() {
+			return nil, fmt.Errorf("%w: Ordering %s needs a sender that keeps one biz no's events in order, and %T does not say it does (a RocketMQSender does with RocketMQConfig.KeyOrder)",
+				ErrInvalidConfig, o, sender)
+		}
+	}
+	return orderer, nil
+}
+
+// checkOrdering runs the store's CheckOrdering at Run's start: a table that cannot serve
+// ordered claims is refused; a store that does not answer is logged, and the claims will say
+// more.
+func (p *Publisher) checkOrdering(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+	defer cancel()
+	err := p.orderer.CheckOrdering(cctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrInvalidConfig):
+		return err
+	}
+	p.log.WarnContext(ctx, "outbox: could not check that the table serves ordered claims", slog.Any("error", err))
+	return nil
+}

@@ -272,6 +272,7 @@ type Publisher struct {
 	releaseOwed bool // a claim's outcome was unknown: release our rows before the next claim
 
 	tracing *sendTracing // the send spans; nil without Config.TracerProvider
+	orderer KeyOrderer   // the store, when Config.Ordering keeps keys in order; else nil
 }
 
 // NewPublisher returns a publisher for store and sender. Zero fields of cfg take their
@@ -293,11 +294,16 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	if _, ok := store.(Purger); cfg.Retention > 0 && !ok {
 		return nil, fmt.Errorf("%w: Retention is set but the store (%T) cannot purge: it is no Purger", ErrInvalidConfig, store)
 	}
+	orderer, err := checkOrdering(cfg.Ordering, store, sender)
+	if err != nil {
+		return nil, err
+	}
 	p := &Publisher{
-		store:  store,
-		sender: sender,
-		cfg:    cfg,
-		log:    cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
+		store:   store,
+		sender:  sender,
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
+		orderer: orderer,
 	}
 	if p.m, err = newMetrics(cfg, store, p.log); err != nil {
 		return nil, fmt.Errorf("outbox: make the publisher's instruments: %w", err)
@@ -324,6 +330,10 @@ func (p *Publisher) InstanceID() string { return p.cfg.InstanceID }
 // round are recorded by the next round's claim, in its transaction, or on their own if no
 // round comes within 50 ms.
 //
+// With [Config.Ordering], Run first checks that the table can serve ordered claims
+// ([KeyOrderer]), and returns the error (wrapping [ErrInvalidConfig]) if it cannot; a store
+// it cannot reach then is logged, not refused.
+//
 // When ctx is cancelled, Run stops claiming, lets the send in flight finish (it is bounded by
 // [Config.SendTimeout]) and records its outcome, returns to WAIT every event still SENDING
 // under its [Config.InstanceID] (claimed and not sent), and returns nil once every
@@ -337,6 +347,11 @@ func (p *Publisher) Run(ctx context.Context) error {
 	defer p.running.Store(false)
 	defer p.m.observe(p)()
 
+	if p.orderer != nil {
+		if err := p.checkOrdering(ctx); err != nil {
+			return err
+		}
+	}
 	p.log.InfoContext(ctx, "outbox publisher started",
 		slog.Int("batch_size", p.cfg.BatchSize),
 		slog.Duration("poll_interval", p.cfg.PollInterval),

@@ -69,6 +69,8 @@ func main() {
 	steadyInstances := flag.String("steady-instances", "1,3", "steady-state rows: numbers of publisher instances")
 	steadyDuration := flag.Duration("steady-duration", 10*time.Second, "steady-state rows: how long the writers commit")
 	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 16)")
+	orderedKeyList := flag.String("ordered-keys", "", "key-order rows: numbers of biz nos to spread -ordered-events over (e.g. 10000,1), each drained unordered and in key order; empty skips them")
+	orderedEvents := flag.Int("ordered-events", 20000, "key-order rows: events per drain")
 	coalesce := flag.Duration("coalesce-delay", 0, "steady-state rows and service view: the coalescing publishers' Config.CoalesceDelay (0: the default)")
 	writePath := flag.Bool("writepath", true, "measure the write path: orders/s of an order alone, with its event, and with each outbox index dropped")
 	writePathWriters := flag.Int("writepath-writers", 8, "write path: writers")
@@ -84,6 +86,10 @@ func main() {
 	}
 
 	ks := positives("-instances", *instanceList)
+	var orderedKeys []int
+	if strings.TrimSpace(*orderedKeyList) != "" {
+		orderedKeys = positives("-ordered-keys", *orderedKeyList)
+	}
 	var rates, steadyKs []int
 	if strings.TrimSpace(*steadyRates) != "" {
 		rates = positives("-steady-rates", *steadyRates)
@@ -119,6 +125,15 @@ func main() {
 			for _, k := range ks {
 				d.Instances, d.Sender = k, bench.NopSender
 				rows = append(rows, drainRow{what: "no-op sender", d: d})
+			}
+		}
+	}
+	for _, keys := range orderedKeys {
+		// The same events over the same keys, unordered and in key order, side by side.
+		for _, o := range []outbox.Ordering{outbox.Unordered, outbox.KeyOrder} {
+			for _, k := range ks {
+				rows = append(rows, drainRow{what: "no-op sender", d: bench.Drain{Mode: outbox.ClaimBatch, Instances: k,
+					Events: *orderedEvents, Keys: keys, Ordering: o, Sender: bench.NopSender}})
 			}
 		}
 	}
@@ -208,13 +223,23 @@ type drainRow struct {
 }
 
 func (r drainRow) mode() string {
+	m := r.d.Mode.String()
 	switch {
 	case r.d.ConcurrentClaims:
-		return r.d.Mode.String() + ", concurrent claims"
+		m += ", concurrent claims"
 	case r.d.GrowingRows:
-		return r.d.Mode.String() + ", growing rows"
+		m += ", growing rows"
 	}
-	return r.d.Mode.String()
+	if r.d.Keys > 0 {
+		m += fmt.Sprintf(", %d keys", r.d.Keys)
+		if r.d.Keys == 1 {
+			m = r.d.Mode.String() + ", one hot key"
+		}
+	}
+	if r.d.Ordering != outbox.Unordered {
+		m += ", key order"
+	}
+	return m
 }
 
 // print writes the row: the median, lowest and highest rate over the runs, and the other

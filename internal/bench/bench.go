@@ -85,6 +85,12 @@ type Drain struct {
 	Eager bool
 	// CoalesceDelay is Config.CoalesceDelay when not Eager; 0 is the default.
 	CoalesceDelay time.Duration
+	// Keys spreads the events over this many biz nos, event i of key i mod Keys (1: one hot
+	// key); 0 gives every event a biz no of its own.
+	Keys int
+	// Ordering is the publishers' Config.Ordering; other than Unordered, the table gets the
+	// index ordered claims need (idx_biz_no_status in place of idx_biz_no).
+	Ordering outbox.Ordering
 }
 
 // DrainResult is what a drain measured.
@@ -149,8 +155,12 @@ func (t *table) drop() {
 	_ = t.db.Close()
 }
 
-// fill inserts n due WAIT events with 100-byte payloads, 1,000 rows a statement.
-func (t *table) fill(ctx context.Context, n int) error {
+// orderedIndex makes a table ready for ordered claims, as the README's ALTER TABLE does.
+const orderedIndex = "ALTER TABLE `%s` DROP INDEX idx_biz_no, ADD INDEX idx_biz_no_status (biz_no, status, id)"
+
+// fill inserts n due WAIT events with 100-byte payloads, 1,000 rows a statement, spread over
+// keys biz nos (0: one each).
+func (t *table) fill(ctx context.Context, n, keys int) error {
 	const chunk = 1000
 	payload := strings.Repeat("x", 100)
 	for done := 0; done < n; done += chunk {
@@ -167,7 +177,11 @@ func (t *table) fill(ctx context.Context, n int) error {
 			if err != nil {
 				return fmt.Errorf("fill: %w", err)
 			}
-			args = append(args, eventID.String(), fmt.Sprint("ORD-", done+i), payload)
+			key := done + i
+			if keys > 0 {
+				key %= keys
+			}
+			args = append(args, eventID.String(), fmt.Sprint("ORD-", key), payload)
 		}
 		if _, err := t.db.ExecContext(ctx, q.String(), args...); err != nil {
 			return fmt.Errorf("fill: %w", err)
@@ -262,6 +276,7 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 			PollInterval:  poll,
 			Logger:        slog.New(errs),
 			CoalesceDelay: coalesceDelay(d),
+			Ordering:      d.Ordering,
 		})
 		if err != nil {
 			closeSender()
@@ -303,7 +318,13 @@ func backlog(ctx context.Context, env Env, d Drain, senders SenderFactory) (*tab
 			return nil, nil, nil, err
 		}
 	}
-	if err := t.fill(ctx, d.Events); err != nil {
+	if d.Ordering != outbox.Unordered {
+		if _, err := t.db.ExecContext(ctx, fmt.Sprintf(orderedIndex, t.name)); err != nil {
+			t.drop()
+			return nil, nil, nil, err
+		}
+	}
+	if err := t.fill(ctx, d.Events, d.Keys); err != nil {
 		t.drop()
 		return nil, nil, nil, err
 	}
