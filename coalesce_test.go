@@ -319,3 +319,56 @@ func assertPoolUntouched(t *testing.T, db *sql.DB) {
 		assert.Equal(t, global, session)
 	}
 }
+
+// claimCounter counts the claims that found events, and the events they found. It is the
+// MySQL store otherwise, its wake-up on commit (Notifier) included.
+type claimCounter struct {
+	*outbox.MySQLStore
+	claims, events atomic.Int64
+}
+
+func (s *claimCounter) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (outbox.ClaimResult, error) {
+	res, err := s.MySQLStore.ClaimDue(ctx, req)
+	if n := len(res.Events); err == nil && n > 0 {
+		s.claims.Add(1)
+		s.events.Add(int64(n))
+	}
+	return res, err
+}
+
+// Under a steady stream of commits, each waking the publisher, rounds carry many events:
+// the coalescing window gathers them. (Without it, at this rate a round takes one or two.)
+func TestSteadyCommitsAreCoalesced(t *testing.T) {
+	t.Parallel()
+	if testClaimMode != outbox.ClaimBatch {
+		t.Skip("per-row rounds claim one event a statement")
+	}
+	b := setup(t)
+	store := &claimCounter{MySQLStore: b.store}
+	rec := newRecorder()
+	cfg := fastConfig("coalesce", &logSink{})
+	cfg.PollInterval = outbox.PollIntervalDefault
+	runPublisher(t, newPublisher(t, store, rec, cfg))
+
+	// One commit a millisecond for two seconds, each through Tx.Commit (which wakes the
+	// publisher), as a service's order API would.
+	ctx := context.Background()
+	var ids []int64
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tick.C {
+		tx, err := b.store.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "STEADY", EventType: "ORDER_CREATED", Payload: []byte("{}")})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+		ids = append(ids, id)
+	}
+	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) }, 20*time.Second, 10*time.Millisecond)
+	for _, id := range ids {
+		assert.Equal(t, 1, rec.count(id))
+	}
+	claims, events := store.claims.Load(), store.events.Load()
+	t.Logf("%d events committed one at a time, claimed by %d claims", len(ids), claims)
+	assert.GreaterOrEqual(t, float64(events)/float64(claims), 3.0, "events per claim")
+}

@@ -265,10 +265,11 @@ func TestFailedAcknowledgementsAreRetriedNotResent(t *testing.T) {
 			cfg.Lease = time.Hour
 			cfg.ClaimMode = outbox.ClaimBatch // one success write per round
 			p := newPublisher(t, store, rec, cfg)
-			runPublisher(t, p)
+			stop := runPublisher(t, p)
 
 			require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) },
 				20*time.Second, 10*time.Millisecond)
+			stop() // the log line follows the write it reports
 			for _, id := range ids {
 				assert.Equal(t, 1, rec.count(id), "sent once: the outcome was kept, not the event resent")
 			}

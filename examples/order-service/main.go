@@ -112,6 +112,7 @@ func main() {
 	if o.orders < 1 || o.instances < 1 || o.duplicate < 0 {
 		log.Fatal("-orders and -instances must be at least 1, -duplicate at least 0")
 	}
+	routeClientLogs(o.verbose)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	sum, err := run(ctx, o)
@@ -121,6 +122,17 @@ func main() {
 	if sum.lost() != 0 {
 		os.Exit(1)
 	}
+}
+
+// routeClientLogs routes the RocketMQ client's logger into slog, keeping its warnings and
+// errors (everything when verbose). The logger is process-wide and logs routine events at
+// info: route it once, before any producer or consumer starts.
+func routeClientLogs(verbose bool) {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelDebug
+	}
+	outbox.RouteRocketMQClientLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 }
 
 const schema = `
@@ -181,14 +193,6 @@ func (s summary) lost() int { return s.orders - s.awarded }
 func run(ctx context.Context, o options) (sum summary, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	// The RocketMQ client's logger is process-wide and logs routine events at info; before
-	// any producer or consumer starts, the example routes it into slog and keeps its
-	// warnings and errors (everything with -v).
-	clientLevel := slog.LevelWarn
-	if o.verbose {
-		clientLevel = slog.LevelDebug
-	}
-	outbox.RouteRocketMQClientLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: clientLevel})))
 	db, err := openDB(o.dsn)
 	if err != nil {
 		return sum, err
