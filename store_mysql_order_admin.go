@@ -43,15 +43,16 @@ const (
 
 // CheckOrdering implements [KeyOrderer]: the table can serve ordered claims if it has the
 // index idx_biz_no_status (biz_no, status, id), which the ordered claim names (FORCE
-// INDEX), and a status column that allows SKIPPED. The error names the ALTER TABLE
-// statements that make it so; the README's "Per-key ordering" explains them.
+// INDEX), and a status column that allows SKIPPED. The error wraps [ErrInvalidConfig] and
+// names the ALTER TABLE statements that make it so; the README's "Per-key ordering"
+// explains them. An error reading the table's definition is returned as it is.
 func (s *MySQLStore) CheckOrdering(ctx context.Context) error {
 	indexes, err := s.indexColumns(ctx)
 	if err != nil {
 		return err
 	}
 	if len(indexes) == 0 {
-		return fmt.Errorf("outbox: check ordering: table %s does not exist (create it with CreateSchema, MySQLConfig.KeyOrderIndex set)", s.table)
+		return fmt.Errorf("%w: check ordering: table %s does not exist (create it with CreateSchema, MySQLConfig.KeyOrderIndex set)", ErrInvalidConfig, s.table)
 	}
 	skipped, err := s.hasSkipped(ctx)
 	if err != nil {
@@ -84,8 +85,8 @@ func (s *MySQLStore) CheckOrdering(ctx context.Context) error {
 	for i := range fixes {
 		fixes[i] = r.Replace(fixes[i]) + ";"
 	}
-	return fmt.Errorf("outbox: table %s cannot serve ordered claims: %s; run: %s (see the README's \"Per-key ordering\")",
-		s.table, strings.Join(lacks, ", and "), strings.Join(fixes, " "))
+	return fmt.Errorf("%w: table %s cannot serve ordered claims: %s; run: %s (see the README's \"Per-key ordering\")",
+		ErrInvalidConfig, s.table, strings.Join(lacks, ", and "), strings.Join(fixes, " "))
 }
 
 // indexColumns reads the table's indexes: name -> columns in order, comma-separated.
