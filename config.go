@@ -196,7 +196,7 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Retention, when positive, turns on retention: beside its scan and reclaim loops the
-	// publisher deletes the SUCCESS events last updated more than Retention ago, every
+	// publisher deletes the SUCCESS (and SKIPPED) events last updated more than Retention ago, every
 	// RetentionInterval, in batches of RetentionBatch rows with RetentionPause between them
 	// (see [MySQLStore.Purge]). WAIT, SENDING and FAIL events are never deleted. Every
 	// instance may turn it on: a named lock per table lets one purge at a time, and the
