@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"time"
+
+	"github.com/apache/rocketmq-client-go/v2"
 )
 
 // ScanQueriesForTest returns the candidate and reclaim statements as the store runs them, so
@@ -58,4 +60,10 @@ func ClaimSessionOpenForTest(s *MySQLStore) bool {
 	s.session.mu.Lock()
 	defer s.session.mu.Unlock()
 	return s.session.conn != nil
+}
+
+// WrapProducerForTest puts wrap(the sender's producer) in its place, for tests that inject
+// failures between the sender and a real producer it built. Call it before s is used.
+func WrapProducerForTest(s *RocketMQSender, wrap func(rocketmq.Producer) rocketmq.Producer) {
+	s.producer = wrap(s.producer)
 }

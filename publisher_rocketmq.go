@@ -106,8 +106,33 @@ type RocketMQConfig struct {
 	// its 4 MiB message limit whole). Defaults to 1 MiB.
 	MaxBatchBytes int
 
+	// KeyOrder sends the events of one biz no to one queue of the topic, in the order the
+	// publisher hands them over, so that an orderly consumer
+	// (consumer.WithConsumerOrder(true)) receives them in that order. Use it with a
+	// publisher whose [Config.Ordering] is [KeyOrder] or [KeyOrderSkipDeadLetters]: the
+	// publisher then never has two events of one biz no in flight, and the sender keeps the
+	// order of those it is given together.
+	//
+	// Every message carries its biz no as sharding key, and the queue is the FNV-1a hash of
+	// it modulo the number of the topic's queues, the choice of the client's
+	// producer.NewHashQueueSelector; a batch goes to its biz nos' queue too (see
+	// [NewKeyQueueSelector]). A batch is split by queue, and a biz no whose event fails is
+	// stopped there: its later events in the batch are not sent ([ErrNotSent]).
+	//
+	// What it costs: one send per queue present in a batch instead of one per MaxBatchBytes
+	// (sent in parallel), and no failover: the client's retries go to the same queue, so a
+	// biz no whose queue's broker is down waits (Unavailable) until the broker is back or
+	// the route drops it. A change in the number of the topic's queues (a broker added or
+	// removed, a topic's queue count changed) moves biz nos to other queues: ordering holds
+	// while the route is stable, as with any RocketMQ ordered messages.
+	//
+	// With Producer set, the sender cannot choose queues for batches: it sends one message
+	// at a time, and the caller must build the producer with
+	// producer.WithQueueSelector(outbox.NewKeyQueueSelector()).
+	KeyOrder bool
+
 	// Producer, if set, is a started producer the caller built and owns: the sender uses it
-	// and never shuts it down, and the fields above but Topic are ignored.
+	// and never shuts it down, and the fields above but Topic and KeyOrder are ignored.
 	Producer rocketmq.Producer
 
 	// Logger, if set, receives the logs of every RocketMQ client in the process: the sender
@@ -163,6 +188,11 @@ type RocketMQSender struct {
 	maxBatch int
 	owned    bool
 
+	// keyOrder is RocketMQConfig.KeyOrder; selector is the queue selector of the producer
+	// the sender built for it (nil with a caller's producer).
+	keyOrder bool
+	selector *keyQueueSelector
+
 	// mu orders the start of every send against Close: a send registers in inflight under
 	// mu, and only while closed is false, so once Close has set closed it waits for exactly
 	// the sends that started before it.
@@ -198,7 +228,7 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 		RouteRocketMQClientLogs(cfg.Logger)
 	}
 
-	s := &RocketMQSender{producer: cfg.Producer, topic: topic, timeout: timeout, maxBatch: maxBatch}
+	s := &RocketMQSender{producer: cfg.Producer, topic: topic, timeout: timeout, maxBatch: maxBatch, keyOrder: cfg.KeyOrder}
 	if s.producer != nil {
 		return s, nil
 	}
@@ -211,13 +241,18 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	}
 	group := cmp.Or(cfg.GroupName, ProducerGroupDefault)
 	instance := cmp.Or(cfg.InstanceName, "outbox-"+randomSuffix())
-	p, err := rocketmq.NewProducer(
+	opts := []producer.Option{
 		producer.WithNameServer(addrs),
 		producer.WithGroupName(group),
 		producer.WithInstanceName(instance),
-		producer.WithRetry(attempts-1),
-		producer.WithSendMsgTimeout(timeout/time.Duration(attempts)),
-	)
+		producer.WithRetry(attempts - 1),
+		producer.WithSendMsgTimeout(timeout / time.Duration(attempts)),
+	}
+	if s.keyOrder {
+		s.selector = newKeyQueueSelector()
+		opts = append(opts, producer.WithQueueSelector(s.selector))
+	}
+	p, err := rocketmq.NewProducer(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: could not create RocketMQ producer: %w", err)
 	}
@@ -237,6 +272,11 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 // Topic is where the sender sends.
 func (s *RocketMQSender) Topic() string { return s.topic }
 
+// KeyOrdered reports whether the sender keeps the events of one biz no in order
+// ([RocketMQConfig.KeyOrder]). A publisher with an [Ordering] other than [Unordered] refuses
+// a batch sender that does not.
+func (s *RocketMQSender) KeyOrdered() bool { return s.keyOrder }
+
 // SendTimeout is how long one Send or SendBatch may take, the client's own retries included
 // ([RocketMQConfig.SendTimeout], or its default). A [Publisher] whose [Config.SendTimeout] is
 // zero uses it, so the sender and the publisher bound a send alike.
@@ -246,7 +286,7 @@ func (s *RocketMQSender) SendTimeout() time.Duration { return s.timeout }
 // stored with the event, never the row id: row ids repeat when the table is recreated or a
 // backup restored, and between tables that publish to one topic. An event stored with a
 // well-formed W3C trace context also carries it, as the traceparent and tracestate
-// properties.
+// properties. A sender with [RocketMQConfig.KeyOrder] sets the biz no as sharding key.
 func (s *RocketMQSender) Message(ev Event) *primitive.Message {
 	msg := primitive.NewMessage(s.topic, ev.Payload)
 	msg.WithProperty(PropertyEventID, ev.EventID)
@@ -260,6 +300,9 @@ func (s *RocketMQSender) Message(ev Event) *primitive.Message {
 	}
 	msg.WithKeys([]string{ev.BizNo})
 	msg.WithTag(ev.EventType)
+	if s.keyOrder {
+		msg.WithShardingKey(ev.BizNo)
+	}
 	return msg
 }
 
@@ -306,6 +349,11 @@ func (s *RocketMQSender) send(ctx context.Context, ev Event) error {
 // say so: the publisher returns them to WAIT without counting an attempt. Messages of a
 // batch carry no client message id: consumers deduplicate on the eventId property, as they
 // should anyway.
+//
+// With [RocketMQConfig.KeyOrder], the batch is sent queue by queue (the queues in
+// parallel), each biz no's events together and in the order given, and a biz no is stopped
+// at its first failure: for each biz no the answers are successes, then at most one
+// failure, then [ErrNotSent].
 func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
 	errs := make([]error, len(evs))
 	if err := s.begin(); err != nil {
@@ -315,6 +363,10 @@ func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
 	defer s.inflight.Done()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if s.keyOrder {
+		s.sendInKeyOrder(ctx, evs, errs)
+		return errs
+	}
 
 	// The positions of the events to send: an event without a payload fails alone.
 	todo := make([]int, 0, len(evs))
@@ -329,7 +381,7 @@ func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
 	for start := 0; start < len(todo); {
 		end, size := start, 0
 		for end < len(todo) && end-start < maxBatchMessages {
-			n := messageSize(evs[todo[end]])
+			n := s.messageSize(evs[todo[end]])
 			if end > start && size+n > s.maxBatch {
 				break
 			}
@@ -416,8 +468,12 @@ func (e *notSentError) Unwrap() error        { return e.cause }
 
 // messageSize estimates an event's encoded size in a batch: body, properties, and the
 // per-message header.
-func messageSize(ev Event) int {
-	return len(ev.Payload) + 2*len(ev.BizNo) + 2*len(ev.EventType) + len(ev.TraceParent) + len(ev.TraceState) + 20 + 128
+func (s *RocketMQSender) messageSize(ev Event) int {
+	n := len(ev.Payload) + 2*len(ev.BizNo) + 2*len(ev.EventType) + len(ev.TraceParent) + len(ev.TraceState) + 20 + 128
+	if s.keyOrder {
+		n += len(ev.BizNo) + len(primitive.PropertyShardingKey) + 2
+	}
+	return n
 }
 
 func fill(errs []error, err error) {

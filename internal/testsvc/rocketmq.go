@@ -123,6 +123,19 @@ func NewClusterTopic(t testing.TB, prefix string) string {
 	return newTopic(t, prefix, brokerAddr(), RocketMQBrokerB(t))
 }
 
+// NewTopicOnEveryBroker creates a fresh topic on broker-a and, when a second broker is
+// configured (see [RocketMQBrokerB]), on broker-b too, and returns it with the number of
+// brokers it is on. For tests that want a topic spread over brokers where there are several,
+// and run on one broker where there is one.
+func NewTopicOnEveryBroker(t testing.TB, prefix string) (topic string, brokers int) {
+	t.Helper()
+	RocketMQNameServer(t)
+	if b := os.Getenv(RocketMQBrokerBEnv); b != "" {
+		return newTopic(t, prefix, brokerAddr(), b), 2
+	}
+	return newTopic(t, prefix, brokerAddr()), 1
+}
+
 // NewTopicOnBrokerB creates a fresh topic on broker-b alone.
 func NewTopicOnBrokerB(t testing.TB, prefix string) string {
 	t.Helper()

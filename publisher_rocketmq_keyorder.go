@@ -1,0 +1,403 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"slices"
+	"sync"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
+)
+
+// maxParallelQueueSends bounds the sends one key-ordered SendBatch has in flight at once (one
+// per queue).
+const maxParallelQueueSends = 16
+
+// NewKeyQueueSelector returns the queue selector a [RocketMQSender] with
+// [RocketMQConfig.KeyOrder] installs in the producer it builds. Build a producer you pass as
+// [RocketMQConfig.Producer] with producer.WithQueueSelector(outbox.NewKeyQueueSelector())
+// for the same choice of queues.
+//
+// It chooses, for a message:
+//   - with a queue set (msg.Queue, as the sender sets it on a batch): that queue, if the
+//     topic's route still has it; else none, and the client fails the send with "route info
+//     not found" (Unavailable: nothing is sent, the events wait, and the next batch is
+//     grouped by the route as it is then);
+//   - with a sharding key: the queue at FNV-1a(key) modulo the number of queues, exactly the
+//     choice of the client's producer.NewHashQueueSelector, so that one biz no's single
+//     messages and batches meet in one queue;
+//   - with neither: the next queue in turn, moving to another broker on a retry, as the
+//     client's default selector does.
+//
+// The client's own hash selector is not enough for batches: the client packs a batch into
+// a new message that carries none of its messages' properties, so the hash selector finds
+// no sharding key and picks a random queue.
+func NewKeyQueueSelector() producer.QueueSelector { return newKeyQueueSelector() }
+
+// keyQueueSelector is the selector NewKeyQueueSelector returns. It also keeps, per topic, the
+// last queue list the client handed it, which the sender groups batches by.
+type keyQueueSelector struct {
+	inTurn producer.QueueSelector
+
+	mu     sync.Mutex
+	routes map[string][]*primitive.MessageQueue // topic -> copies of the last queues seen
+}
+
+func newKeyQueueSelector() *keyQueueSelector {
+	return &keyQueueSelector{inTurn: producer.NewRoundRobinQueueSelector(), routes: map[string][]*primitive.MessageQueue{}}
+}
+
+// Select implements producer.QueueSelector.
+func (k *keyQueueSelector) Select(msg *primitive.Message, queues []*primitive.MessageQueue, lastBrokerName string) *primitive.MessageQueue {
+	if len(queues) == 0 {
+		return nil
+	}
+	k.observe(msg.Topic, queues)
+	if msg.Queue != nil {
+		for _, q := range queues {
+			if *q == *msg.Queue {
+				return q
+			}
+		}
+		return nil
+	}
+	if key := msg.GetShardingKey(); key != "" {
+		return queues[keyQueue(key, len(queues))]
+	}
+	return k.inTurn.Select(msg, queues, lastBrokerName)
+}
+
+// observe records queues as topic's route, unless it is the one recorded.
+func (k *keyQueueSelector) observe(topic string, queues []*primitive.MessageQueue) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if slices.EqualFunc(k.routes[topic], queues, func(a, b *primitive.MessageQueue) bool { return *a == *b }) {
+		return
+	}
+	route := make([]*primitive.MessageQueue, len(queues))
+	for i, q := range queues {
+		c := *q
+		route[i] = &c
+	}
+	k.routes[topic] = route
+}
+
+// route returns the last queue list seen for topic (nil before the first send to it). The
+// list is never changed: a new route replaces it.
+func (k *keyQueueSelector) route(topic string) []*primitive.MessageQueue {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.routes[topic]
+}
+
+// keyQueue is the index of the queue, of n, that a sharding key goes to: FNV-1a 32 modulo n,
+// computed as the client's hash selector does (its sign correction included), so that both
+// choose alike.
+func keyQueue(key string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	i := int(h.Sum32()) % n
+	if i < 0 {
+		i = -i
+	}
+	return i
+}
+
+// keyNotSentError is the error of an event a key-ordered SendBatch did not send because an
+// earlier event of its biz no in the same batch failed. It is [ErrNotSent] to the publisher,
+// and names, but does not wrap, the failure (the event is not charged with it).
+type keyNotSentError struct {
+	bizNo string
+	cause error
+}
+
+func (e *keyNotSentError) Error() string {
+	return "not sent: an earlier event of biz no " + e.bizNo + " failed in the same batch: " + e.cause.Error()
+}
+
+func (e *keyNotSentError) Is(target error) bool { return target == ErrNotSent }
+
+// keyOrderedBatch is the state of one key-ordered SendBatch.
+type keyOrderedBatch struct {
+	s    *RocketMQSender
+	evs  []Event
+	errs []error // each position is written by one goroutine only
+
+	mu     sync.Mutex
+	failed map[string]error // biz no -> its first failure in the batch
+	stop   error            // once set, nothing more is sent: the broker is unavailable
+}
+
+// sendInKeyOrder is SendBatch for a sender with KeyOrder (see SendBatch).
+func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs []error) {
+	b := &keyOrderedBatch{s: s, evs: evs, errs: errs, failed: map[string]error{}}
+	// An event without a payload fails at its turn: it and the rest of its biz no are held
+	// back, and answered once the biz no's earlier events are.
+	todo := make([]int, 0, len(evs))
+	var held []bool
+	empty := map[string]bool{}
+	for i, ev := range evs {
+		if empty[ev.BizNo] || len(ev.Payload) == 0 {
+			empty[ev.BizNo] = true
+			if held == nil {
+				held = make([]bool, len(evs))
+			}
+			held[i] = true
+		} else {
+			todo = append(todo, i)
+		}
+	}
+	if held != nil {
+		defer b.answerHeld(held)
+	}
+	if len(todo) == 0 {
+		return
+	}
+	if s.selector == nil {
+		// The caller's producer: its selector is the caller's, so batches could land
+		// anywhere. One message at a time, each to its key's queue by its sharding key.
+		b.oneByOne(ctx, todo, nil)
+		return
+	}
+	route := s.selector.route(s.topic)
+	if route == nil {
+		// No send has gone through the selector yet, so the route is not known: the first
+		// event goes alone (fetching it), the rest by the route.
+		b.oneByOne(ctx, todo[:1], nil)
+		todo = todo[1:]
+		route = s.selector.route(s.topic)
+		if route == nil {
+			b.oneByOne(ctx, todo, nil)
+			return
+		}
+	}
+
+	lanes := b.lanes(todo, route)
+	if len(lanes) == 1 {
+		lanes[0].send(ctx, b)
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxParallelQueueSends)
+	for _, l := range lanes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			l.send(ctx, b)
+		})
+	}
+	wg.Wait()
+}
+
+// answerHeld answers the events held back after an event without a payload, once the
+// others are answered: the empty event fails (Permanent) if its biz no's earlier events were
+// all sent, and is not sent otherwise; its biz no's later events are not sent.
+func (b *keyOrderedBatch) answerHeld(held []bool) {
+	stopped := map[string]error{} // biz no -> its first error in the batch
+	for i, ev := range b.evs {
+		key := ev.BizNo
+		cause := stopped[key]
+		switch {
+		case !held[i]:
+			if cause == nil && b.errs[i] != nil {
+				stopped[key] = b.errs[i]
+			}
+		case cause == nil:
+			b.errs[i] = errEmptyBody
+			stopped[key] = errEmptyBody
+		case errors.Is(cause, ErrNotSent):
+			b.errs[i] = cause
+		default:
+			b.errs[i] = &keyNotSentError{bizNo: key, cause: cause}
+		}
+	}
+}
+
+// lane is the part of a key-ordered batch that goes to one queue: its chunks are sent one
+// after the other.
+type lane struct {
+	queue  *primitive.MessageQueue
+	chunks [][]int // positions in the batch
+}
+
+// lanes groups the positions todo by the queue their biz no goes to in route, each biz no's
+// events together and in their order, and cuts each group into chunks under MaxBatchBytes,
+// between one biz no's events and the next's where they fit.
+func (b *keyOrderedBatch) lanes(todo []int, route []*primitive.MessageQueue) []*lane {
+	type group struct {
+		queue int
+		keys  []string
+		runs  map[string][]int
+	}
+	var groups []*group
+	byQueue := map[int]*group{}
+	for _, i := range todo {
+		key := b.evs[i].BizNo
+		q := keyQueue(key, len(route))
+		g := byQueue[q]
+		if g == nil {
+			g = &group{queue: q, runs: map[string][]int{}}
+			byQueue[q] = g
+			groups = append(groups, g)
+		}
+		if _, ok := g.runs[key]; !ok {
+			g.keys = append(g.keys, key)
+		}
+		g.runs[key] = append(g.runs[key], i)
+	}
+
+	lanes := make([]*lane, len(groups))
+	for gi, g := range groups {
+		l := &lane{queue: route[g.queue]}
+		var cur []int
+		size := 0
+		flush := func() {
+			if len(cur) > 0 {
+				l.chunks = append(l.chunks, cur)
+				cur, size = nil, 0
+			}
+		}
+		for _, key := range g.keys {
+			run := g.runs[key]
+			runSize := 0
+			for _, i := range run {
+				runSize += b.s.messageSize(b.evs[i])
+			}
+			if size+runSize > b.s.maxBatch || len(cur)+len(run) > maxBatchMessages {
+				flush() // the run starts a chunk of its own, and fits in it unless it is too big
+			}
+			for _, i := range run {
+				n := b.s.messageSize(b.evs[i])
+				if len(cur) > 0 && (size+n > b.s.maxBatch || len(cur) >= maxBatchMessages) {
+					flush()
+				}
+				cur = append(cur, i)
+				size += n
+			}
+		}
+		flush()
+		lanes[gi] = l
+	}
+	return lanes
+}
+
+// send sends the lane's chunks in order, leaving out the events of biz nos that failed
+// before their turn.
+func (l *lane) send(ctx context.Context, b *keyOrderedBatch) {
+	for _, chunk := range l.chunks {
+		live := make([]int, 0, len(chunk))
+		for _, i := range chunk {
+			if key := b.evs[i].BizNo; b.failure(key) != nil {
+				b.errs[i] = b.notSentAfter(key)
+			} else {
+				live = append(live, i)
+			}
+		}
+		if len(live) == 0 {
+			continue
+		}
+		if stop := b.stopped(ctx); stop != nil {
+			fillAt(b.errs, live, stop)
+			continue
+		}
+		err := b.sendChunk(ctx, live, l.queue)
+		switch {
+		case err == nil:
+		case IsPermanent(err) && len(live) > 1:
+			// One message refused the batch: find it, sending one by one (each biz no still
+			// stopped at its first failure).
+			b.oneByOne(ctx, live, l.queue)
+		default:
+			b.failChunk(live, err)
+		}
+	}
+}
+
+// sendChunk sends the events at positions chunk as one batch to queue (the selector's choice
+// when nil: a single message goes by its sharding key).
+func (b *keyOrderedBatch) sendChunk(ctx context.Context, chunk []int, queue *primitive.MessageQueue) error {
+	msgs := make([]*primitive.Message, len(chunk))
+	for k, i := range chunk {
+		msgs[k] = b.s.Message(b.evs[i])
+	}
+	msgs[0].Queue = queue // the client hands the selector a batch with msgs[0]'s queue alone
+	res, err := b.s.producer.SendSync(ctx, msgs...)
+	what := "batch send"
+	if len(msgs) == 1 {
+		what = "send"
+	}
+	return sendOutcome(what, res, err)
+}
+
+// oneByOne sends the events at positions at one at a time, in order, to queue (see
+// sendChunk), skipping the biz nos that failed.
+func (b *keyOrderedBatch) oneByOne(ctx context.Context, at []int, queue *primitive.MessageQueue) {
+	for _, i := range at {
+		key := b.evs[i].BizNo
+		if b.failure(key) != nil {
+			b.errs[i] = b.notSentAfter(key)
+			continue
+		}
+		if stop := b.stopped(ctx); stop != nil {
+			b.errs[i] = stop
+			continue
+		}
+		if err := b.sendChunk(ctx, []int{i}, queue); err != nil {
+			b.failChunk([]int{i}, err)
+		}
+	}
+}
+
+// failChunk records that the send of the events at positions chunk failed with err: the
+// first event of each biz no gets err, its later ones are not sent. An unavailable broker
+// stops the whole batch.
+func (b *keyOrderedBatch) failChunk(chunk []int, err error) {
+	for _, i := range chunk {
+		key := b.evs[i].BizNo
+		if b.failure(key) != nil {
+			b.errs[i] = b.notSentAfter(key)
+		} else {
+			b.errs[i] = err
+			b.fail(key, err)
+		}
+	}
+	if IsUnavailable(err) {
+		b.mu.Lock()
+		if b.stop == nil {
+			b.stop = notSent(err)
+		}
+		b.mu.Unlock()
+	}
+}
+
+// stopped returns why nothing more is to be sent, if so: the deadline passed, or a send found
+// the broker unavailable.
+func (b *keyOrderedBatch) stopped(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return errNotSent
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stop
+}
+
+func (b *keyOrderedBatch) fail(key string, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failed[key] == nil {
+		b.failed[key] = err
+	}
+}
+
+func (b *keyOrderedBatch) failure(key string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failed[key]
+}
+
+// notSentAfter is the error of an event of key left unsent after key's failure.
+func (b *keyOrderedBatch) notSentAfter(key string) error {
+	return &keyNotSentError{bizNo: key, cause: b.failure(key)}
+}
