@@ -58,9 +58,9 @@ type Filter struct {
 // validate reports what makes f unusable, wrapping ErrInvalidInput.
 func (f Filter) validate() error {
 	switch f.Status {
-	case "", StatusWait, StatusSending, StatusSuccess, StatusFail:
+	case "", StatusWait, StatusSending, StatusSuccess, StatusFail, StatusSkipped:
 	default:
-		return fmt.Errorf("%w: unknown status %q (want WAIT, SENDING, SUCCESS or FAIL)", ErrInvalidInput, string(f.Status))
+		return fmt.Errorf("%w: unknown status %q (want WAIT, SENDING, SUCCESS, FAIL or SKIPPED)", ErrInvalidInput, string(f.Status))
 	}
 	if len(f.IDs) > maxAdminBatch {
 		return fmt.Errorf("%w: at most %d ids at once, got %d", ErrInvalidInput, maxAdminBatch, len(f.IDs))

@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// Purger is implemented by stores that can delete old SUCCESS events ([MySQLStore] does).
+// Purger is implemented by stores that can delete old SUCCESS (and SKIPPED) events
+// ([MySQLStore] does).
 // A publisher with [Config.Retention] set needs one.
 type Purger interface {
-	// Purge deletes SUCCESS events last updated more than olderThan ago, as
+	// Purge deletes SUCCESS and SKIPPED events last updated more than olderThan ago, as
 	// [MySQLStore.Purge] does, and reports how many it deleted.
 	Purge(ctx context.Context, olderThan time.Duration, opts PurgeOptions) (int64, error)
 }

@@ -209,8 +209,10 @@ func (s *MySQLStore) RequeueFailed(ctx context.Context, f Filter, opts RequeueOp
 }
 
 // Purge deletes SUCCESS events whose last update (their acknowledgement) is older than
-// olderThan by the database clock, and reports how many it deleted. WAIT, SENDING and FAIL
-// rows are never deleted, however old. It deletes at most opts.BatchRows rows per statement,
+// olderThan by the database clock, then SKIPPED events (dead letters a person skipped)
+// last updated as long ago, and reports how many it deleted. Both are final, and done for
+// per-key ordering, so a key's later events never wait for a purged row. WAIT, SENDING and
+// FAIL rows are never deleted, however old. It deletes at most opts.BatchRows rows per statement,
 // by primary key, with opts.Pause between statements, so that the table's writers barely
 // notice it; it stops when no old row is left, at opts.Limit, or when ctx ends.
 //
@@ -236,32 +238,45 @@ func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts Pu
 	}
 	age := olderThan.Microseconds()
 	var total int64
-	for {
-		n := opts.BatchRows
-		if opts.Limit > 0 {
-			n = int(min(int64(n), opts.Limit-total))
-		}
-		ids, err := s.selectIDs(ctx, "purge", s.q.purgeCandidates, age, age, n)
-		if err != nil || len(ids) == 0 {
-			return total, err
-		}
-		deleted, err := s.exec(ctx, "purge", fmt.Sprintf(s.q.purge, idList(ids)), age)
-		if err != nil {
-			return total, err
-		}
-		total += deleted
-		if opts.OnBatch != nil {
-			opts.OnBatch(deleted)
-		}
-		if len(ids) < n || (opts.Limit > 0 && total >= opts.Limit) {
-			return total, nil
-		}
-		if opts.Pause > 0 {
-			if err := sleep(ctx, opts.Pause); err != nil {
+	// One status at a time: each is one range of idx_status_claimed_at, read in order.
+	for _, status := range []Status{StatusSuccess, StatusSkipped} {
+		for {
+			n := opts.BatchRows
+			if opts.Limit > 0 {
+				n = int(min(int64(n), opts.Limit-total))
+			}
+			if n <= 0 {
+				return total, nil
+			}
+			ids, err := s.selectIDs(ctx, "purge", s.q.purgeCandidates, string(status), age, age, n)
+			if err != nil {
 				return total, err
+			}
+			if len(ids) == 0 {
+				break
+			}
+			deleted, err := s.exec(ctx, "purge", fmt.Sprintf(s.q.purge, idList(ids)), age)
+			if err != nil {
+				return total, err
+			}
+			total += deleted
+			if opts.OnBatch != nil {
+				opts.OnBatch(deleted)
+			}
+			if opts.Limit > 0 && total >= opts.Limit {
+				return total, nil
+			}
+			if len(ids) < n {
+				break
+			}
+			if opts.Pause > 0 {
+				if err := sleep(ctx, opts.Pause); err != nil {
+					return total, err
+				}
 			}
 		}
 	}
+	return total, nil
 }
 
 // takePurgeLock takes the table's purge lock on a connection of its own, without waiting,
@@ -298,7 +313,7 @@ func (s *MySQLStore) takePurgeLock(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// CountPurgeable reports how many SUCCESS events [MySQLStore.Purge] with olderThan would
+// CountPurgeable reports how many SUCCESS and SKIPPED events [MySQLStore.Purge] with olderThan would
 // delete now, for a person to confirm first. It counts through the same index as the purge.
 func (s *MySQLStore) CountPurgeable(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if olderThan <= 0 {

@@ -65,6 +65,11 @@ func (s *MySQLStore) ClaimDue(ctx context.Context, req ClaimRequest) (ClaimResul
 	if req.Limit <= 0 || req.MaxBytes <= 0 {
 		return ClaimResult{}, fmt.Errorf("outbox: claim due events: Limit (%d) and MaxBytes (%d) must be positive", req.Limit, req.MaxBytes)
 	}
+	if req.Ordering != Unordered {
+		if err := validOrdered("claim due events", req.Ordering); err != nil {
+			return ClaimResult{}, err
+		}
+	}
 	return retryOnLockConflict(ctx, s, func() (ClaimResult, error) { return s.claimDue(ctx, req) })
 }
 
@@ -88,6 +93,14 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 			_ = c.fail(nil)
 		}
 	}()
+	// In key order the successes are recorded first, so that the SELECT sees them done and
+	// takes their keys' next events in this same claim.
+	ordered := req.Ordering != Unordered
+	if ordered && len(req.Succeeded) > 0 {
+		if res.Succeeded, err = s.recordSucceeded(ctx, c.q, req); err != nil {
+			return ClaimResult{}, c.fail(err)
+		}
+	}
 	// Taking the turn only after a claim that found a backlog: at a steady commit rate the
 	// claims take a few rows each and rarely meet, and the turn would be two statements more.
 	turn := turnSkipped
@@ -101,9 +114,18 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		scan = min(req.Limit, suspectLimit)
 	}
 	inline := max(req.MaxBytes/req.Limit, minInlinePayload)
-	evs, sizes, err := scanEvents(c.q.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
-	if err != nil {
-		err = s.wrap("lock due events", err)
+	var (
+		evs           []Event
+		sizes         []int
+		more, suspect bool
+	)
+	if ordered {
+		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, req.Ordering, inline, scan, req.MaxBytes)
+	} else {
+		evs, sizes, err = scanEvents(c.q.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
+		if err != nil {
+			err = s.wrap("lock due events", err)
+		}
 	}
 	if turn == turnTaken {
 		if endErr := s.endClaimTurn(ctx, c.q); endErr != nil {
@@ -119,12 +141,24 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		// claim is done.
 		defer func() { _ = c.fail(nil) }()
 	}
-	n, suspect := claimable(evs, sizes, req.MaxBytes)
+	if !ordered {
+		var n int
+		n, suspect = claimable(evs, sizes, req.MaxBytes)
+		more = len(evs) == scan || n < len(evs)
+		evs = evs[:n] // the other rows stay WAIT; their locks end with the transaction
+	}
 	s.suspectsAhead.Store(suspect)
-	res.More = len(evs) == scan || n < len(evs)
+	res.More = more
 	s.backlog.Store(res.More)
-	evs = evs[:n] // the other rows stay WAIT; their locks end with the transaction
-	if len(evs) > 0 || len(req.Succeeded) > 0 {
+	switch {
+	case ordered && len(evs) > 0:
+		// The successes are in already: the statement only claims.
+		claimOnly := req
+		claimOnly.Succeeded = nil
+		if _, err = s.claimAndAck(ctx, c.q, evs, sizes, claimOnly); err != nil {
+			return ClaimResult{}, c.fail(err)
+		}
+	case !ordered && (len(evs) > 0 || len(req.Succeeded) > 0):
 		if res.Succeeded, err = s.claimAndAck(ctx, c.q, evs, sizes, req); err != nil {
 			return ClaimResult{}, c.fail(err)
 		}

@@ -148,7 +148,8 @@ func newMySQLQueries(table string) mysqlQueries {
 	    claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'FAIL'`),
 
-		// Retention, in two steps as the reclaim: a lock-free SELECT of old SUCCESS ids, then a
+		// Retention, in two steps as the reclaim: a lock-free SELECT of old SUCCESS (then
+		// SKIPPED: both final, both done for ordering) ids, then a
 		// DELETE by primary key that checks the same condition again, so that the purge never
 		// takes range locks on an index the claims and acknowledgements write to.
 		//
@@ -157,14 +158,14 @@ func newMySQLQueries(table string) mysqlQueries {
 		// whose update_time is older than the cutoff has an older claimed_at too. The range on
 		// claimed_at finds the rows without a further index; update_time decides.
 		purgeCandidates: r.Replace(`SELECT id FROM t_event_record
-	WHERE status = 'SUCCESS' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	WHERE status = ? AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	ORDER BY claimed_at LIMIT ?`),
 		countPurgeable: r.Replace(`SELECT COUNT(*) FROM t_event_record
-	WHERE status = 'SUCCESS' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	WHERE status IN ('SUCCESS', 'SKIPPED') AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 		purge: r.Replace(`DELETE FROM t_event_record
-	WHERE id IN (%s) AND status = 'SUCCESS' AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
+	WHERE id IN (%s) AND status IN ('SUCCESS', 'SKIPPED') AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 		takePurgeLock: "SELECT GET_LOCK(" + purgeLockName(table) + ", 0)",
 		endPurgeLock:  "DO RELEASE_LOCK(" + purgeLockName(table) + ")",
 	}

@@ -15,6 +15,9 @@ type TableStats struct {
 	// Success counts the SUCCESS rows. It is -1 unless [StatsOptions.CountSucceeded] is set:
 	// counting it reads the whole history of the table, which only grows.
 	Success int64
+	// Skipped counts the SKIPPED rows (dead letters a person chose not to send). Like
+	// Success, it is history: -1 unless [StatsOptions.CountSucceeded] is set.
+	Skipped int64
 	// Due counts the WAIT rows whose next_retry_time has passed: the backlog.
 	Due int64
 	// OldestDueAge is how long the oldest due WAIT row has been due, by the database clock:
@@ -36,7 +39,7 @@ type StatsOptions struct {
 	// Lease is the publishers' [Config.Lease], against which SendingPastHalfLease is judged.
 	// Zero leaves SendingPastHalfLease at zero.
 	Lease time.Duration
-	// CountSucceeded counts the SUCCESS rows too. Without it Stats reads no SUCCESS row at
+	// CountSucceeded counts the SUCCESS (and SKIPPED) rows too. Without it Stats reads no SUCCESS row at
 	// all, however large the history; with it, it reads every one of them (from an index,
 	// but still one entry per event ever sent and not purged).
 	CountSucceeded bool
@@ -51,7 +54,7 @@ func (s *MySQLStore) Stats(ctx context.Context, opts StatsOptions) (TableStats, 
 	if opts.Lease < 0 {
 		return TableStats{}, fmt.Errorf("outbox: stats: Lease must not be negative, got %s", opts.Lease)
 	}
-	st := TableStats{Success: -1, FailByType: map[string]int64{}}
+	st := TableStats{Success: -1, Skipped: -1, FailByType: map[string]int64{}}
 	rows, err := s.db.QueryContext(ctx, s.statsQuery(opts.CountSucceeded), (opts.Lease / 2).Microseconds())
 	if err != nil {
 		return TableStats{}, s.wrap("stats", err)
@@ -80,6 +83,8 @@ func (s *MySQLStore) Stats(ctx context.Context, opts StatsOptions) (TableStats, 
 			st.FailByType[eventType] = n
 		case "success":
 			st.Success = n
+		case "skipped":
+			st.Skipped = n
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -105,7 +110,9 @@ SELECT 'fail', event_type, COUNT(*), 0, 0 FROM t_event_record WHERE status = 'FA
 	if countSucceeded {
 		q += `
 UNION ALL
-SELECT 'success', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SUCCESS'`
+SELECT 'success', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SUCCESS'
+UNION ALL
+SELECT 'skipped', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SKIPPED'`
 	}
 	return strings.ReplaceAll(q, "t_event_record", "`"+s.table+"`")
 }

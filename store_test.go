@@ -650,7 +650,7 @@ func TestMySQLStoreCreateSchemaIsIdempotentAndIndexed(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	assert.Equal(t, map[string]string{
-		"status":      "enum('WAIT','SENDING','SUCCESS','FAIL') null=NO",
+		"status":      "enum('WAIT','SENDING','SUCCESS','FAIL','SKIPPED') null=NO",
 		"claim_owner": "char(64) null=NO utf8mb4_bin",
 		"claimed_at":  "datetime(3) null=NO",
 		// written once; ASCII, exactly 36 bytes, compared byte for byte

@@ -56,6 +56,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 		}
 		if st.Success >= 0 {
 			out["success"] = st.Success
+			out["skipped"] = st.Skipped
 		}
 		return writeJSON(a.stdout, out)
 	}
@@ -66,8 +67,10 @@ func (a *app) stats(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "FAIL\t%d\n", st.Fail)
 	if st.Success >= 0 {
 		fmt.Fprintf(tw, "SUCCESS\t%d\n", st.Success)
+		fmt.Fprintf(tw, "SKIPPED\t%d\n", st.Skipped)
 	} else {
 		fmt.Fprintln(tw, "SUCCESS\t- (--count-success)")
+		fmt.Fprintln(tw, "SKIPPED\t- (--count-success)")
 	}
 	fmt.Fprintln(tw, "\t")
 	fmt.Fprintf(tw, "due now\t%d\n", st.Due)
@@ -114,7 +117,7 @@ type filterFlags struct {
 
 func (ff *filterFlags) register(fs *flag.FlagSet, withStatus bool, limitHelp string) {
 	if withStatus {
-		fs.StringVar(&ff.status, "status", "", "WAIT, SENDING, SUCCESS or FAIL")
+		fs.StringVar(&ff.status, "status", "", "WAIT, SENDING, SUCCESS, FAIL or SKIPPED")
 	}
 	fs.StringVar(&ff.eventType, "type", "", "event type, exactly")
 	fs.StringVar(&ff.bizNo, "biz-no", "", "business key, exactly")
@@ -372,7 +375,7 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 		return err
 	}
 	if byID {
-		if err := a.checkFailed(ctx, f.IDs); err != nil {
+		if err := a.checkFailed(ctx, f.IDs, "requeued"); err != nil {
 			return err
 		}
 	}
@@ -406,9 +409,9 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 	return nil
 }
 
-// checkFailed makes sure every id is a FAIL event, so that a requeue by id changes all of
-// them or none.
-func (a *app) checkFailed(ctx context.Context, ids []int64) error {
+// checkFailed makes sure every id is a FAIL event, so that a requeue or skip by id changes
+// all of them or none; verb names what would have happened, for the error.
+func (a *app) checkFailed(ctx context.Context, ids []int64, verb string) error {
 	evs, err := a.store.List(ctx, outbox.Filter{IDs: ids, Limit: outbox.ListLimitMax})
 	if err != nil {
 		return err
@@ -427,7 +430,7 @@ func (a *app) checkFailed(ctx context.Context, ids []int64) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("nothing requeued: event %s", strings.Join(bad, "; event "))
+		return fmt.Errorf("nothing %s: event %s", verb, strings.Join(bad, "; event "))
 	}
 	return nil
 }
@@ -436,7 +439,7 @@ func (a *app) checkFailed(ctx context.Context, ids []int64) error {
 
 func (a *app) purge(ctx context.Context, args []string) error {
 	fs := a.newFlags("purge", "purge --older-than 720h [--batch 500] [--pause 100ms] [--limit N] (--yes | dry run) [--json]",
-		"Deletes SUCCESS events last updated more than --older-than ago, --batch rows per DELETE\n"+
+		"Deletes SUCCESS (then SKIPPED) events last updated more than --older-than ago, --batch rows per DELETE\n"+
 			"with --pause between, each batch logged. WAIT, SENDING and FAIL events are never deleted.\n"+
 			"Without --yes it only reports how many it would delete. It refuses to run beside another\n"+
 			"purge of the table (a publisher's retention, say).")
@@ -480,7 +483,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		if *asJSON {
 			return writeJSON(a.stdout, map[string]any{"matched": n, "deleted": 0, "dry_run": true})
 		}
-		fmt.Fprintf(a.stdout, "%d SUCCESS events are older than %s; nothing deleted. Run again with --yes to delete them.\n", n, age)
+		fmt.Fprintf(a.stdout, "%d SUCCESS or SKIPPED events are older than %s; nothing deleted. Run again with --yes to delete them.\n", n, age)
 		return nil
 	}
 	batches := 0
@@ -495,7 +498,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	if *asJSON {
 		return writeJSON(a.stdout, map[string]any{"matched": n, "deleted": deleted, "batches": batches, "dry_run": false})
 	}
-	fmt.Fprintf(a.stdout, "deleted %d SUCCESS events older than %s in %d batches\n", deleted, age, batches)
+	fmt.Fprintf(a.stdout, "deleted %d SUCCESS or SKIPPED events older than %s in %d batches\n", deleted, age, batches)
 	return nil
 }
 

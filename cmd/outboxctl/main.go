@@ -1,8 +1,9 @@
 // Command outboxctl looks at and repairs an outbox table: counts and ages (stats), rows by
-// filter (list), one row whole (show), dead letters back to WAIT (requeue) and old SUCCESS
-// rows deleted (purge).
+// filter (list), one row whole (show), dead letters back to WAIT (requeue), old SUCCESS
+// rows deleted (purge), and for per-key ordering the dead letters that hold their biz no's
+// later events back (blocked) and dead letters marked never to be sent (skip).
 //
-//	outboxctl [global flags] stats|list|show ID|requeue|purge [flags]
+//	outboxctl [global flags] stats|list|show ID|requeue|purge|blocked|skip ID [flags]
 //
 // The database and table come from -dsn and -table, or from OUTBOX_DSN and OUTBOX_TABLE.
 // Output is an aligned table, or JSON with --json. Anything that changes rows by filter
@@ -67,7 +68,9 @@ Commands:
   list           rows by status, event type, biz no, id range and creation time
   show ID        one row whole, the payload as text (UTF-8) or hex
   requeue        dead letters (FAIL) back to WAIT, by id or by filter
-  purge          delete SUCCESS rows older than a duration, in small batches
+  purge          delete SUCCESS (and SKIPPED) rows older than a duration, in small batches
+  blocked        dead letters holding back later events of their biz no (per-key ordering)
+  skip ID...     dead letters (FAIL) to SKIPPED: never sent, their biz no's later events go on
 
 Run 'outboxctl COMMAND --help' for a command's flags.
 
@@ -101,11 +104,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"show":    a.show,
 		"requeue": a.requeue,
 		"purge":   a.purge,
+		"blocked": a.blocked,
+		"skip":    a.skip,
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	cmd, ok := cmds[name]
 	if !ok {
-		fmt.Fprintf(stderr, "outboxctl: unknown command %q (want stats, list, show, requeue or purge)\n", name)
+		fmt.Fprintf(stderr, "outboxctl: unknown command %q (want stats, list, show, requeue, purge, blocked or skip)\n", name)
 		return exitUsage
 	}
 	defer func() {

@@ -359,12 +359,12 @@ func TestPurge(t *testing.T) {
 	before := f.snapshot(t)
 	r := f.run(t, "purge", "--older-than", "720h")
 	require.Zero(t, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "5 SUCCESS events are older than 720h0m0s; nothing deleted")
+	assert.Contains(t, r.stdout, "5 SUCCESS or SKIPPED events are older than 720h0m0s; nothing deleted")
 	assert.Equal(t, before, f.snapshot(t))
 
 	r = f.run(t, "purge", "--older-than", "720h", "--batch", "2", "--pause", "1ms", "--yes")
 	require.Zero(t, r.code, r.stderr)
-	assert.Contains(t, r.stdout, "deleted 5 SUCCESS events older than 720h0m0s in 3 batches")
+	assert.Contains(t, r.stdout, "deleted 5 SUCCESS or SKIPPED events older than 720h0m0s in 3 batches")
 	assert.Equal(t, 3, strings.Count(r.stderr, "purge batch"), r.stderr)
 	for _, id := range old {
 		assert.Empty(t, f.status(t, id), "old SUCCESS row %d deleted", id)
