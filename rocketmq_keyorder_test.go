@@ -311,3 +311,32 @@ func TestRocketMQKeyOrderWithCallersProducer(t *testing.T) {
 	}
 	assert.Equal(t, []string{"1", "2 refused", "2", "3", "4", "5", "6"}, got, "a refused delivery comes again, first")
 }
+
+// Why the sender has a selector of its own: the client's hash selector sends one key's
+// single messages to one queue, but its batches anywhere (the client packs a batch into a
+// message without its messages' properties, so the selector finds no sharding key and picks
+// at random). If this starts failing, the client carries the key into batches now.
+func TestRocketMQHashSelectorScattersBatches(t *testing.T) {
+	t.Parallel()
+	topic, _ := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_HASHBATCH")
+	addrs, err := primitive.NewNamesrvAddr(testsvc.RocketMQNameServer(t))
+	require.NoError(t, err)
+	prod, err := rocketmq.NewProducer(producer.WithNameServer(addrs), producer.WithGroupName(testsvc.UniqueTable("pg")),
+		producer.WithInstanceName(testsvc.UniqueTable("hash")), producer.WithQueueSelector(producer.NewHashQueueSelector()))
+	require.NoError(t, err)
+	require.NoError(t, prod.Start())
+	t.Cleanup(func() { _ = prod.Shutdown() })
+	msg := func() *primitive.Message { return primitive.NewMessage(topic, []byte("{}")).WithShardingKey("ORD-42") }
+	singles, batches := map[primitive.MessageQueue]bool{}, map[primitive.MessageQueue]bool{}
+	for range 20 {
+		res, err := prod.SendSync(context.Background(), msg())
+		require.NoError(t, err)
+		singles[*res.MessageQueue] = true
+		res, err = prod.SendSync(context.Background(), msg(), msg())
+		require.NoError(t, err)
+		batches[*res.MessageQueue] = true
+	}
+	t.Logf("one key: 20 single sends on %d queue(s), 20 two-message batches on %d", len(singles), len(batches))
+	assert.Len(t, singles, 1)
+	assert.Greater(t, len(batches), 1, "the client's hash selector keeps batches of one key together")
+}
