@@ -378,3 +378,37 @@ func TestOutdatedOutboxTable(t *testing.T) {
 		"AND table_name = ? AND column_name = 'event_id'", o.table).Scan(&columns))
 	assert.Equal(t, 1, columns, "the new table has event_id")
 }
+
+// -ordered on an outbox table made without it: the example makes the table ordered, online,
+// with the README's statements, and says so; a second start finds it ordered and leaves it.
+func TestOrderedMakesItsTableOrdered(t *testing.T) {
+	t.Parallel()
+	db := testsvc.OpenDB(t)
+	ctx := context.Background()
+	var out strings.Builder
+	o := options{dsn: testsvc.MySQLDSN(t), table: testsvc.UniqueTable("example_event"), out: &out}
+	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS `" + o.table + "`") })
+	exampleDB, err := openDB(o.dsn)
+	require.NoError(t, err)
+	defer exampleDB.Close()
+	_, err = prepareTables(ctx, exampleDB, o)
+	require.NoError(t, err)
+	_, err = db.Exec("ALTER TABLE `" + o.table + "` MODIFY status ENUM('WAIT', 'SENDING', 'SUCCESS', 'FAIL') NOT NULL DEFAULT 'WAIT'")
+	require.NoError(t, err, "as a table made before SKIPPED")
+
+	o.ordered = true
+	store, err := prepareTables(ctx, exampleDB, o)
+	require.NoError(t, err)
+	require.NoError(t, store.CheckOrdering(ctx))
+	assert.Contains(t, out.String(), "ADD INDEX idx_biz_no_status (biz_no, status, id)")
+	assert.Contains(t, out.String(), "'SKIPPED'")
+	var old int
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "+
+		"AND table_name = ? AND index_name = 'idx_biz_no'", o.table).Scan(&old))
+	assert.Zero(t, old, "idx_biz_no is replaced")
+
+	out.Reset()
+	_, err = prepareTables(ctx, exampleDB, o)
+	require.NoError(t, err)
+	assert.Empty(t, out.String(), "an ordered table is left as it is")
+}
