@@ -261,13 +261,13 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	defer points.shutdown()
 
 	start := time.Now()
-	life, err := createOrders(ctx, store, prefix, o.orders, o.ordered, tp.Tracer("order-api"))
+	wrote, err := createOrders(ctx, store, prefix, o.orders, o.ordered, tp.Tracer("order-api"))
 	if err != nil {
 		return sum, err
 	}
 	if o.ordered {
 		fmt.Fprintf(o.out, "order API: created %d orders, paid %d, cancelled %d: %d events, each in the transaction of its change\n",
-			o.orders, life.paid, life.cancelled, life.events)
+			o.orders, wrote.paid, wrote.cancelled, wrote.events)
 	} else {
 		fmt.Fprintf(o.out, "order API: created %d orders, each with its event, in one transaction per order\n", o.orders)
 	}
@@ -300,7 +300,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		if published, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM `"+o.table+"` WHERE status = 'SUCCESS' AND biz_no LIKE ?", prefix); err != nil {
 			break
 		}
-		if awarded >= o.orders && published >= life.events && points.finished.Load() >= int64(life.events)+lostAcks.Load() {
+		if awarded >= o.orders && published >= wrote.events && points.finished.Load() >= int64(wrote.events)+lostAcks.Load() {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -316,7 +316,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	}
 
 	sum = summary{prefix: prefix, orders: o.orders, published: published, awarded: awarded,
-		events: life.events, paid: life.paid, cancelled: life.cancelled,
+		events: wrote.events, paid: wrote.paid, cancelled: wrote.cancelled,
 		consumed: points.consumed.Load(), duplicates: points.duplicates.Load(),
 		rejected: points.rejected.Load(), lostAcks: lostAcks.Load()}
 	if o.ordered {
@@ -348,8 +348,8 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	}
 	fmt.Fprintf(o.out, "  traces to consumer    %6d   (order API span -> send span link -> points service span)\n", sum.traced)
 	fmt.Fprintf(o.out, "  traces linked by send %6d\n", sum.linkedSends)
-	if published < life.events {
-		return sum, fmt.Errorf("%d events still unpublished after %s", life.events-published, o.timeout)
+	if published < wrote.events {
+		return sum, fmt.Errorf("%d events still unpublished after %s", wrote.events-published, o.timeout)
 	}
 	return sum, nil
 }
