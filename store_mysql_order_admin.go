@@ -166,8 +166,9 @@ type BlockedKey struct {
 // oldest id first, with how many wait behind each: under [KeyOrder], the keys that stand
 // still until a person requeues ([MySQLStore.Requeue]) or skips ([MySQLStore.Skip]) their
 // dead letter. At most limit of them ([ListLimitDefault] when 0, at most [ListLimitMax]).
-// It reads every FAIL row and, for each, one range of idx_biz_no_status (one of idx_biz_no
-// on an unordered table), never the SUCCESS rows.
+// It reads every FAIL row and, for each, on an ordered table, one range of
+// idx_biz_no_status that holds only the key's WAIT events, never a SUCCESS row; on an
+// unordered table (idx_biz_no) it reads every event of each dead letter's biz no.
 func (s *MySQLStore) Blocked(ctx context.Context, limit int) ([]BlockedKey, error) {
 	if limit < 0 || limit > ListLimitMax {
 		return nil, fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidInput, ListLimitMax, limit)

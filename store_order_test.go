@@ -492,3 +492,36 @@ func fillHistory(t testing.TB, b *bundle, keys, success int) {
 	insert("WAIT", 2, 0)
 	b.exec(t, "ANALYZE TABLE {t}")
 }
+
+// A run whose scan order (next_retry_time) differs from its id order: whatever cuts it (the
+// LIMIT, MaxBytes), the claim takes a prefix of the key's events in id order, never an event
+// with an unclaimed earlier one.
+func TestOrderedClaimCutsRunsToPrefixes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := orderedSetup(t)
+	ids := b.insertKeys(t, []string{"K"}, 3)["K"]
+	h, f1, f2 := ids[0], ids[1], ids[2]
+	// Scan order: h, f2, f1.
+	for id, ago := range map[int64]int{h: 300, f1: 100, f2: 200} {
+		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? SECOND), payload = REPEAT('x', 5000) WHERE id = ?", ago, id)
+	}
+
+	res := orderedClaim(t, b.store, "one", outbox.KeyOrder, 2) // LIMIT: h and f2
+	assert.Equal(t, []int64{h}, idsOf(res.Events), "f1 was not locked: f2 may not go")
+	assert.True(t, res.More)
+	b.exec(t, "UPDATE {t} SET status = 'WAIT', claim_owner = '' WHERE id = ?", h)
+
+	res, err := b.store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "one", Limit: 10, MaxBytes: 10000, Ordering: outbox.KeyOrder})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{h}, idsOf(res.Events), "MaxBytes takes h and f2 in scan order: f2 without f1 may not go")
+	assert.True(t, res.More)
+	b.exec(t, "UPDATE {t} SET status = 'WAIT', claim_owner = '' WHERE id = ?", h)
+
+	// Limit 1000 of 1 MiB: payloads over 4 KiB are read after the SELECT.
+	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 1000)
+	assert.Equal(t, []int64{h, f1, f2}, idsOf(res.Events), "the whole run, in id order")
+	for _, ev := range res.Events {
+		assert.Len(t, ev.Payload, 5000)
+	}
+}
