@@ -190,8 +190,9 @@ func (s *lostAckStore) MarkSuccess(ctx context.Context, id int64, owner string) 
 // Per-key ordering end to end, on a real broker read by a real orderly push consumer: 1,000
 // biz nos with 3 to 5 events each, committed in rounds (each key's events in id order,
 // interleaved with the other keys', the later rounds while the publishers run); three
-// publishers in KeyOrder, each with a RocketMQ sender with KeyOrder that fails one send in
-// ten; and one acknowledgement lost, so that one event stays SENDING until its short lease
+// publishers in KeyOrder, each with a RocketMQ sender with KeyOrder that fails sends at
+// random, one of them shut down mid-run and replaced by a fourth; and one acknowledgement
+// lost, so that one event stays SENDING until its short lease
 // runs out and is sent again. Every event arrives; per key, no event arrives for the first
 // time after a later one of its key (a repeat of an event that had arrived is allowed, and
 // the lost acknowledgement makes one); no two sends of a key were ever in flight at once.
@@ -241,7 +242,8 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	for i := range instances {
+	// start starts the i-th publisher and returns what stops it.
+	start := func(i int) (stop func()) {
 		own := testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
 		var store outbox.Store = own
 		if i == 0 {
@@ -259,11 +261,27 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 		cfg.PollInterval = time.Millisecond
 		cfg.BatchSize = 100 // batch mode: more, smaller batches, so more of them fail
 		p := newPublisher(t, store, sender, cfg)
-		wg.Go(func() { assert.NoError(t, p.Run(ctx)) })
+		pctx, pcancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		wg.Go(func() {
+			defer close(done)
+			assert.NoError(t, p.Run(pctx))
+		})
+		return func() { pcancel(); <-done }
+	}
+	var stops []func()
+	for i := range instances {
+		stops = append(stops, start(i))
 	}
 	for r := 2; r < rounds; r++ {
 		time.Sleep(100 * time.Millisecond)
 		insertRound(r)
+		if r == 3 {
+			// One instance shuts down mid-run, returning what it claimed and did not send,
+			// and another takes its place.
+			stops[instances-1]()
+			start(instances)
+		}
 	}
 
 	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == total }, 50*time.Second, 50*time.Millisecond,
