@@ -192,10 +192,10 @@ func (s *lostAckStore) MarkSuccess(ctx context.Context, id int64, owner string) 
 // interleaved with the other keys', the later rounds while the publishers run); three
 // publishers in KeyOrder, each with a RocketMQ sender with KeyOrder that fails sends at
 // random, one of them shut down mid-run and replaced by a fourth; and one acknowledgement
-// lost, so that one event stays SENDING until its short lease
-// runs out and is sent again. Every event arrives; per key, no event arrives for the first
-// time after a later one of its key (a repeat of an event that had arrived is allowed, and
-// the lost acknowledgement makes one); no two sends of a key were ever in flight at once.
+// lost, so that one event stays SENDING until its short lease runs out and is sent again.
+// Every event arrives; per key, no event arrives for the first time after a later one of its
+// key (a repeat of an event that had arrived is allowed, and the lost acknowledgement makes
+// one); no two sends of a key were ever in flight at once.
 func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 	t.Parallel()
 	const keys, instances = 1000, 3
