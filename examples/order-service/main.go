@@ -28,7 +28,9 @@
 // table keeps it where the points service's own data is, with the reason, for a person to
 // look at and replay. A failure that may pass (the database is down) takes the other path: the
 // message is handed back, redelivered later, and dead-lettered (%DLQ%example_points_service)
-// only after those 16 attempts.
+// only after those 16 attempts. With -ordered such a failure holds the message's queue
+// instead (it is tried again every second, before anything after it in the queue), since an
+// order's later events must not overtake it.
 //
 // One trace runs from the order API to the points service: the order API starts a span for
 // each order and inserts the event in its context, so the outbox stores the span's W3C trace
@@ -38,6 +40,19 @@
 // same trace. The spans go to an in-memory exporter of the OpenTelemetry SDK (a service
 // would export them to its collector); the summary counts the traces that reached the points
 // service. Nothing is registered globally.
+//
+// -ordered is per-key ordering. Each order then has a life of two or three events, each
+// committed in its own transaction as the order API changes the order: ORDER_CREATED, then
+// ORDER_PAID a few requests later, and for one order in five ORDER_CANCELLED after that. The
+// publishers keep each order's events in commit order (Config.Ordering = outbox.KeyOrder, on
+// a table with the index ordered claims need; a RocketMQ sender with KeyOrder, which sends an
+// order's events to one queue), and the points service consumes orderly (one goroutine per
+// queue, in queue order). Besides awarding points for ORDER_CREATED, it keeps each order's
+// status in example_order_status as the events arrive, and records in example_out_of_order
+// every event that is not the next one of its order's life: the summary counts them ("out of
+// order", 0 when ordering holds) and the orders whose final status is not the one the order
+// API gave them. A repeated event (a lost acknowledgement's resend) is a duplicate, suppressed
+// on its eventId before the check; ordering promises that a repeat never reorders two events.
 //
 // -metrics-addr 127.0.0.1:9464 serves the publishers' metrics at /metrics while the example
 // runs, in Prometheus's text format (see the README's "Metrics and health").
@@ -86,6 +101,7 @@ type options struct {
 	table, group        string // the outbox table, the points service's consumer group
 	orders, instances   int
 	duplicate           int
+	ordered             bool // per-key ordering: each order's life of events, kept in order
 	timeout             time.Duration
 	verbose             bool
 	out                 io.Writer // where the progress and the summary go
@@ -107,6 +123,7 @@ func main() {
 	flag.IntVar(&o.duplicate, "duplicate", 5, "sends whose acknowledgement the first publisher loses, to show the consumer suppressing duplicates")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
 	flag.BoolVar(&o.verbose, "v", false, "log every publisher event")
+	flag.BoolVar(&o.ordered, "ordered", false, "per-key ordering: each order also gets ORDER_PAID and, one in five, ORDER_CANCELLED; the publishers keep each order's events in order, the consumer consumes orderly and counts events that arrive out of order")
 	flag.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the publishers' metrics at http://ADDR/metrics (a loopback address, e.g. 127.0.0.1:9464)")
 	flag.Parse()
 	if o.orders < 1 || o.instances < 1 || o.duplicate < 0 {
@@ -119,7 +136,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if sum.lost() != 0 {
+	if sum.lost() != 0 || sum.outOfOrder != 0 || sum.wrongStatus != 0 {
 		os.Exit(1)
 	}
 }
@@ -139,7 +156,8 @@ const schema = `
 CREATE TABLE IF NOT EXISTS example_orders (
 	order_no VARCHAR(64) NOT NULL PRIMARY KEY,
 	user_id  BIGINT      NOT NULL,
-	amount   INT         NOT NULL
+	amount   INT         NOT NULL,
+	status   VARCHAR(16) NOT NULL DEFAULT 'CREATED'
 );
 -- the points service's record of every message it has processed, by eventId: uk_msg_id is
 -- the guard against a second delivery of the same event
@@ -165,6 +183,22 @@ CREATE TABLE IF NOT EXISTS example_rejected_message (
 	body        MEDIUMBLOB    NOT NULL,
 	deliveries  INT           NOT NULL DEFAULT 1,
 	rejected_at DATETIME(3)   NOT NULL
+);
+-- with -ordered: each order's status as the points service saw its events arrive
+CREATE TABLE IF NOT EXISTS example_order_status (
+	order_no   VARCHAR(64) NOT NULL PRIMARY KEY,
+	status     VARCHAR(16) NOT NULL, -- CREATED, PAID or CANCELLED: the last event's
+	step       INT         NOT NULL, -- that event's place in the order's life, from 1
+	updated_at DATETIME(3) NOT NULL
+);
+-- with -ordered: every event that arrived out of its order's life, by eventId
+CREATE TABLE IF NOT EXISTS example_out_of_order (
+	msg_id     VARCHAR(64) NOT NULL PRIMARY KEY,
+	order_no   VARCHAR(64) NOT NULL,
+	event_type VARCHAR(32) NOT NULL,
+	found      VARCHAR(16) NOT NULL, -- the order's status when it arrived ('' for none)
+	seen_at    DATETIME(3) NOT NULL,
+	KEY idx_order_no (order_no)
 )`
 
 func openDB(dsn string) (*sql.DB, error) {
@@ -180,6 +214,10 @@ func openDB(dsn string) (*sql.DB, error) {
 type summary struct {
 	prefix                     string // of this run's order numbers
 	orders, published, awarded int
+	events                     int   // the events the order API wrote: one per order, more with -ordered
+	paid, cancelled            int   // with -ordered: orders paid, and cancelled after that
+	outOfOrder                 int   // with -ordered: events that arrived out of their order's life
+	wrongStatus                int   // with -ordered: orders whose final status the points service got wrong
 	consumed, duplicates       int64 // deliveries of this run's events, and those suppressed
 	rejected                   int64 // messages recorded as unprocessable, whatever their run
 	lostAcks                   int64 // acknowledgements the first instance dropped on purpose
@@ -227,10 +265,16 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	defer points.shutdown()
 
 	start := time.Now()
-	if err := createOrders(ctx, store, prefix, o.orders, tp.Tracer("order-api")); err != nil {
+	wrote, err := createOrders(ctx, store, prefix, o.orders, o.ordered, tp.Tracer("order-api"))
+	if err != nil {
 		return sum, err
 	}
-	fmt.Fprintf(o.out, "order API: created %d orders, each with its event, in one transaction per order\n", o.orders)
+	if o.ordered {
+		fmt.Fprintf(o.out, "order API: created %d orders, paid %d, cancelled %d: %d events, each in the transaction of its change\n",
+			o.orders, wrote.paid, wrote.cancelled, wrote.events)
+	} else {
+		fmt.Fprintf(o.out, "order API: created %d orders, each with its event, in one transaction per order\n", o.orders)
+	}
 
 	pubCtx, stopPublishers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -260,7 +304,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		if published, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM `"+o.table+"` WHERE status = 'SUCCESS' AND biz_no LIKE ?", prefix); err != nil {
 			break
 		}
-		if awarded >= o.orders && published >= o.orders && points.finished.Load() >= int64(o.orders)+lostAcks.Load() {
+		if awarded >= o.orders && published >= wrote.events && points.finished.Load() >= int64(wrote.events)+lostAcks.Load() {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -276,21 +320,40 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	}
 
 	sum = summary{prefix: prefix, orders: o.orders, published: published, awarded: awarded,
+		events: wrote.events, paid: wrote.paid, cancelled: wrote.cancelled,
 		consumed: points.consumed.Load(), duplicates: points.duplicates.Load(),
 		rejected: points.rejected.Load(), lostAcks: lostAcks.Load()}
+	if o.ordered {
+		if sum.outOfOrder, sum.wrongStatus, err = checkLives(ctx, db, prefix, o.orders); err != nil {
+			return sum, err
+		}
+	}
 	sum.traced, sum.linkedSends = followTraces(spans.GetSpans())
-	fmt.Fprintf(o.out, "\nsummary (%d publisher instances, %s)\n", o.instances, elapsed.Round(time.Millisecond))
+	mode := ""
+	if o.ordered {
+		mode = ", in key order"
+	}
+	fmt.Fprintf(o.out, "\nsummary (%d publisher instances%s, %s)\n", o.instances, mode, elapsed.Round(time.Millisecond))
 	fmt.Fprintf(o.out, "  orders created        %6d\n", sum.orders)
+	if o.ordered {
+		fmt.Fprintf(o.out, "  orders paid           %6d\n", sum.paid)
+		fmt.Fprintf(o.out, "  orders cancelled      %6d\n", sum.cancelled)
+	}
 	fmt.Fprintf(o.out, "  events published      %6d\n", sum.published)
 	fmt.Fprintf(o.out, "  messages consumed     %6d\n", sum.consumed)
+	fmt.Fprintf(o.out, "  acks lost on purpose  %6d   (-duplicate: sent again)\n", sum.lostAcks)
 	fmt.Fprintf(o.out, "  duplicates suppressed %6d\n", sum.duplicates)
 	fmt.Fprintf(o.out, "  messages rejected     %6d\n", sum.rejected)
 	fmt.Fprintf(o.out, "  points awarded        %6d\n", sum.awarded)
 	fmt.Fprintf(o.out, "  lost                  %6d\n", sum.lost())
+	if o.ordered {
+		fmt.Fprintf(o.out, "  out of order          %6d   (events that were not the next of their order's life)\n", sum.outOfOrder)
+		fmt.Fprintf(o.out, "  wrong final status    %6d\n", sum.wrongStatus)
+	}
 	fmt.Fprintf(o.out, "  traces to consumer    %6d   (order API span -> send span link -> points service span)\n", sum.traced)
 	fmt.Fprintf(o.out, "  traces linked by send %6d\n", sum.linkedSends)
-	if published < o.orders {
-		return sum, fmt.Errorf("%d events still unpublished after %s", o.orders-published, o.timeout)
+	if published < wrote.events {
+		return sum, fmt.Errorf("%d events still unpublished after %s", wrote.events-published, o.timeout)
 	}
 	return sum, nil
 }
@@ -298,9 +361,11 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 // prepareTables creates the example's tables where they are missing and returns the outbox
 // store. An outbox table from before event ids is this example's old output: it is dropped
 // and created again if every event in it was sent, and otherwise left alone with an error
-// that says how to upgrade it, since its unsent events are still owed to someone.
+// that says how to upgrade it, since its unsent events are still owed to someone. With
+// -ordered, an outbox table made for unordered publishing is made ordered, online, as the
+// README's "Per-key ordering" says.
 func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLStore, error) {
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, KeyOrderIndex: o.ordered})
 	if err != nil {
 		return nil, err
 	}
@@ -325,32 +390,138 @@ func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLSto
 		}
 		fmt.Fprintf(o.out, "the outbox table %s, made by an older version of this example, held only sent events: dropped and created again\n", o.table)
 	}
+	if o.ordered && columns > 0 && newer == 4 {
+		if err := makeOrdered(ctx, db, o); err != nil {
+			return nil, err
+		}
+	}
 	if err := store.CreateSchema(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		return nil, fmt.Errorf("create example tables: %w", err)
 	}
+	// example_orders from before -ordered has no status column.
+	var status int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
+	WHERE table_schema = DATABASE() AND table_name = 'example_orders' AND column_name = 'status'`).Scan(&status); err != nil {
+		return nil, fmt.Errorf("look for example_orders.status: %w", err)
+	}
+	if status == 0 {
+		_, err := db.ExecContext(ctx, "ALTER TABLE example_orders ADD COLUMN status VARCHAR(16) NOT NULL DEFAULT 'CREATED'")
+		var me *mysql.MySQLError
+		if err != nil && !(errors.As(err, &me) && me.Number == errDuplicateColumn) { // another run added it first
+			return nil, fmt.Errorf("add example_orders.status: %w", err)
+		}
+	}
 	return store, nil
 }
 
-// createOrders is n requests to the order API, each in a span of its own, as an HTTP
-// handler's instrumentation would start it.
-func createOrders(ctx context.Context, store *outbox.MySQLStore, prefix string, n int, tracer trace.Tracer) error {
-	for i := range n {
-		orderNo := fmt.Sprintf("%s%d", prefix, i)
-		userID := 1000 + i%50
-		ctx, span := tracer.Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
-		err := createOrder(ctx, store, orderNo, userID, 100+i%900)
+const errDuplicateColumn = 1060
+
+// makeOrdered makes the outbox table, made for unordered publishing, fit for ordered claims,
+// with the README's statements: SKIPPED added to the status column (no row changes), and
+// idx_biz_no replaced by idx_biz_no_status, built online. A table that has them already is
+// left as it is.
+func makeOrdered(ctx context.Context, db *sql.DB, o options) error {
+	var skipped, index int
+	err := db.QueryRowContext(ctx, `SELECT
+	(SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?
+		AND column_name = 'status' AND column_type LIKE '%''SKIPPED''%'),
+	(SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ?
+		AND index_name = 'idx_biz_no_status')`, o.table, o.table).Scan(&skipped, &index)
+	if err != nil {
+		return fmt.Errorf("look at the outbox table %s: %w", o.table, err)
+	}
+	var alters []string
+	if skipped == 0 {
+		alters = append(alters, "ALTER TABLE `"+o.table+"` MODIFY status ENUM('WAIT', 'SENDING', 'SUCCESS', 'FAIL', 'SKIPPED') NOT NULL DEFAULT 'WAIT'")
+	}
+	if index == 0 {
+		alters = append(alters, "ALTER TABLE `"+o.table+"` DROP INDEX idx_biz_no, ADD INDEX idx_biz_no_status (biz_no, status, id), ALGORITHM=INPLACE, LOCK=NONE")
+	}
+	for _, q := range alters {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("make the outbox table %s ordered: %s: %w", o.table, q, err)
+		}
+		fmt.Fprintf(o.out, "the outbox table %s was made for unordered publishing: %s\n", o.table, q)
+	}
+	return nil
+}
+
+// lives is what createOrders wrote.
+type lives struct{ events, paid, cancelled int }
+
+// payLag is how many requests after its creation an order is paid, and how many after that
+// it is cancelled (when it is): the order API interleaves the lives of several orders, as
+// customers would.
+const payLag = 3
+
+// createOrders is n orders' requests to the order API, each in a span of its own, as an
+// HTTP handler's instrumentation would start it: each order created and, with ordered, paid
+// payLag requests later and cancelled (see cancelled) payLag after that.
+func createOrders(ctx context.Context, store *outbox.MySQLStore, prefix string, n int, ordered bool, tracer trace.Tracer) (lives, error) {
+	var l lives
+	request := func(name, orderNo string, fn func(ctx context.Context) error) error {
+		ctx, span := tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+		err := fn(ctx)
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
 		if err != nil {
-			return fmt.Errorf("create order %s: %w", orderNo, err)
+			return fmt.Errorf("%s %s: %w", name, orderNo, err)
+		}
+		l.events++
+		return nil
+	}
+	steps := n
+	if ordered {
+		steps = n + 2*payLag
+	}
+	for step := range steps {
+		if i := step; i < n {
+			orderNo := fmt.Sprintf("%s%d", prefix, i)
+			if err := request("POST /orders", orderNo, func(ctx context.Context) error {
+				return createOrder(ctx, store, orderNo, 1000+i%50, 100+i%900)
+			}); err != nil {
+				return l, err
+			}
+		}
+		if !ordered {
+			continue
+		}
+		if i := step - payLag; i >= 0 && i < n {
+			orderNo := fmt.Sprintf("%s%d", prefix, i)
+			if err := request("POST /orders/{no}/pay", orderNo, func(ctx context.Context) error {
+				return changeOrder(ctx, store, orderNo, "CREATED", "PAID", orderPaid{OrderNo: orderNo, Amount: 100 + i%900})
+			}); err != nil {
+				return l, err
+			}
+			l.paid++
+		}
+		if i := step - 2*payLag; i >= 0 && i < n && cancelled(i) {
+			orderNo := fmt.Sprintf("%s%d", prefix, i)
+			if err := request("POST /orders/{no}/cancel", orderNo, func(ctx context.Context) error {
+				return changeOrder(ctx, store, orderNo, "PAID", "CANCELLED", orderCancelled{OrderNo: orderNo, Reason: "changed their mind"})
+			}); err != nil {
+				return l, err
+			}
+			l.cancelled++
 		}
 	}
-	return nil
+	return l, nil
+}
+
+// cancelled says whether the i-th order of a run is cancelled after it is paid: one in five.
+func cancelled(i int) bool { return i%5 == 2 }
+
+// finalStatus is the status the order API leaves the i-th order of an ordered run in.
+func finalStatus(i int) string {
+	if cancelled(i) {
+		return "CANCELLED"
+	}
+	return "PAID"
 }
 
 // followTraces counts, in a run's spans, the order API's traces that reached the points
@@ -388,6 +559,29 @@ type orderCreated struct {
 	Amount  int    `json:"amount"`
 }
 
+// orderPaid is the ORDER_PAID event's payload.
+type orderPaid struct {
+	OrderNo string `json:"orderNo"`
+	Amount  int    `json:"amount"`
+}
+
+// orderCancelled is the ORDER_CANCELLED event's payload.
+type orderCancelled struct {
+	OrderNo string `json:"orderNo"`
+	Reason  string `json:"reason"`
+}
+
+// life is the events of an order's life in the order they happen: an event's step is its
+// place in it.
+var life = map[string]struct {
+	step   int
+	status string // the order's status after it
+}{
+	"ORDER_CREATED":   {1, "CREATED"},
+	"ORDER_PAID":      {2, "PAID"},
+	"ORDER_CANCELLED": {3, "CANCELLED"},
+}
+
 // createOrder is the order API: the order row and its event commit or roll back together.
 func createOrder(ctx context.Context, store *outbox.MySQLStore, orderNo string, userID, amount int) error {
 	tx, err := store.BeginTx(ctx, nil)
@@ -409,6 +603,34 @@ func createOrder(ctx context.Context, store *outbox.MySQLStore, orderNo string, 
 	return tx.Commit()
 }
 
+// changeOrder is the order API moving an order from one status to the next: the change and
+// its event (ORDER_ and the new status) commit or roll back together. An order that is not
+// in the status from is refused.
+func changeOrder(ctx context.Context, store *outbox.MySQLStore, orderNo, from, to string, payload any) error {
+	tx, err := store.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	res, err := tx.ExecContext(ctx, "UPDATE example_orders SET status = ? WHERE order_no = ? AND status = ?", to, orderNo, from)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n != 1 {
+		return fmt.Errorf("the order is not %s", from)
+	}
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: orderNo, EventType: "ORDER_" + to, Payload: body}); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // newInstance is one instance of the order-service: its own connection pool, producer and
 // publisher, as a separate process would have.
 func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvider, ms *metricsServer) (*outbox.Publisher, func(), error) {
@@ -416,7 +638,7 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, KeyOrderIndex: o.ordered})
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
@@ -426,6 +648,7 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 		NameServers:  []string{o.namesrv},
 		Topic:        o.topic,
 		InstanceName: instanceID,
+		KeyOrder:     o.ordered, // an order's events to one queue, in order
 	})
 	if err != nil {
 		_ = db.Close()
@@ -452,6 +675,11 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 	if ms != nil {
 		cfg.MeterProvider = ms.provider
 	}
+	if o.ordered {
+		// An order's next event is claimed only once its last one is sent, by whichever
+		// instance: never two of an order in flight, and none overtaking a retry.
+		cfg.Ordering = outbox.KeyOrder
+	}
 	p, err := outbox.NewPublisher(store, sender, cfg)
 	if err != nil {
 		_ = rmq.Close()
@@ -462,8 +690,9 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 }
 
 // lossyAcks sends for real, then reports failure for the first few sends: the broker has the
-// message but the publisher believes the send failed, so it sends the event again later. It
-// is a plain Sender, so its instance sends one event at a time even in batch mode.
+// message but the publisher believes the send failed, so it sends the event again later (in
+// key order, before any later event of its order). It is a plain Sender, so its instance
+// sends one event at a time even in batch mode, in key order too.
 type lossyAcks struct {
 	outbox.Sender
 	left int64
@@ -485,10 +714,12 @@ func (l *lossyAcks) Send(ctx context.Context, ev outbox.Event) error {
 	return nil
 }
 
-// pointsService awards points for ORDER_CREATED, idempotently.
+// pointsService awards points for ORDER_CREATED, idempotently; with -ordered it also
+// follows each order's status through all its events.
 type pointsService struct {
 	db                   *sql.DB
 	prefix               string
+	ordered              bool         // consume orderly, every event of an order's life
 	consumed, duplicates atomic.Int64 // deliveries of this run's events, and those suppressed
 	rejected             atomic.Int64 // messages recorded as unprocessable
 	retries              atomic.Int64 // deliveries handed back to RocketMQ for a later retry
@@ -501,23 +732,40 @@ type pointsService struct {
 
 // startPointsService starts the points service's consumer. Its spans go to tp.
 func startPointsService(ctx context.Context, db *sql.DB, o options, instance, prefix string, tp trace.TracerProvider) (*pointsService, error) {
-	s := &pointsService{db: db, prefix: prefix, tracer: tp.Tracer("points-service"), topic: o.topic}
+	s := &pointsService{db: db, prefix: prefix, ordered: o.ordered, tracer: tp.Tracer("points-service"), topic: o.topic}
 	// A fixed group, as a real service has: it resumes where the last run stopped.
-	c, err := rocketmq.NewPushConsumer(
+	opts := []consumer.Option{
 		consumer.WithNameServer([]string{o.namesrv}),
 		consumer.WithGroupName(o.group),
 		consumer.WithInstance(instance),
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
-	)
+	}
+	tags := "ORDER_CREATED"
+	if o.ordered {
+		// One goroutine per queue, in queue order, while the broker grants this consumer the
+		// queue's lock: an order's events, all in one queue, are handled one after another.
+		opts = append(opts, consumer.WithConsumerOrder(true), consumer.WithSuspendCurrentQueueTimeMillis(orderlyRetryPause))
+		tags = "ORDER_CREATED || ORDER_PAID || ORDER_CANCELLED"
+	}
+	c, err := rocketmq.NewPushConsumer(opts...)
 	if err != nil {
 		return nil, err
 	}
-	err = c.Subscribe(o.topic, consumer.MessageSelector{Type: consumer.TAG, Expression: "ORDER_CREATED"},
+	err = c.Subscribe(o.topic, consumer.MessageSelector{Type: consumer.TAG, Expression: tags},
 		func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 			for _, m := range msgs {
 				if err := s.handleTraced(ctx, m); err != nil {
 					log.Printf("points service: %v (will be redelivered)", err)
 					s.retries.Add(1)
+					if s.ordered {
+						// The client pauses the queue for the time in the call's orderly
+						// context, which it leaves at none whatever the options say: set
+						// it, or the message comes again at once, in a busy loop.
+						if octx, ok := primitive.GetOrderlyCtx(ctx); ok {
+							octx.SuspendCurrentQueueTimeMillis = int(orderlyRetryPause / time.Millisecond)
+						}
+						return consumer.SuspendCurrentQueueAMoment, nil
+					}
 					return consumer.ConsumeRetryLater, nil
 				}
 			}
@@ -532,6 +780,10 @@ func startPointsService(ctx context.Context, db *sql.DB, o options, instance, pr
 	s.consumer, s.started = c, time.Now()
 	return s, nil
 }
+
+// orderlyRetryPause is how long an orderly queue waits before a message whose handling
+// failed is delivered again.
+const orderlyRetryPause = time.Second
 
 // shutdown stops the consumer, at the earliest a few seconds after its start: the client
 // races with itself when a consumer is shut down while the rebalance its own registration
@@ -590,9 +842,13 @@ func (s *pointsService) handle(ctx context.Context, m *primitive.MessageExt) err
 	if !isUUID(eventID) {
 		return s.reject(ctx, m, fmt.Sprintf("eventId %.64q is not a UUID: it cannot be told apart from other events' ids", eventID))
 	}
-	var ev orderCreated
+	eventType := m.GetTags()
+	if _, ok := life[eventType]; !ok {
+		return s.reject(ctx, m, fmt.Sprintf("event type %.64q is not one of an order's", eventType))
+	}
+	var ev orderCreated // every event's payload has the orderNo; ORDER_CREATED's has all this
 	if err := json.Unmarshal(m.Body, &ev); err != nil {
-		return s.reject(ctx, m, "body is not an ORDER_CREATED payload: "+err.Error())
+		return s.reject(ctx, m, "body is not an "+eventType+" payload: "+err.Error())
 	}
 	if ev.OrderNo == "" {
 		return s.reject(ctx, m, "body has no orderNo")
@@ -604,7 +860,9 @@ func (s *pointsService) handle(ctx context.Context, m *primitive.MessageExt) err
 		return nil
 	}
 
-	tx, err := s.db.BeginTx(ctx, nil)
+	// READ COMMITTED: follow's locking read of an order's status row locks that row only,
+	// never a gap where other orders' rows go.
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
@@ -624,15 +882,77 @@ func (s *pointsService) handle(ctx context.Context, m *primitive.MessageExt) err
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, "INSERT INTO example_user_points (user_id, order_no, type, points) VALUES (?, ?, 'ORDER_CREATED', ?)",
-		ev.UserID, ev.OrderNo, ev.Amount/10)
-	if errors.As(err, &me) && me.Number == errDuplicateKey {
-		return duplicate()
+	if eventType == "ORDER_CREATED" {
+		_, err = tx.ExecContext(ctx, "INSERT INTO example_user_points (user_id, order_no, type, points) VALUES (?, ?, 'ORDER_CREATED', ?)",
+			ev.UserID, ev.OrderNo, ev.Amount/10)
+		if errors.As(err, &me) && me.Number == errDuplicateKey {
+			return duplicate()
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return err
+	if s.ordered {
+		if err := follow(ctx, tx, eventID, ev.OrderNo, eventType); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
+}
+
+// follow moves an order's status on to the event's, in the transaction that records the
+// event as consumed, and records the event in example_out_of_order if it is not the next
+// one of the order's life (an earlier one has not arrived, or a later one came first). A
+// second delivery of an event never gets here: it is a duplicate, by its eventId.
+func follow(ctx context.Context, tx *sql.Tx, eventID, orderNo, eventType string) error {
+	next := life[eventType]
+	var found string
+	var step int
+	err := tx.QueryRowContext(ctx, "SELECT status, step FROM example_order_status WHERE order_no = ? FOR UPDATE", orderNo).Scan(&found, &step)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	if next.step != step+1 {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO example_out_of_order (msg_id, order_no, event_type, found, seen_at) VALUES (?, ?, ?, ?, NOW(3))",
+			eventID, orderNo, eventType, found); err != nil {
+			return err
+		}
+		log.Printf("points service: %s of order %s arrived out of order: the order was %q", eventType, orderNo, found)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO example_order_status (order_no, status, step, updated_at) VALUES (?, ?, ?, NOW(3))
+	ON DUPLICATE KEY UPDATE status = VALUES(status), step = VALUES(step), updated_at = VALUES(updated_at)`, orderNo, next.status, next.step)
+	return err
+}
+
+// checkLives reads what the points service made of an ordered run's n orders: how many of
+// their events arrived out of order, and how many orders it left in another status than the
+// order API did.
+func checkLives(ctx context.Context, db *sql.DB, prefix string, n int) (outOfOrder, wrong int, err error) {
+	if outOfOrder, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM example_out_of_order WHERE order_no LIKE ?", prefix); err != nil {
+		return 0, 0, err
+	}
+	rows, err := db.QueryContext(ctx, "SELECT order_no, status FROM example_order_status WHERE order_no LIKE ?", prefix+"%")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rows.Close()
+	got := map[string]string{}
+	for rows.Next() {
+		var orderNo, status string
+		if err := rows.Scan(&orderNo, &status); err != nil {
+			return 0, 0, err
+		}
+		got[orderNo] = status
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	for i := range n {
+		if got[fmt.Sprintf("%s%d", prefix, i)] != finalStatus(i) {
+			wrong++
+		}
+	}
+	return outOfOrder, wrong, nil
 }
 
 // reject records a message that can never be processed, with the reason, so that it is
