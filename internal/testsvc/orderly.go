@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -225,29 +226,17 @@ func (c *OrderlyConsumer) Arrivals() map[string][]Arrival {
 func (c *OrderlyConsumer) Deliveries() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.byID))
-	for k, v := range c.byID {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.byID)
 }
 
 // WaitDistinct waits until n distinct eventIds have been accepted, or fails t after timeout.
 func (c *OrderlyConsumer) WaitDistinct(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	waitDistinct(t, n, timeout, func() int {
 		c.mu.Lock()
-		got := len(c.byID)
-		c.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d distinct events arrived within %s", got, n, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer c.mu.Unlock()
+		return len(c.byID)
+	})
 }
 
 // Inversions returns every delivery that came, for the first time, after a later event of

@@ -3,6 +3,7 @@ package testsvc
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,21 +254,25 @@ func (c *Consumer) StoreHosts() map[string]int {
 func (c *Consumer) Deliveries() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.byID))
-	for k, v := range c.byID {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.byID)
 }
 
 // WaitDistinct waits until n distinct eventIds have arrived, or fails t after timeout.
 func (c *Consumer) WaitDistinct(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
+	waitDistinct(t, n, timeout, func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.byID)
+	})
+}
+
+// waitDistinct polls distinct until it reaches n, or fails t after timeout.
+func waitDistinct(t testing.TB, n int, timeout time.Duration, distinct func() int) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		c.mu.Lock()
-		got := len(c.byID)
-		c.mu.Unlock()
+		got := distinct()
 		if got >= n {
 			return
 		}
