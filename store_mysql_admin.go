@@ -118,24 +118,34 @@ func (s *MySQLStore) List(ctx context.Context, f Filter) ([]ListedEvent, error) 
 	defer rows.Close()
 	var out []ListedEvent
 	for rows.Next() {
-		var (
-			le                 ListedEvent
-			lastErr            sql.NullString
-			status             string
-			nextRetry, claimed time.Time
-		)
-		if err := rows.Scan(&le.ID, &le.EventID, &le.BizNo, &le.EventType, &le.PayloadSize, &status,
-			&le.RetryCount, &le.ReclaimCount, dbTime{&nextRetry}, &le.ClaimOwner, dbTime{&claimed}, &lastErr,
-			dbTime{&le.CreateTime}, dbTime{&le.UpdateTime}); err != nil {
+		var le ListedEvent
+		if err := scanListed(rows, &le); err != nil {
 			return nil, s.wrap("list events", err)
 		}
-		if noLease(claimed) {
-			claimed = time.Time{}
-		}
-		le.Status, le.NextRetryTime, le.ClaimedAt, le.LastError = Status(status), nextRetry, claimed, lastErr.String
 		out = append(out, le)
 	}
 	return out, s.wrap("list events", rows.Err())
+}
+
+// scanListed reads a row of adminColumns into le, then the row's further columns into
+// extra.
+func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
+	var (
+		lastErr            sql.NullString
+		status             string
+		nextRetry, claimed time.Time
+	)
+	dest := []any{&le.ID, &le.EventID, &le.BizNo, &le.EventType, &le.PayloadSize, &status,
+		&le.RetryCount, &le.ReclaimCount, dbTime{&nextRetry}, &le.ClaimOwner, dbTime{&claimed}, &lastErr,
+		dbTime{&le.CreateTime}, dbTime{&le.UpdateTime}}
+	if err := rows.Scan(append(dest, extra...)...); err != nil {
+		return err
+	}
+	if noLease(claimed) {
+		claimed = time.Time{}
+	}
+	le.Status, le.NextRetryTime, le.ClaimedAt, le.LastError = Status(status), nextRetry, claimed, lastErr.String
+	return nil
 }
 
 // CountFailed reports how many FAIL events f selects: what [MySQLStore.RequeueFailed] with

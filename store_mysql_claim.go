@@ -150,17 +150,17 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 	s.suspectsAhead.Store(suspect)
 	res.More = more
 	s.backlog.Store(res.More)
-	switch {
-	case ordered && len(evs) > 0:
-		// The successes are in already: the statement only claims.
-		claimOnly := req
-		claimOnly.Succeeded = nil
-		if _, err = s.claimAndAck(ctx, c.q, evs, sizes, claimOnly); err != nil {
+	ack := req.Succeeded
+	if ordered {
+		ack = nil // recorded before the SELECT
+	}
+	if len(evs) > 0 || len(ack) > 0 {
+		acked, err := s.claimAndAck(ctx, c.q, evs, sizes, req.Owner, ack)
+		if err != nil {
 			return ClaimResult{}, c.fail(err)
 		}
-	case !ordered && (len(evs) > 0 || len(req.Succeeded) > 0):
-		if res.Succeeded, err = s.claimAndAck(ctx, c.q, evs, sizes, req); err != nil {
-			return ClaimResult{}, c.fail(err)
+		if !ordered {
+			res.Succeeded = acked
 		}
 	}
 	if err := c.commit(); err != nil {
@@ -179,10 +179,10 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 	return res, nil
 }
 
-// claimAndAck claims the rows the claim's SELECT locked and marks SUCCESS the request's
-// successes that are still the owner's, with one statement, and reads the payloads the SELECT
-// left out. It returns how many successes it marked.
-func (s *MySQLStore) claimAndAck(ctx context.Context, q querier, evs []Event, sizes []int, req ClaimRequest) (int64, error) {
+// claimAndAck claims for owner the rows the claim's SELECT locked and marks SUCCESS the
+// events of succeeded that are still owner's, with one statement, and reads the payloads the
+// SELECT left out. It returns how many successes it marked.
+func (s *MySQLStore) claimAndAck(ctx context.Context, q querier, evs []Event, sizes []int, owner string, succeeded []int64) (int64, error) {
 	ids := make([]int64, len(evs))
 	var long []int64 // rows whose payload the SELECT left out
 	for i, ev := range evs {
@@ -191,7 +191,7 @@ func (s *MySQLStore) claimAndAck(ctx context.Context, q querier, evs []Event, si
 			long = append(long, ev.ID)
 		}
 	}
-	where, args := claimAndAckWhere(ids, req.Succeeded, req.Owner)
+	where, args := claimAndAckWhere(ids, succeeded, owner)
 	res, err := q.ExecContext(ctx, fmt.Sprintf(s.q.claimAndAck, where), args...)
 	if err != nil {
 		return 0, s.wrap("claim due events", err)
@@ -202,8 +202,8 @@ func (s *MySQLStore) claimAndAck(ctx context.Context, q querier, evs []Event, si
 	}
 	// The claimed rows were locked by this transaction, WAIT: each one changed.
 	acked := n - int64(len(evs))
-	if acked < 0 || acked > int64(len(req.Succeeded)) {
-		return 0, fmt.Errorf("outbox: claim due events: %d rows changed for %d locked rows and %d successes", n, len(evs), len(req.Succeeded))
+	if acked < 0 || acked > int64(len(succeeded)) {
+		return 0, fmt.Errorf("outbox: claim due events: %d rows changed for %d locked rows and %d successes", n, len(evs), len(succeeded))
 	}
 	if len(long) > 0 {
 		if err := s.readPayloads(ctx, q, evs, long); err != nil {

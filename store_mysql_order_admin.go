@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 )
 
 // ErrNotDeadLetter is wrapped by [MySQLStore.Skip]'s error for an event that is not a dead
@@ -181,22 +180,10 @@ func (s *MySQLStore) Blocked(ctx context.Context, limit int) ([]BlockedKey, erro
 	defer rows.Close()
 	var out []BlockedKey
 	for rows.Next() {
-		var (
-			b                  BlockedKey
-			lastErr            sql.NullString
-			status             string
-			nextRetry, claimed time.Time
-		)
-		le := &b.ListedEvent
-		if err := rows.Scan(&le.ID, &le.EventID, &le.BizNo, &le.EventType, &le.PayloadSize, &status,
-			&le.RetryCount, &le.ReclaimCount, dbTime{&nextRetry}, &le.ClaimOwner, dbTime{&claimed}, &lastErr,
-			dbTime{&le.CreateTime}, dbTime{&le.UpdateTime}, &b.Waiting); err != nil {
+		var b BlockedKey
+		if err := scanListed(rows, &b.ListedEvent, &b.Waiting); err != nil {
 			return nil, s.wrap("list blocked keys", err)
 		}
-		if noLease(claimed) {
-			claimed = time.Time{}
-		}
-		le.Status, le.NextRetryTime, le.ClaimedAt, le.LastError = Status(status), nextRetry, claimed, lastErr.String
 		out = append(out, b)
 	}
 	return out, s.wrap("list blocked keys", rows.Err())
