@@ -21,6 +21,10 @@ func ClaimLockNameForTest(s *MySQLStore) string { return claimLockName(s.table) 
 // s is used.
 func SetClaimTurnWaitForTest(s *MySQLStore, d time.Duration) { s.claimTurnWait = d }
 
+// SetFullScanEveryForTest sets how often s's steady claims read from the start of the due
+// rows at least (fullScanEvery). Call it before s is used.
+func SetFullScanEveryForTest(s *MySQLStore, d time.Duration) { s.floor.every = d }
+
 // ConfigForTest returns p's configuration with its defaults filled in, as p runs with it.
 func ConfigForTest(p *Publisher) Config { return p.cfg }
 

@@ -144,9 +144,11 @@ func (b *bundle) exec(t testing.TB, query string, args ...any) {
 	require.NoError(t, err)
 }
 
-// makeDue moves an event's next_retry_time into the past, so a test need not wait out a backoff.
+// makeDue makes an event due now, so that a test need not wait out a backoff.
 func (b *bundle) makeDue(t testing.TB, id int64) {
-	b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 SECOND) WHERE id = ?", id)
+	// Due now, as when its time has just come: a time further back would be behind the
+	// steady claims' scan floor, as no real retry time is (see store_mysql_floor.go).
+	b.exec(t, "UPDATE {t} SET next_retry_time = UTC_TIMESTAMP(3) WHERE id = ?", id)
 }
 
 // ageClaim moves an event's claimed_at d into the past.

@@ -1,10 +1,11 @@
 -- The outbox table. The publisher replaces the name t_event_record with the configured one.
 --
--- Requires MySQL 8.0.1+ or MariaDB 10.6+: the batch claim (the default) locks due rows with
--- SELECT ... FOR UPDATE SKIP LOCKED, which older servers do not have. The batch claim runs in
--- READ COMMITTED, which InnoDB writes to the binary log only as rows: with binary logging on,
--- binlog_format must be ROW (MySQL's default) or MIXED (MariaDB's). With STATEMENT the server
--- refuses the claim (error 1665, reported with this fix); ClaimPerRow works with any format.
+-- Requires MySQL 8.0+ or MariaDB 10.6+: the batch claim (the default) locks due rows with
+-- SELECT ... FOR UPDATE SKIP LOCKED and counts them with COUNT(*) OVER (), which older
+-- servers do not have. The batch claim runs in READ COMMITTED, which InnoDB writes to the
+-- binary log only as rows: with binary logging on, binlog_format must be ROW (MySQL's
+-- default) or MIXED (MariaDB's). With STATEMENT the server refuses the claim (error 1665,
+-- reported with this fix); ClaimPerRow works with any format.
 --
 -- Times are DATETIME(3) written by the database as UTC_TIMESTAMP(3): the database's clock,
 -- read in UTC so that sessions with different time_zone settings agree on every lease.

@@ -79,6 +79,18 @@ type MySQLConfig struct {
 	// unordered tables keep idx_biz_no. For a table that exists, CreateSchema reports what
 	// it lacks, with the ALTER TABLE to run (the README's "Per-key ordering").
 	KeyOrderIndex bool
+
+	// NoSteadyScan makes every batch claim lock the due rows as it reads them from the
+	// start of the WAIT range, as a claim in a backlog does. By default, while the claims
+	// keep up, a claim reads the due rows' ids first with a plain read, then locks those
+	// rows, and starts its read where the last claim's read left nothing due behind it; so
+	// that it does not read through (and check for locks) the index entries of the rows
+	// earlier claims took, which InnoDB keeps until its purge removes them (see
+	// store_mysql_floor.go). A row that becomes due behind that point without this store
+	// hearing of it (inserted by another program in a transaction longer than 10 ms, say)
+	// is found by a claim that reads from the start, which comes at least every 250 ms
+	// while claims run.
+	NoSteadyScan bool
 }
 
 // MySQLStore is the [Store] for MySQL 8 and MariaDB. It also writes events inside the
@@ -109,6 +121,9 @@ type MySQLStore struct {
 	noClaimSession bool
 	session        claimSession
 
+	noSteadyScan bool
+	floor        scanFloor
+
 	lockRetries atomic.Int64
 
 	// purgeHook, if set (by tests), is called with true once an exclusive purge holds its
@@ -121,10 +136,10 @@ type MySQLStore struct {
 
 // mysqlQueries holds every statement with the configured table name in place.
 type mysqlQueries struct {
-	schema, insert, candidates, claim, markSuccess, release, markFail, get, requeue string
-	lockDue, claimAndAck, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn   string
-	expired, reclaim, reclaimFail, owned, releaseOwned                              string
-	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock string
+	schema, insert, candidates, claim, markSuccess, release, markFail, get, requeue              string
+	lockDue, lockDueSteady, claimAndAck, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn string
+	expired, reclaim, reclaimFail, owned, releaseOwned                                           string
+	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock              string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;
@@ -145,7 +160,7 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 	}
 	s := &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
 		noClaimSession: cfg.NoClaimSession, claimTurnWait: claimTurnWait, q: newMySQLQueries(table), oq: newOrderQueries(table), born: time.Now(),
-		keyOrderIndex: cfg.KeyOrderIndex}
+		keyOrderIndex: cfg.KeyOrderIndex, noSteadyScan: cfg.NoSteadyScan}
 	if cfg.KeyOrderIndex {
 		s.q.schema = orderedSchema(s.q.schema)
 	}

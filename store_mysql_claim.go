@@ -21,6 +21,12 @@ func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error)
 // length of each one's payload (lockDue may leave a long payload out). Each event is dated
 // for the commit-to-send latency: its age by the database clock, and the time of the read.
 func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
+	return scanEventsCounted(rows, err, nil)
+}
+
+// scanEventsCounted is scanEvents for a query with one more column, a count each row
+// carries (the same in every row), stored in *count.
+func scanEventsCounted(rows *sql.Rows, err error, count *int) ([]Event, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
@@ -33,8 +39,12 @@ func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
 		ev := Event{Status: StatusWait}
 		var size int
 		var ageUS int64
-		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
-			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState, &ageUS); err != nil {
+		dest := []any{&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
+			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState, &ageUS}
+		if count != nil {
+			dest = append(dest, count)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err
 		}
 		ev.storeAge, ev.readAt = time.Duration(ageUS)*time.Microsecond, time.Now()
@@ -56,7 +66,9 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 // [MySQLConfig.NoClaimSession]), so that it costs its statements and a COMMIT. After a claim
 // that took all it was allowed (a backlog), and unless [MySQLConfig.ConcurrentClaims] is set,
 // the SELECT runs in this table's claim turn, which may mean waiting up to a second for
-// other instances' SELECTs. A deadlock or lock wait timeout runs it again.
+// other instances' SELECTs. While the claims keep up, the SELECT reads the due rows' ids
+// first and from a floor, and locks the rows afterwards (see store_mysql_floor.go and
+// [MySQLConfig.NoSteadyScan]). A deadlock or lock wait timeout runs it again.
 //
 // Reclaimed rows keep their old next_retry_time, so after an instance died they come first:
 // each is claimed alone, and while they come the claim locks only a few rows at a time
@@ -91,6 +103,8 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 	defer func() {
 		if !committed {
 			_ = c.fail(nil)
+			// Its rows stay WAIT, wherever they are in the range.
+			s.floor.reset()
 		}
 	}()
 	// In key order the successes are recorded first, so that the SELECT sees them done and
@@ -118,11 +132,25 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		evs           []Event
 		sizes         []int
 		more, suspect bool
+		steadyFull    bool
 	)
 	if ordered {
 		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, req.Ordering, inline, scan, req.MaxBytes)
 	} else {
-		evs, sizes, err = scanEvents(c.q.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
+		if !s.noSteadyScan && !s.backlog.Load() {
+			// At a steady rate: from the floor, reading the ids first (see
+			// store_mysql_floor.go). cands is how many due rows the read found, locked by
+			// another claim or not: as many as the limit means more may be due.
+			var cands int
+			rows, qerr := c.q.QueryContext(ctx, fmt.Sprintf(s.q.lockDueSteady, inline, s.floor.begin(time.Now()).cond(), scan))
+			evs, sizes, err = scanEventsCounted(rows, qerr, &cands)
+			steadyFull = cands == scan
+		} else {
+			if !s.noSteadyScan {
+				s.floor.fromStart(time.Now())
+			}
+			evs, sizes, err = scanEvents(c.q.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
+		}
 		if err != nil {
 			err = s.wrap("lock due events", err)
 		}
@@ -141,10 +169,14 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		// claim is done.
 		defer func() { _ = c.fail(nil) }()
 	}
+	var readAt time.Time
 	if !ordered {
+		if len(evs) > 0 {
+			readAt = evs[0].CreateTime.Add(evs[0].storeAge)
+		}
 		var n int
 		n, suspect = claimable(evs, sizes, req.MaxBytes)
-		more = len(evs) == scan || n < len(evs)
+		more = len(evs) == scan || n < len(evs) || steadyFull
 		evs = evs[:n] // the other rows stay WAIT; their locks end with the transaction
 	}
 	s.suspectsAhead.Store(suspect)
@@ -169,6 +201,9 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		return ClaimResult{}, c.fail(s.wrap("claim due events: commit", err))
 	}
 	committed = true
+	if !ordered && !s.noSteadyScan {
+		s.floor.done(readAt, !more && !suspect)
+	}
 	for i := range evs {
 		evs[i].Status, evs[i].ClaimOwner = StatusSending, req.Owner
 		if evs[i].Payload == nil {

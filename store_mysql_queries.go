@@ -47,7 +47,8 @@ func newMySQLQueries(table string) mysqlQueries {
 
 		// The batch claim, in one short transaction: lock up to n due WAIT rows, skipping rows
 		// another instance has locked (so instances never wait on each other), then claim
-		// exactly those rows. Served by idx_status_next_retry.
+		// exactly those rows. Served by idx_status_next_retry. This is the claim of a backlog;
+		// lockDueSteady below is the claim at a steady rate.
 		//
 		// A payload longer than the first %d bytes is left out (NULL) and read by the payloads
 		// query once the claim has chosen its rows, so that a claim never holds more than about
@@ -58,6 +59,23 @@ func newMySQLQueries(table string) mysqlQueries {
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT %d
+	FOR UPDATE SKIP LOCKED`),
+		// The claim at a steady rate (store_mysql_floor.go): the ids of up to n due rows by a
+		// plain read of idx_status_next_retry from the scan floor (the %s: its condition, or
+		// nothing), and then the rows themselves by primary key, locked, skipping those another
+		// claim holds (they were counted, in n, all the same). STRAIGHT_JOIN: the ids first.
+		// A locking read of the index itself would look up the clustered row of every entry
+		// it passes to check for an implicit lock; the plain read mostly does not need to.
+		lockDueSteady: r.Replace(`SELECT e.id, e.event_id, e.biz_no, e.event_type, IF(OCTET_LENGTH(e.payload) <= %d, e.payload, NULL),
+	       e.retry_count, e.next_retry_time, e.create_time, e.reclaim_count, OCTET_LENGTH(e.payload), e.trace_parent, e.trace_state,
+	       TIMESTAMPDIFF(MICROSECOND, e.create_time, UTC_TIMESTAMP(3)), c.n
+	FROM (SELECT id, next_retry_time, COUNT(*) OVER () AS n FROM
+	        (SELECT id, next_retry_time FROM t_event_record
+	         WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)%s
+	         ORDER BY next_retry_time ASC LIMIT %d) due) c
+	STRAIGHT_JOIN t_event_record e ON e.id = c.id
+	WHERE e.status = 'WAIT' AND e.next_retry_time <= UTC_TIMESTAMP(3)
+	ORDER BY c.next_retry_time ASC
 	FOR UPDATE SKIP LOCKED`),
 		payloads: r.Replace(`SELECT id, payload FROM t_event_record WHERE id IN (%s)`),
 		// The claim turn (see MySQLConfig.ConcurrentClaims): a named lock per database and

@@ -29,6 +29,8 @@ func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration, ma
 		if len(again) > 0 {
 			n, err := s.exec(ctx, "reclaim expired leases", fmt.Sprintf(s.q.reclaim, idList(again)), lease.Microseconds())
 			requeued += n
+			// A reclaimed row keeps its next_retry_time, behind the claims' scan floor.
+			s.floor.reset()
 			if err != nil {
 				return requeued, dead, err
 			}

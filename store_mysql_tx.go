@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -17,6 +18,8 @@ type Tx struct {
 	*sql.Tx
 	store *MySQLStore
 	wrote bool
+	// firstInsert is when the first InsertEvent began (process clock).
+	firstInsert time.Time
 }
 
 // Commit commits the transaction and, if it wrote events, wakes the publishers of this
@@ -27,7 +30,12 @@ func (t *Tx) Commit() error {
 		return err
 	}
 	if t.wrote {
-		t.store.Notify()
+		// A transaction that ran long after its first insert may have committed behind the
+		// claims' scan floor: the next claim reaches back to it.
+		if time.Since(t.firstInsert) > floorSlack {
+			t.store.floor.late(t.firstInsert)
+		}
+		t.store.notify()
 	}
 	return nil
 }
@@ -70,6 +78,9 @@ func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
 		return 0, fmt.Errorf("outbox: insert event: generate the event id: %w", err)
 	}
 	traceParent, traceState := traceOf(ctx)
+	if t.firstInsert.IsZero() {
+		t.firstInsert = time.Now()
+	}
 	res, err := t.ExecContext(ctx, t.store.q.insert, eventID.String(), ev.BizNo, ev.EventType, payload,
 		traceParent, traceState)
 	if err != nil {

@@ -53,7 +53,7 @@ func main() {
 	events := flag.Int("events", 200_000, "events per drain in batch mode (a sustained backlog: short drains are dominated by ramp-up)")
 	perRowEvents := flag.Int("per-row-events", 10_000, "events per drain in per-row mode (it is slower)")
 	instanceList := flag.String("instances", "1,3,8", "numbers of publisher instances")
-	modeList := flag.String("modes", "per-row,batch", "claim modes to drain with")
+	modeList := flag.String("modes", "per-row,batch", "claim modes to drain with; empty skips the drain rows")
 	baselines := flag.Bool("baselines", true, "also drain batch mode with concurrent claims and with growing rows, to compare")
 	e2eEvents := flag.Int("e2e-events", 100_000, "events per end-to-end drain into RocketMQ")
 	slowEvents := flag.Int("slow-events", 20_000, "events per batch-mode drain with a sender that takes 1 ms per event (0 skips them)")
@@ -79,6 +79,7 @@ func main() {
 	writePathPrefill := flag.Int("writepath-prefill", 0, "write path: SUCCESS rows each outbox table holds before the writers start (the history kept until a purge; e.g. 500000)")
 	serviceWriters := flag.Int("service-writers", 8, "service view: writers committing an order and its event per transaction (0 skips it)")
 	serviceInstances := flag.Int("service-instances", 3, "service view: publisher instances (the writers are spread over them)")
+	serviceRuns := flag.Int("service-runs", 3, "service view: rounds (alone, eager, coalescing in each); the table shows each and the medians")
 	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
 	flag.Parse()
 	if *runs < 1 {
@@ -96,14 +97,16 @@ func main() {
 		steadyKs = positives("-steady-instances", *steadyInstances)
 	}
 	var modes []outbox.ClaimMode
-	for _, f := range strings.Split(*modeList, ",") {
-		switch strings.TrimSpace(f) {
-		case outbox.ClaimPerRow.String():
-			modes = append(modes, outbox.ClaimPerRow)
-		case outbox.ClaimBatch.String():
-			modes = append(modes, outbox.ClaimBatch)
-		default:
-			log.Fatalf("-modes: %q is neither %s nor %s", f, outbox.ClaimPerRow, outbox.ClaimBatch)
+	if strings.TrimSpace(*modeList) != "" {
+		for _, f := range strings.Split(*modeList, ",") {
+			switch strings.TrimSpace(f) {
+			case outbox.ClaimPerRow.String():
+				modes = append(modes, outbox.ClaimPerRow)
+			case outbox.ClaimBatch.String():
+				modes = append(modes, outbox.ClaimBatch)
+			default:
+				log.Fatalf("-modes: %q is neither %s nor %s", f, outbox.ClaimPerRow, outbox.ClaimBatch)
+			}
 		}
 	}
 	ctx := context.Background()
@@ -166,12 +169,14 @@ func main() {
 			rows[i].results = append(rows[i].results, res)
 		}
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "drain\tmode\tinstances\tevents\tevents/s (median of %d)\tlowest\thighest\tstatements/event\tredo KB/event\tlock retries\terrors\t\n", *runs)
-	for _, r := range rows {
-		r.print(w)
+	if len(rows) > 0 {
+		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(w, "drain\tmode\tinstances\tevents\tevents/s (median of %d)\tlowest\thighest\tstatements/event\tredo KB/event\tlock retries\terrors\t\n", *runs)
+		for _, r := range rows {
+			r.print(w)
+		}
+		_ = w.Flush()
 	}
-	_ = w.Flush()
 
 	if len(rates) > 0 {
 		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters, *coalesce)
@@ -180,7 +185,7 @@ func main() {
 		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1), *writePathPrefill)
 	}
 	if *serviceWriters > 0 {
-		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce)
+		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce, max(*serviceRuns, 1))
 	}
 
 	if *purgeRows > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -32,7 +33,7 @@ func flushNote(ctx context.Context, env bench.Env) string {
 func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.Duration, writers int, coalesce time.Duration) {
 	fmt.Printf("\nsteady state, %s each, batch mode, wake on commit; %s; statements and redo from the server-wide counters (valid on a server nothing else uses)\n",
 		dur, flushNote(ctx, env))
-	fmt.Printf("eager: every wake-up claims at once, each claim a transaction of its own (CoalesceDelay NoCoalescing, NoClaimSession); coalescing: the defaults, CoalesceDelay %s\n",
+	fmt.Printf("eager: every wake-up claims at once, each claim a transaction of its own that locks as it scans (CoalesceDelay NoCoalescing, NoClaimSession, NoSteadyScan); coalescing: the defaults, CoalesceDelay %s\n",
 		cmp.Or(coalesce, outbox.CoalesceDelayDefault))
 	type row struct {
 		s   bench.Steady
@@ -126,27 +127,68 @@ func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Du
 
 // serviceTable prints the service's view: orders/s alone and with the publishers keeping up,
 // eager and coalescing.
-func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration) {
+func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration, runs int) {
 	fmt.Printf("\nservice view: %d writers committing an order and its event per transaction, %s each way, spread over %d instances; %s\n",
 		writers, dur, instances, flushNote(ctx, env))
-	res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce}.Run(ctx, env)
-	if err != nil {
-		log.Fatalf("service view: %v", err)
+	// Round after round (alone, eager, coalescing in each), so that the machine's noise
+	// spreads over the three alike; each publishing cost is against the same round's alone.
+	results := make([]bench.ServiceResult, runs)
+	for i := range results {
+		res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce}.Run(ctx, env)
+		if err != nil {
+			log.Fatalf("service view (run %d): %v", i+1, err)
+		}
+		results[i] = res
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "service\torders\torders/s\tpublishing cost\tstatements/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
-	fmt.Fprintf(w, "alone\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", res.AloneOrders(), res.AloneRate())
-	for _, eager := range []bool{true, false} {
-		s := res.Coalescing
-		if eager {
-			s = res.Eager
+	fmt.Fprintln(w, "service\trun\torders\torders/s\tpublishing cost\tstatements/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
+	for i, res := range results {
+		fmt.Fprintf(w, "alone\t%d\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", i+1, res.AloneOrders(), res.AloneRate())
+		for _, eager := range []bool{true, false} {
+			s := res.Coalescing
+			if eager {
+				s = res.Eager
+			}
+			fmt.Fprintf(w, "%d publishers, %s\t%d\t%d\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", instances, publishing(eager), i+1,
+				s.Committed, s.Rate(), res.CostPercent(s), s.StatementsPerEvent(), s.RoundsPerSecond(), s.EventsPerRound(),
+				ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
 		}
-		fmt.Fprintf(w, "%d publishers, %s\t%d\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", instances, publishing(eager),
-			s.Committed, s.Rate(), res.CostPercent(s), s.StatementsPerEvent(), s.RoundsPerSecond(), s.EventsPerRound(),
-			ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
+	}
+	if runs > 1 {
+		median := func(f func(bench.ServiceResult) float64) float64 {
+			xs := make([]float64, len(results))
+			for i, r := range results {
+				xs[i] = f(r)
+			}
+			slices.Sort(xs)
+			if n := len(xs); n%2 == 0 {
+				return (xs[n/2-1] + xs[n/2]) / 2
+			}
+			return xs[len(xs)/2]
+		}
+		fmt.Fprintf(w, "alone\tmedian\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", median(bench.ServiceResult.AloneRate))
+		for _, eager := range []bool{true, false} {
+			pick := func(r bench.ServiceResult) bench.SteadyResult {
+				if eager {
+					return r.Eager
+				}
+				return r.Coalescing
+			}
+			msOf := func(q float64) string {
+				return ms(time.Duration(median(func(r bench.ServiceResult) float64 { return float64(pick(r).Quantile(q)) })))
+			}
+			fmt.Fprintf(w, "%d publishers, %s\tmedian\t-\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", instances, publishing(eager),
+				median(func(r bench.ServiceResult) float64 { return pick(r).Rate() }),
+				median(func(r bench.ServiceResult) float64 { return r.CostPercent(pick(r)) }),
+				median(func(r bench.ServiceResult) float64 { return pick(r).StatementsPerEvent() }),
+				median(func(r bench.ServiceResult) float64 { return pick(r).RoundsPerSecond() }),
+				median(func(r bench.ServiceResult) float64 { return pick(r).EventsPerRound() }),
+				msOf(0.5), msOf(0.99), msOf(1))
+		}
 	}
 	_ = w.Flush()
-	for _, s := range []bench.SteadyResult{res.Eager, res.Coalescing} {
-		fmt.Printf("publishing statements per event by kind: %s\n", bench.Breakdown(perEvent(s.Com, s.Committed)))
+	last := results[len(results)-1]
+	for _, s := range []bench.SteadyResult{last.Eager, last.Coalescing} {
+		fmt.Printf("publishing statements per event by kind (last run): %s\n", bench.Breakdown(perEvent(s.Com, s.Committed)))
 	}
 }

@@ -80,8 +80,9 @@ type Drain struct {
 	// schema.sql made them fixed-width. A baseline for the in-place claim.
 	GrowingRows bool
 	// Eager publishes as before coalescing: every wake-up claims at once
-	// (Config.CoalesceDelay NoCoalescing) and every claim is a transaction of its own
-	// (MySQLConfig.NoClaimSession). The baseline of the steady-state rows.
+	// (Config.CoalesceDelay NoCoalescing), every claim is a transaction of its own
+	// (MySQLConfig.NoClaimSession) and locks the due rows as it scans them from the start
+	// (MySQLConfig.NoSteadyScan). The baseline of the steady-state rows.
 	Eager bool
 	// CoalesceDelay is Config.CoalesceDelay when not Eager; 0 is the default.
 	CoalesceDelay time.Duration
@@ -259,7 +260,7 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 		if err != nil {
 			return out, err
 		}
-		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, ConcurrentClaims: d.ConcurrentClaims, NoClaimSession: d.Eager})
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, ConcurrentClaims: d.ConcurrentClaims, NoClaimSession: d.Eager, NoSteadyScan: d.Eager})
 		if err != nil {
 			_ = db.Close()
 			return out, err
