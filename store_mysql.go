@@ -136,10 +136,10 @@ type MySQLStore struct {
 
 // mysqlQueries holds every statement with the configured table name in place.
 type mysqlQueries struct {
-	schema, insert, candidates, claim, markSuccess, release, markFail, get, requeue              string
-	lockDue, lockDueSteady, claimAndAck, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn string
-	expired, reclaim, reclaimFail, owned, releaseOwned                                           string
-	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock              string
+	schema, insert, insertInline, candidates, claim, markSuccess, release, markFail, get, requeue string
+	lockDue, lockDueSteady, claimAndAck, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn  string
+	expired, reclaim, reclaimFail, owned, releaseOwned                                            string
+	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock               string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;

@@ -23,6 +23,13 @@ func newMySQLQueries(table string) mysqlQueries {
 	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time,
 	 trace_parent, trace_state)
 	VALUES (?, ?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), ?, ?)`),
+		// The same with the values in its text (hex literals, see sqlText), which the driver
+		// sends as one query: with placeholders it sends a PREPARE, an EXECUTE and a CLOSE
+		// (unless the DSN sets interpolateParams), in the business transaction.
+		insertInline: r.Replace(`INSERT INTO t_event_record
+	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time,
+	 trace_parent, trace_state)
+	VALUES (%s, %s, %s, %s, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), %s, %s)`),
 
 		// Candidates only: no lock, no ownership. Several instances seeing the same row is
 		// expected. Served by idx_status_next_retry.

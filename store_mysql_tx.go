@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -81,8 +82,14 @@ func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
 	if t.firstInsert.IsZero() {
 		t.firstInsert = time.Now()
 	}
-	res, err := t.ExecContext(ctx, t.store.q.insert, eventID.String(), ev.BizNo, ev.EventType, payload,
-		traceParent, traceState)
+	var res sql.Result
+	if len(payload) <= maxInlinePayload {
+		res, err = t.ExecContext(ctx, fmt.Sprintf(t.store.q.insertInline, sqlText(eventID.String()), sqlText(ev.BizNo),
+			sqlText(ev.EventType), sqlBytes(payload), sqlText(traceParent), sqlText(traceState)))
+	} else {
+		res, err = t.ExecContext(ctx, t.store.q.insert, eventID.String(), ev.BizNo, ev.EventType, payload,
+			traceParent, traceState)
+	}
 	if err != nil {
 		return 0, t.store.wrap("insert event", err)
 	}
@@ -93,6 +100,20 @@ func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
 	}
 	return id, nil
 }
+
+// maxInlinePayload is the largest payload InsertEvent writes in the statement's text, as
+// hex: one round trip instead of two, and no statement for the server to prepare and close.
+// A longer payload goes as a parameter of a prepared statement, which the driver sends in
+// pieces when it is long, whatever the server's max_allowed_packet.
+const maxInlinePayload = 64 << 10
+
+// sqlText is v as a SQL string literal: hex digits with a utf8mb4 introducer, the same
+// string on every server and under every sql_mode and connection character set, whatever v
+// holds.
+func sqlText(v string) string { return "_utf8mb4 X'" + hex.EncodeToString([]byte(v)) + "'" }
+
+// sqlBytes is b as a SQL binary string literal.
+func sqlBytes(b []byte) string { return "X'" + hex.EncodeToString(b) + "'" }
 
 func (s *MySQLStore) validateEvent(ev EventInput) error {
 	if err := validateKey("BizNo", ev.BizNo); err != nil {
