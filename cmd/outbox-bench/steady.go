@@ -66,6 +66,11 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), r.res.Errors)
 	}
 	_ = w.Flush()
+	for _, r := range rows {
+		if r.res.FirstError != "" {
+			fmt.Printf("errors, %d/s x%d %s: %d, the first: %s\n", r.s.Rate, r.s.Instances, publishing(r.s.Eager), r.res.Errors, r.res.FirstError)
+		}
+	}
 	fmt.Println("publishing statements per event by kind (server Com_* counters):")
 	for _, r := range rows {
 		fmt.Printf("  %5d/s x%d %-10s %s\n", r.s.Rate, r.s.Instances, publishing(r.s.Eager)+":", bench.Breakdown(perEvent(r.res.Com, r.res.Committed)))

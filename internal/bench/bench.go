@@ -235,12 +235,38 @@ func questions(ctx context.Context, db *sql.DB) (int64, error) {
 }
 
 // errorCounter is a slog handler that counts error records and drops the rest.
-type errorCounter struct{ n atomic.Int64 }
+// errorCounter counts the publishers' error-level log records and keeps the first one.
+type errorCounter struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	first string
+}
 
 func (c *errorCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
-func (c *errorCounter) Handle(context.Context, slog.Record) error    { c.n.Add(1); return nil }
 func (c *errorCounter) WithAttrs([]slog.Attr) slog.Handler           { return c }
 func (c *errorCounter) WithGroup(string) slog.Handler                { return c }
+
+func (c *errorCounter) Handle(_ context.Context, r slog.Record) error {
+	if c.n.Add(1) == 1 {
+		var b strings.Builder
+		b.WriteString(r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		c.mu.Lock()
+		c.first = b.String()
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// First is the first error-level record, "" if none.
+func (c *errorCounter) First() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
+}
 
 // instance is one running publisher with its own pool and sender.
 type instance struct {

@@ -350,7 +350,8 @@ type SteadyResult struct {
 	RedoBytes  float64            // publishing redo over the run; -1 if unknown
 	Rounds     float64            // claim transactions: the publishing COMMITs (empty ones too)
 	Latency    []time.Duration    // commit to send, sorted
-	Errors     int64
+	Errors     int64              // the publishers' error-level log records
+	FirstError string             // the first of them, "" if none
 }
 
 // Rate is the achieved commit rate.
@@ -461,7 +462,7 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	if res.Latency, err = latencies(times, rec); err != nil {
 		return res, err
 	}
-	res.Errors = errs.n.Load()
+	res.Errors, res.FirstError = errs.n.Load(), errs.First()
 	return res, nil
 }
 
