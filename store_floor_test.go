@@ -3,7 +3,10 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,4 +237,38 @@ func TestSteadyClaimPassesTheEntriesOfTakenRows(t *testing.T) {
 	t.Logf("page reads of a claim of 5 rows behind 3,000 taken rows: steady from its floor %d, steady from the start %d, locking as it reads %d",
 		fromFloor, fromStart, locking)
 	assert.Less(t, fromFloor*10, locking, "the claim from its floor passes the taken rows' entries")
+}
+
+// A claim that fails leaves the rows it had locked WAIT, wherever they are in the range: the
+// next claim reads from the start. Here the claim's UPDATE never reaches the server (its
+// connection is lost), and a row moved behind the floor beforehand is claimed next.
+func TestFailedClaimResetsTheFloor(t *testing.T) {
+	t.Parallel()
+	c := &faultyConnector{}
+	db := openFaulty(t, c)
+	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{})}
+	outbox.SetFullScanEveryForTest(b.store, time.Hour)
+	first := b.insert(t, 1)
+	ids, _ := claimIDs(t, b.store, 10)
+	require.Equal(t, first, ids)
+	behind := b.insert(t, 1)[0]
+	b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 MINUTE) WHERE id = ?", behind)
+	ids, _ = claimIDs(t, b.store, 10)
+	require.Empty(t, ids, "behind the floor")
+
+	var armed atomic.Bool
+	armed.Store(true)
+	c.beforeExec = func(q string) error {
+		if strings.Contains(q, "SET claimed_at") && armed.CompareAndSwap(true, false) {
+			return errors.New("connection lost")
+		}
+		return nil
+	}
+	locked := b.insert(t, 1)[0]
+	_, err := b.store.ClaimDue(context.Background(), outbox.ClaimRequest{Owner: "floor", Limit: 10, MaxBytes: 1 << 20})
+	require.Error(t, err)
+	require.False(t, armed.Load(), "the claim's UPDATE failed")
+
+	ids, _ = claimIDs(t, b.store, 10)
+	assert.ElementsMatch(t, []int64{behind, locked}, ids)
 }
