@@ -132,27 +132,14 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		evs           []Event
 		sizes         []int
 		more, suspect bool
-		steadyFull    bool
+		readAt        time.Time // the unordered SELECT's, by the database clock; zero if it read no row
 	)
 	if ordered {
 		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, req.Ordering, inline, scan, req.MaxBytes)
 	} else {
-		if !s.noSteadyScan && !s.backlog.Load() {
-			// At a steady rate: from the floor, reading the ids first (see
-			// store_mysql_floor.go). cands is how many due rows the read found, locked by
-			// another claim or not: as many as the limit means more may be due.
-			var cands int
-			rows, qerr := c.q.QueryContext(ctx, fmt.Sprintf(s.q.lockDueSteady, inline, s.floor.begin(time.Now()).cond(), scan))
-			evs, sizes, err = scanEventsCounted(rows, qerr, &cands)
-			steadyFull = cands == scan
-		} else {
-			if !s.noSteadyScan {
-				s.floor.fromStart(time.Now())
-			}
-			evs, sizes, err = scanEvents(c.q.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
-		}
-		if err != nil {
-			err = s.wrap("lock due events", err)
+		evs, sizes, more, err = s.lockUnordered(ctx, c.q, inline, scan)
+		if len(evs) > 0 {
+			readAt = evs[0].CreateTime.Add(evs[0].storeAge)
 		}
 	}
 	if turn == turnTaken {
@@ -169,14 +156,10 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		// claim is done.
 		defer func() { _ = c.fail(nil) }()
 	}
-	var readAt time.Time
 	if !ordered {
-		if len(evs) > 0 {
-			readAt = evs[0].CreateTime.Add(evs[0].storeAge)
-		}
 		var n int
 		n, suspect = claimable(evs, sizes, req.MaxBytes)
-		more = len(evs) == scan || n < len(evs) || steadyFull
+		more = more || n < len(evs)
 		evs = evs[:n] // the other rows stay WAIT; their locks end with the transaction
 	}
 	s.suspectsAhead.Store(suspect)
@@ -201,7 +184,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		return ClaimResult{}, c.fail(s.wrap("claim due events: commit", err))
 	}
 	committed = true
-	if !ordered && !s.noSteadyScan {
+	if !ordered {
 		s.floor.done(readAt, !more && !suspect)
 	}
 	for i := range evs {
@@ -212,6 +195,27 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 	}
 	res.Events = evs
 	return res, nil
+}
+
+// lockUnordered locks up to scan due rows in the claim's transaction, and says whether more
+// may be due (it found as many as it was allowed). While the claims keep up it reads the ids
+// first, from the floor (see store_mysql_floor.go); in a backlog it locks as it scans.
+func (s *MySQLStore) lockUnordered(ctx context.Context, q querier, inline, scan int) (evs []Event, sizes []int, more bool, err error) {
+	if s.noSteadyScan || s.backlog.Load() {
+		s.floor.fromStart(time.Now())
+		evs, sizes, err = scanEvents(q.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
+		more = len(evs) == scan
+	} else {
+		// found is how many due rows the read found, locked by another claim or not.
+		var found int
+		rows, qerr := q.QueryContext(ctx, fmt.Sprintf(s.q.lockDueSteady, inline, s.floor.begin(time.Now()).cond(), scan))
+		evs, sizes, err = scanEventsCounted(rows, qerr, &found)
+		more = found == scan
+	}
+	if err != nil {
+		return nil, nil, false, s.wrap("lock due events", err)
+	}
+	return evs, sizes, more, nil
 }
 
 // claimAndAck claims for owner the rows the claim's SELECT locked and marks SUCCESS the

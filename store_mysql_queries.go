@@ -16,20 +16,13 @@ var schemaSQL string
 // different time zones would disagree about every lease by hours.)
 func newMySQLQueries(table string) mysqlQueries {
 	r := strings.NewReplacer("t_event_record", "`"+table+"`")
-	return mysqlQueries{
+	q := mysqlQueries{
 		schema: r.Replace(schemaSQL),
 
 		insert: r.Replace(`INSERT INTO t_event_record
 	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time,
 	 trace_parent, trace_state)
 	VALUES (?, ?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), ?, ?)`),
-		// The same with the values in its text (hex literals, see sqlText), which the driver
-		// sends as one query: with placeholders it sends a PREPARE, an EXECUTE and a CLOSE
-		// (unless the DSN sets interpolateParams), in the business transaction.
-		insertInline: r.Replace(`INSERT INTO t_event_record
-	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time,
-	 trace_parent, trace_state)
-	VALUES (%s, %s, %s, %s, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), %s, %s)`),
 
 		// Candidates only: no lock, no ownership. Several instances seeing the same row is
 		// expected. Served by idx_status_next_retry.
@@ -194,6 +187,11 @@ func newMySQLQueries(table string) mysqlQueries {
 		takePurgeLock: "SELECT GET_LOCK(" + purgeLockName(table) + ", 0)",
 		endPurgeLock:  "DO RELEASE_LOCK(" + purgeLockName(table) + ")",
 	}
+	// The insert with the values in its text (hex literals, see sqlText), which the driver
+	// sends as one query: with placeholders it sends a PREPARE, an EXECUTE and a CLOSE
+	// (unless the DSN sets interpolateParams), in the business transaction.
+	q.insertInline = strings.ReplaceAll(q.insert, "?", "%s")
+	return q
 }
 
 // claimAndAckWhere is the WHERE of the claimAndAck statement for the rows claimed and the
