@@ -16,7 +16,9 @@
 // transaction at a fixed rate, and the publishing statements, claim rounds, redo and
 // commit-to-send it costs), the write path (-writepath: orders/s of an order alone, with its
 // event, and with each of the outbox table's secondary indexes dropped) and the service view
-// (-service-writers: orders/s alone and with the publishers keeping up). Their statement and
+// (-service-writers: orders/s alone and with the publishers keeping up; -service-references
+// adds three relays that are not the library's, reading only, one write per event and the
+// lease protocol's two without the library, to read the library's cost against). Their statement and
 // redo counts come from the server's global counters: run them against a server nothing else
 // uses, with innodb_flush_log_at_trx_commit=1 as in production:
 //
@@ -80,6 +82,7 @@ func main() {
 	serviceWriters := flag.Int("service-writers", 8, "service view: writers committing an order and its event per transaction (0 skips it)")
 	serviceInstances := flag.Int("service-instances", 3, "service view: publisher instances (the writers are spread over them)")
 	serviceRuns := flag.Int("service-runs", 3, "service view: rounds (alone, eager, coalescing in each); the table shows each and the medians")
+	serviceReferences := flag.Bool("service-references", false, "service view: also run the reference relays (reading only; one write per event; two, as the library's lease protocol, without the library), to read the library's cost against")
 	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
 	flag.Parse()
 	if *runs < 1 {
@@ -185,7 +188,7 @@ func main() {
 		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1), *writePathPrefill)
 	}
 	if *serviceWriters > 0 {
-		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce, max(*serviceRuns, 1))
+		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce, max(*serviceRuns, 1), *serviceReferences)
 	}
 
 	if *purgeRows > 0 {

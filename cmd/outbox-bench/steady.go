@@ -131,69 +131,78 @@ func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Du
 }
 
 // serviceTable prints the service's view: orders/s alone and with the publishers keeping up,
-// eager and coalescing.
-func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration, runs int) {
+// eager and coalescing, and with the reference relays if references is set.
+func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration, runs int, references bool) {
 	fmt.Printf("\nservice view: %d writers committing an order and its event per transaction, %s each way, spread over %d instances; %s\n",
 		writers, dur, instances, flushNote(ctx, env))
-	// Round after round (alone, eager, coalescing in each), so that the machine's noise
-	// spreads over the three alike; each publishing cost is against the same round's alone.
+	// Round after round (alone, then each way of publishing, each round starting one way
+	// further), so that the machine's noise spreads over all alike; each publishing cost is
+	// against the same round's alone.
 	results := make([]bench.ServiceResult, runs)
 	for i := range results {
-		res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce}.Run(ctx, env)
+		res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce, References: references, Rotate: i}.Run(ctx, env)
 		if err != nil {
 			log.Fatalf("service view (run %d): %v", i+1, err)
 		}
 		results[i] = res
 	}
+	type way struct {
+		name string
+		pick func(bench.ServiceResult) bench.SteadyResult
+	}
+	ways := []way{
+		{fmt.Sprintf("%d publishers, %s", instances, publishing(true)), func(r bench.ServiceResult) bench.SteadyResult { return r.Eager }},
+		{fmt.Sprintf("%d publishers, %s", instances, publishing(false)), func(r bench.ServiceResult) bench.SteadyResult { return r.Coalescing }},
+	}
+	if references {
+		ways = append(ways,
+			way{bench.ReadOnly.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.ReadOnly }},
+			way{bench.OneWrite.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.OneWrite }},
+			way{bench.TwoWrites.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.TwoWrites }})
+	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "service\trun\torders\torders/s\tpublishing cost\tstatements/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
 	for i, res := range results {
 		fmt.Fprintf(w, "alone\t%d\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", i+1, res.AloneOrders(), res.AloneRate())
-		for _, eager := range []bool{true, false} {
-			s := res.Coalescing
-			if eager {
-				s = res.Eager
-			}
-			fmt.Fprintf(w, "%d publishers, %s\t%d\t%d\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", instances, publishing(eager), i+1,
+		for _, way := range ways {
+			s := way.pick(res)
+			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name, i+1,
 				s.Committed, s.Rate(), res.CostPercent(s), s.StatementsPerEvent(), s.RoundsPerSecond(), s.EventsPerRound(),
 				ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
 		}
 	}
 	if runs > 1 {
-		median := func(f func(bench.ServiceResult) float64) float64 {
+		med := func(f func(bench.ServiceResult) float64) float64 {
 			xs := make([]float64, len(results))
 			for i, r := range results {
 				xs[i] = f(r)
 			}
 			slices.Sort(xs)
-			if n := len(xs); n%2 == 0 {
-				return (xs[n/2-1] + xs[n/2]) / 2
-			}
-			return xs[len(xs)/2]
+			return median(xs)
 		}
-		fmt.Fprintf(w, "alone\tmedian\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", median(bench.ServiceResult.AloneRate))
-		for _, eager := range []bool{true, false} {
-			pick := func(r bench.ServiceResult) bench.SteadyResult {
-				if eager {
-					return r.Eager
-				}
-				return r.Coalescing
-			}
+		fmt.Fprintf(w, "alone\tmedian\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", med(bench.ServiceResult.AloneRate))
+		for _, way := range ways {
 			msOf := func(q float64) string {
-				return ms(time.Duration(median(func(r bench.ServiceResult) float64 { return float64(pick(r).Quantile(q)) })))
+				return ms(time.Duration(med(func(r bench.ServiceResult) float64 { return float64(way.pick(r).Quantile(q)) })))
 			}
-			fmt.Fprintf(w, "%d publishers, %s\tmedian\t-\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", instances, publishing(eager),
-				median(func(r bench.ServiceResult) float64 { return pick(r).Rate() }),
-				median(func(r bench.ServiceResult) float64 { return r.CostPercent(pick(r)) }),
-				median(func(r bench.ServiceResult) float64 { return pick(r).StatementsPerEvent() }),
-				median(func(r bench.ServiceResult) float64 { return pick(r).RoundsPerSecond() }),
-				median(func(r bench.ServiceResult) float64 { return pick(r).EventsPerRound() }),
+			fmt.Fprintf(w, "%s\tmedian\t-\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name,
+				med(func(r bench.ServiceResult) float64 { return way.pick(r).Rate() }),
+				med(func(r bench.ServiceResult) float64 { return r.CostPercent(way.pick(r)) }),
+				med(func(r bench.ServiceResult) float64 { return way.pick(r).StatementsPerEvent() }),
+				med(func(r bench.ServiceResult) float64 { return way.pick(r).RoundsPerSecond() }),
+				med(func(r bench.ServiceResult) float64 { return way.pick(r).EventsPerRound() }),
 				msOf(0.5), msOf(0.99), msOf(1))
 		}
 	}
 	_ = w.Flush()
 	last := results[len(results)-1]
-	for _, s := range []bench.SteadyResult{last.Eager, last.Coalescing} {
-		fmt.Printf("publishing statements per event by kind (last run): %s\n", bench.Breakdown(perEvent(s.Com, s.Committed)))
+	for _, way := range ways {
+		s := way.pick(last)
+		fmt.Printf("%s: statements per event by kind (last run): %s\n", way.name, bench.Breakdown(perEvent(s.Com, s.Committed)))
+	}
+	for _, way := range ways {
+		if s := way.pick(last); s.Errors > 0 {
+			fmt.Printf("%s: %d error-level records (last run), the first: %s\n", way.name, s.Errors, s.FirstError)
+		}
 	}
 }

@@ -8,6 +8,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -92,6 +93,9 @@ type Drain struct {
 	// Ordering is the publishers' Config.Ordering; other than Unordered, the table gets the
 	// index ordered claims need (idx_biz_no_status in place of idx_biz_no).
 	Ordering outbox.Ordering
+	// Reference, other than NoReference, runs that reference relay (one, on the first
+	// instance's pool, a round every CoalesceDelay) instead of the library's publishers.
+	Reference Reference
 }
 
 // DrainResult is what a drain measured.
@@ -234,7 +238,6 @@ func questions(ctx context.Context, db *sql.DB) (int64, error) {
 	return n, err
 }
 
-// errorCounter is a slog handler that counts error records and drops the rest.
 // errorCounter counts the publishers' error-level log records and keeps the first one.
 type errorCounter struct {
 	n     atomic.Int64
@@ -273,6 +276,8 @@ type instance struct {
 	db    *sql.DB
 	store *outbox.MySQLStore
 	pub   *outbox.Publisher
+	// relay, if set, runs instead of pub: a reference relay (see Reference).
+	relay func(context.Context)
 	close func()
 }
 
@@ -295,6 +300,21 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 		if err != nil {
 			_ = db.Close()
 			return out, err
+		}
+		if d.Reference != NoReference {
+			// One relay for all: the cheapest a reference can be. The other instances'
+			// pools and stores serve their writers, as they do with the library.
+			in := &instance{db: db, store: store, close: func() { closeSender(); _ = db.Close() }}
+			if bs, ok := sender.(outbox.BatchSender); ok && i == 0 {
+				in.relay = func(ctx context.Context) {
+					gap := cmp.Or(d.CoalesceDelay, outbox.CoalesceDelayDefault)
+					if err := runReference(ctx, db, name, d.Reference, gap, bs); err != nil {
+						slog.New(errs).Error("reference relay stopped", "err", err)
+					}
+				}
+			}
+			out = append(out, in)
+			continue
 		}
 		pub, err := outbox.NewPublisher(store, sender, outbox.Config{
 			ClaimMode:     d.Mode,
@@ -320,7 +340,12 @@ func run(instances []*instance) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, in := range instances {
-		wg.Go(func() { _ = in.pub.Run(ctx) })
+		switch {
+		case in.relay != nil:
+			wg.Go(func() { in.relay(ctx) })
+		case in.pub != nil:
+			wg.Go(func() { _ = in.pub.Run(ctx) })
+		}
 	}
 	return func() {
 		cancel()

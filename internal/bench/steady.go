@@ -225,15 +225,19 @@ func latencies(times *commitTimes, r *recorder) ([]time.Duration, error) {
 	return out, nil
 }
 
-// waitSent waits until n events were sent and no row of t is pending (so that the
-// acknowledgements are in), and returns how many pending-row polls it ran.
-func waitSent(ctx context.Context, t *table, r *recorder, n int, limit time.Duration) (int64, error) {
+// waitSent waits until n events were sent and, if marked (the relay records what it sent),
+// no row of t is pending (so that the acknowledgements are in), and returns how many
+// pending-row polls it ran.
+func waitSent(ctx context.Context, t *table, r *recorder, n int, limit time.Duration, marked bool) (int64, error) {
 	deadline := time.Now().Add(limit)
 	for r.sent() < n {
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("%d of %d committed events sent within %s", r.sent(), n, limit)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+	if !marked {
+		return 0, nil
 	}
 	var polls int64
 	for {
@@ -412,7 +416,7 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	defer t.drop()
 	rec := &recorder{sentAt: map[int64]time.Time{}}
 	errs := &errorCounter{}
-	ins, err := startInstances(env, t.name, Drain{Mode: outbox.ClaimBatch, Instances: instances, Eager: how.Eager, CoalesceDelay: how.CoalesceDelay}, poll, rec.senders, errs)
+	ins, err := startInstances(env, t.name, Drain{Mode: outbox.ClaimBatch, Instances: instances, Eager: how.Eager, CoalesceDelay: how.CoalesceDelay, Reference: how.Reference}, poll, rec.senders, errs)
 	if err != nil {
 		for _, in := range ins {
 			in.close()
@@ -445,7 +449,7 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 		return res, err
 	}
 	res.Committed, res.Elapsed = wr.committed, wr.elapsed
-	polls, err := waitSent(ctx, t, rec, wr.committed, time.Minute+2*poll)
+	polls, err := waitSent(ctx, t, rec, wr.committed, time.Minute+2*poll, how.Reference != ReadOnly)
 	if err != nil {
 		return res, err
 	}
@@ -458,6 +462,9 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	d.Com["select"] -= polls
 	res.Statements, res.Com, res.RedoBytes = d.minus(cal, wr.committed)
 	res.Rounds = res.Com["commit"]
+	if how.Reference == ReadOnly {
+		res.Rounds = res.Com["select"] // a round is one read, in no transaction
+	}
 	res.Batches = rec.batches.Load()
 	if res.Latency, err = latencies(times, rec); err != nil {
 		return res, err
@@ -475,6 +482,13 @@ type Service struct {
 	Duration  time.Duration
 	// CoalesceDelay is the coalescing publishers' Config.CoalesceDelay; 0: the default.
 	CoalesceDelay time.Duration
+	// Rotate starts the ways of publishing this many places further down their list (eager,
+	// coalescing, then the references), wrapping around: rounds that rotate by their number
+	// spread over every way alike whatever drifts during a round.
+	Rotate int
+	// References also runs the reference relays (ReadOnly, OneWrite, TwoWrites), after the library's
+	// publishers, a round every CoalesceDelay each.
+	References bool
 }
 
 // ServiceResult is what a service run measured.
@@ -484,6 +498,8 @@ type ServiceResult struct {
 	// coalescing (see Drain.Eager), and as the library does by default. Each is counted as a
 	// steady-state run (the writers' statements calibrated on order-and-event transactions).
 	Eager, Coalescing SteadyResult
+	// ReadOnly and OneWrite are the reference relays' runs (see Reference), when asked for.
+	ReadOnly, OneWrite, TwoWrites SteadyResult
 }
 
 // AloneRate is the orders per second without the publishers.
@@ -499,7 +515,8 @@ func (r ServiceResult) CostPercent(p SteadyResult) float64 {
 	return 100 * (1 - p.Rate()/r.AloneRate())
 }
 
-// Run runs the writers alone, then with eager publishers, then with coalescing ones.
+// Run runs the writers alone, then with eager publishers, then with coalescing ones, then
+// (if s.References) with each reference relay.
 func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 	var res ServiceResult
 	if s.Writers <= 0 || s.Instances <= 0 || s.Duration <= 0 {
@@ -539,10 +556,20 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 	}
 	// With the publishers, eager and then coalescing: a fresh orders table each, so that
 	// every run starts alike.
-	for _, run := range []struct {
+	type publishing struct {
 		how Drain
 		res *SteadyResult
-	}{{Drain{Eager: true}, &res.Eager}, {Drain{CoalesceDelay: s.CoalesceDelay}, &res.Coalescing}} {
+	}
+	runs := []publishing{{Drain{Eager: true}, &res.Eager}, {Drain{CoalesceDelay: s.CoalesceDelay}, &res.Coalescing}}
+	if s.References {
+		runs = append(runs,
+			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: ReadOnly}, &res.ReadOnly},
+			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: OneWrite}, &res.OneWrite},
+			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: TwoWrites}, &res.TwoWrites})
+	}
+	k := (s.Rotate%len(runs) + len(runs)) % len(runs)
+	runs = slices.Concat(runs[k:], runs[:k])
+	for _, run := range runs {
 		table, drop, err := newOrders(ctx, alone.db)
 		if err != nil {
 			return res, err

@@ -28,17 +28,18 @@ func TestSteady(t *testing.T) {
 	}
 }
 
-// TestService runs the service view briefly: orders are committed both ways, and with the
-// publishers every event is sent.
+// TestService runs the service view briefly: orders are committed alone and with each way of
+// publishing, and with the publishers, as with each reference relay, every event is sent.
 func TestService(t *testing.T) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
-	res, err := bench.Service{Writers: 4, Instances: 3, Duration: 500 * time.Millisecond}.Run(context.Background(), env)
+	res, err := bench.Service{Writers: 4, Instances: 3, Duration: 500 * time.Millisecond, References: true}.Run(context.Background(), env)
 	require.NoError(t, err)
 	require.Positive(t, res.AloneOrders())
-	for _, p := range []bench.SteadyResult{res.Eager, res.Coalescing} {
+	for _, p := range []bench.SteadyResult{res.Eager, res.Coalescing, res.ReadOnly, res.OneWrite, res.TwoWrites} {
 		require.Positive(t, p.Committed)
 		require.Len(t, p.Latency, p.Committed, "every order's event was sent")
 		require.Positive(t, p.Batches)
+		require.Zero(t, p.Errors, p.FirstError)
 	}
 }
 
