@@ -53,18 +53,14 @@ func (r Reference) String() string {
 const referenceBatch = 1000
 
 // runReference runs the reference relay kind on table through db until ctx ends, one round
-// every gap, handing what it reads to s. A round reads the ids it has not seen below the
-// highest it has (a transaction that committed after a later one) and the next ones above
-// it, by primary key; it assumes the benchmark's short transactions, which leave few such
-// gaps, and none for good.
+// every gap, handing what it reads to s. Any error ends it (and so the measurement): a
+// reference retries nothing.
 func runReference(ctx context.Context, db *sql.DB, table string, kind Reference, gap time.Duration, s outbox.BatchSender) error {
-	// floor: every id up to it has been read; seen: the ids above it that have been; high:
-	// the highest read.
-	var floor, high int64
-	seen := map[int64]bool{}
-	cols := "SELECT id, event_id, biz_no, event_type, payload FROM `" + table + "` FORCE INDEX (PRIMARY) WHERE "
+	var (
+		read    readSet
+		sending []string // TwoWrites: the ids the last round sent, set SUCCESS by the next
+	)
 	mark := "UPDATE `" + table + "` SET status = '%s', claim_owner = 'reference', claimed_at = UTC_TIMESTAMP(3) WHERE id IN (%s)"
-	var sending []string // TwoWrites: the ids the last round sent, to be set SUCCESS
 	t := time.NewTicker(gap)
 	defer t.Stop()
 	for {
@@ -73,80 +69,110 @@ func runReference(ctx context.Context, db *sql.DB, table string, kind Reference,
 			return nil
 		case <-t.C:
 		}
-		var missing []string
-		for id := floor + 1; id < high && len(missing) < referenceBatch; id++ {
-			if !seen[id] {
-				missing = append(missing, strconv.FormatInt(id, 10))
-			}
-		}
-		where := "id > ?"
-		if len(missing) > 0 {
-			where = "(id IN (" + strings.Join(missing, ",") + ") OR id > ?)"
-		}
-		query := cols + where
-		if kind != ReadOnly {
-			query += " AND status = 'WAIT'"
-		}
-		query += " ORDER BY id LIMIT " + strconv.Itoa(referenceBatch)
-		var q querier = db
-		var tx *sql.Tx
-		if kind != ReadOnly {
-			query += " FOR UPDATE SKIP LOCKED"
-			var err error
-			if tx, err = db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}); err != nil {
+		query := read.query(table, kind)
+		if kind == ReadOnly {
+			evs, err := readEvents(ctx, db, query, read.high)
+			if err != nil {
 				return referenceErr(ctx, err)
 			}
-			q = tx
-		}
-		var err error
-		if len(sending) > 0 {
-			if _, err = tx.ExecContext(ctx, fmt.Sprintf(mark, "SUCCESS", strings.Join(sending, ","))); err == nil {
-				sending = nil
+			if len(evs) > 0 {
+				s.SendBatch(ctx, evs)
 			}
+			read.add(evs)
+			continue
+		}
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return referenceErr(ctx, err)
+		}
+		if len(sending) > 0 {
+			_, err = tx.ExecContext(ctx, fmt.Sprintf(mark, "SUCCESS", strings.Join(sending, ",")))
 		}
 		var evs []outbox.Event
 		if err == nil {
-			evs, err = readEvents(ctx, q, query, high)
+			evs, err = readEvents(ctx, tx, query, read.high)
 		}
-		ids := make([]string, len(evs))
-		for i, ev := range evs {
-			ids[i] = strconv.FormatInt(ev.ID, 10)
-		}
-		switch {
-		case err != nil || len(evs) == 0:
-		case kind == OneWrite:
-			s.SendBatch(ctx, evs)
-			_, err = tx.ExecContext(ctx, fmt.Sprintf(mark, "SUCCESS", strings.Join(ids, ",")))
-		case kind == TwoWrites:
-			_, err = tx.ExecContext(ctx, fmt.Sprintf(mark, "SENDING", strings.Join(ids, ",")))
-		}
-		if tx != nil {
-			if err == nil {
-				err = tx.Commit()
+		ids := idStrings(evs)
+		if err == nil && len(evs) > 0 {
+			if kind == OneWrite {
+				s.SendBatch(ctx, evs) // holding the rows' locks
+				_, err = tx.ExecContext(ctx, fmt.Sprintf(mark, "SUCCESS", strings.Join(ids, ",")))
 			} else {
-				_ = tx.Rollback()
+				_, err = tx.ExecContext(ctx, fmt.Sprintf(mark, "SENDING", strings.Join(ids, ",")))
 			}
+		}
+		if err == nil {
+			err = tx.Commit()
+		} else {
+			_ = tx.Rollback()
 		}
 		if err != nil {
 			return referenceErr(ctx, err)
 		}
-		switch {
-		case len(evs) == 0:
-		case kind == ReadOnly:
-			s.SendBatch(ctx, evs)
-		case kind == TwoWrites:
-			s.SendBatch(ctx, evs)
+		sending = nil
+		if kind == TwoWrites && len(evs) > 0 {
+			s.SendBatch(ctx, evs) // after the commit: the rows are SENDING, ours
 			sending = ids
 		}
-		for _, ev := range evs {
-			seen[ev.ID] = true
-			high = max(high, ev.ID)
-		}
-		for seen[floor+1] {
-			delete(seen, floor+1)
-			floor++
+		read.add(evs)
+	}
+}
+
+// readSet is what a reference relay has read: every id up to floor, the ids in seen above
+// it, none above high. The ids it has not read below high are transactions that committed
+// after later ones; the benchmark's transactions are short, so there are few, and none for
+// good (its writers never roll back).
+type readSet struct {
+	floor, high int64
+	seen        map[int64]bool
+}
+
+// query is the round's SELECT for a relay of kind on table, one argument (high): the ids not
+// read below high, and the next ones above it, by primary key; a relay that writes locks
+// them and takes only WAIT rows.
+func (r *readSet) query(table string, kind Reference) string {
+	var missing []string
+	for id := r.floor + 1; id < r.high && len(missing) < referenceBatch; id++ {
+		if !r.seen[id] {
+			missing = append(missing, strconv.FormatInt(id, 10))
 		}
 	}
+	where := "id > ?"
+	if len(missing) > 0 {
+		where = "(id IN (" + strings.Join(missing, ",") + ") OR id > ?)"
+	}
+	q := "SELECT id, event_id, biz_no, event_type, payload FROM `" + table + "` FORCE INDEX (PRIMARY) WHERE " + where
+	if kind != ReadOnly {
+		q += " AND status = 'WAIT'"
+	}
+	q += " ORDER BY id LIMIT " + strconv.Itoa(referenceBatch)
+	if kind != ReadOnly {
+		q += " FOR UPDATE SKIP LOCKED"
+	}
+	return q
+}
+
+// add records evs as read.
+func (r *readSet) add(evs []outbox.Event) {
+	if r.seen == nil {
+		r.seen = map[int64]bool{}
+	}
+	for _, ev := range evs {
+		r.seen[ev.ID] = true
+		r.high = max(r.high, ev.ID)
+	}
+	for r.seen[r.floor+1] {
+		delete(r.seen, r.floor+1)
+		r.floor++
+	}
+}
+
+func idStrings(evs []outbox.Event) []string {
+	ids := make([]string, len(evs))
+	for i, ev := range evs {
+		ids[i] = strconv.FormatInt(ev.ID, 10)
+	}
+	return ids
 }
 
 type querier interface {
