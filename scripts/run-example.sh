@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dsn="$(bash scripts/mariadb.sh start)"
-eval "$(bash scripts/rocketmq.sh start)" # exports OUTBOX_TEST_ROCKETMQ_NAMESRV
+rocketmq_env="$(bash scripts/rocketmq.sh start)" # a failed start ends the script here
+eval "$rocketmq_env"                              # exports OUTBOX_TEST_ROCKETMQ_NAMESRV
 go run ./examples/order-service -dsn "$dsn" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV" "$@"
