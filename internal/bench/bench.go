@@ -305,7 +305,12 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 			// One relay for all: the cheapest a reference can be. The other instances'
 			// pools and stores serve their writers, as they do with the library.
 			in := &instance{db: db, store: store, close: func() { closeSender(); _ = db.Close() }}
-			if bs, ok := sender.(outbox.BatchSender); ok && i == 0 {
+			out = append(out, in)
+			if i == 0 {
+				bs, ok := sender.(outbox.BatchSender)
+				if !ok {
+					return out, fmt.Errorf("reference relay: the sender (%T) has no SendBatch", sender)
+				}
 				in.relay = func(ctx context.Context) {
 					gap := cmp.Or(d.CoalesceDelay, outbox.CoalesceDelayDefault)
 					if err := runReference(ctx, db, name, d.Reference, gap, bs); err != nil {
@@ -313,7 +318,6 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 					}
 				}
 			}
-			out = append(out, in)
 			continue
 		}
 		pub, err := outbox.NewPublisher(store, sender, outbox.Config{
