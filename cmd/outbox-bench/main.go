@@ -18,9 +18,9 @@
 // event, and with each of the outbox table's secondary indexes dropped) and the service view
 // (-service-writers: orders/s alone and with the publishers keeping up; -service-references
 // adds three relays that are not the library's, reading only, one write per event and the
-// lease protocol's two without the library, to read the library's cost against). Their statement and
-// redo counts come from the server's global counters: run them against a server nothing else
-// uses, with innodb_flush_log_at_trx_commit=1 as in production:
+// lease protocol's two without the library, to read the library's cost against). Their
+// statement and redo counts come from the server's global counters: run them against a
+// server nothing else uses, with innodb_flush_log_at_trx_commit=1 as in production:
 //
 //	OUTBOX_MARIADB_DIR=/tmp/bench-mariadb OUTBOX_MARIADB_PORT=3427 \
 //	  OUTBOX_MARIADB_ARGS=--innodb-flush-log-at-trx-commit=1 bash scripts/mariadb.sh start
@@ -81,7 +81,7 @@ func main() {
 	writePathPrefill := flag.Int("writepath-prefill", 0, "write path: SUCCESS rows each outbox table holds before the writers start (the history kept until a purge; e.g. 500000)")
 	serviceWriters := flag.Int("service-writers", 8, "service view: writers committing an order and its event per transaction (0 skips it)")
 	serviceInstances := flag.Int("service-instances", 3, "service view: publisher instances (the writers are spread over them)")
-	serviceRuns := flag.Int("service-runs", 3, "service view: rounds (alone, eager, coalescing in each); the table shows each and the medians")
+	serviceRuns := flag.Int("service-runs", 3, "service view: rounds (alone, then each way of publishing in each); the table shows each and the medians")
 	serviceReferences := flag.Bool("service-references", false, "service view: also run the reference relays (reading only; one write per event; two, as the library's lease protocol, without the library), to read the library's cost against")
 	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
 	flag.Parse()

@@ -12,9 +12,10 @@ import (
 )
 
 // Reference is a relay that is not the library's: the service view runs it to show what
-// cheaper protocols would cost the writers, so that the library's cost can be read against
-// them. Neither is a relay anyone should run: they keep no lease, retry nothing and assume
-// the table's ids have no gaps (true of the benchmark's writers, which never roll back).
+// other protocols, or the library's own without the rest of the library, cost the writers,
+// so that the library's cost can be read against them. None is a relay anyone should run:
+// they retry nothing, and they wait for every id to be committed in the end (true of the
+// benchmark's writers, which never roll back).
 type Reference int
 
 const (

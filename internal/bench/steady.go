@@ -486,8 +486,8 @@ type Service struct {
 	// coalescing, then the references), wrapping around: rounds that rotate by their number
 	// spread over every way alike whatever drifts during a round.
 	Rotate int
-	// References also runs the reference relays (ReadOnly, OneWrite, TwoWrites), after the library's
-	// publishers, a round every CoalesceDelay each.
+	// References also runs the reference relays (ReadOnly, OneWrite, TwoWrites), beside the
+	// library's publishers, each a round every CoalesceDelay.
 	References bool
 }
 
@@ -498,7 +498,8 @@ type ServiceResult struct {
 	// coalescing (see Drain.Eager), and as the library does by default. Each is counted as a
 	// steady-state run (the writers' statements calibrated on order-and-event transactions).
 	Eager, Coalescing SteadyResult
-	// ReadOnly and OneWrite are the reference relays' runs (see Reference), when asked for.
+	// ReadOnly, OneWrite and TwoWrites are the reference relays' runs (see Reference), when
+	// asked for.
 	ReadOnly, OneWrite, TwoWrites SteadyResult
 }
 
@@ -554,8 +555,8 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 	if res.Alone, err = write(ctx, stores, w, nil); err != nil {
 		return res, err
 	}
-	// With the publishers, eager and then coalescing: a fresh orders table each, so that
-	// every run starts alike.
+	// With the publishers, eager and coalescing (and the references), in the order Rotate
+	// says: a fresh orders table each, so that every run starts alike.
 	type publishing struct {
 		how Drain
 		res *SteadyResult
