@@ -25,10 +25,10 @@ const (
 	ListLimitMax = 10000
 	// RequeueBatchDefault is how many rows one requeue statement changes at most.
 	RequeueBatchDefault = 500
-	// PurgeBatchDefault is how many rows one purge DELETE removes at most.
-	PurgeBatchDefault = 500
-	// PurgePauseDefault is the pause between two purge DELETEs.
-	PurgePauseDefault = 100 * time.Millisecond
+	// purgeBatchDefault is how many rows one purge DELETE removes at most.
+	purgeBatchDefault = 500
+	// purgePauseDefault is the pause between two purge DELETEs.
+	purgePauseDefault = 100 * time.Millisecond
 	// maxAdminBatch bounds a batch: a statement with more ids holds its row locks longer
 	// than a publisher's claim should wait for them.
 	maxAdminBatch = 10000
@@ -117,9 +117,9 @@ type RequeueOptions struct {
 // statement, and leaves replicas and the publishers' claims room between its statements.
 type PurgeOptions struct {
 	// BatchRows is how many rows one DELETE removes at most. Defaults to
-	// [PurgeBatchDefault], at most 10000.
+	// [purgeBatchDefault], at most 10000.
 	BatchRows int
-	// Pause is the wait between two DELETEs. Defaults to [PurgePauseDefault]; a negative
+	// Pause is the wait between two DELETEs. Defaults to [purgePauseDefault]; a negative
 	// Pause means none.
 	Pause time.Duration
 	// Limit stops the purge once it has deleted this many rows; 0 means no limit.
@@ -133,12 +133,12 @@ type PurgeOptions struct {
 }
 
 func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
-	o.BatchRows = cmp.Or(o.BatchRows, PurgeBatchDefault)
+	o.BatchRows = cmp.Or(o.BatchRows, purgeBatchDefault)
 	if o.BatchRows < 0 || o.BatchRows > maxAdminBatch {
 		return o, fmt.Errorf("%w: purge batch must be between 1 and %d rows, got %d", ErrInvalidInput, maxAdminBatch, o.BatchRows)
 	}
 	if o.Pause == 0 {
-		o.Pause = PurgePauseDefault
+		o.Pause = purgePauseDefault
 	}
 	if o.Limit < 0 {
 		return o, fmt.Errorf("%w: purge limit must be positive, got %d", ErrInvalidInput, o.Limit)

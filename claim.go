@@ -114,7 +114,7 @@ func (p *Publisher) round(ctx context.Context, deferAcks bool) (stats RoundStats
 		p.outage.next = time.Now().Add(p.outage.delay)
 	}
 	var more bool // the round took all it could: more may be due
-	if p.cfg.ClaimMode == ClaimPerRow {
+	if p.cfg.Tuning.ClaimPerRow {
 		more, err = p.publishPerRow(ctx, &stats, probe)
 	} else {
 		more, err = p.publishBatch(ctx, &stats, probe, deferAcks)
@@ -131,14 +131,11 @@ func (p *Publisher) round(ctx context.Context, deferAcks bool) (stats RoundStats
 }
 
 func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe bool) (more bool, err error) {
-	limit := p.cfg.BatchSize
+	limit := p.cfg.Tuning.BatchSize
 	if probe {
 		limit = 1
 	}
 	candidates, err := p.fetch(ctx, "select candidates", func(ctx context.Context) ([]Event, error) {
-		if p.orderer != nil {
-			return p.orderer.OrderedCandidates(ctx, limit, p.cfg.Ordering)
-		}
 		return p.store.Candidates(ctx, limit)
 	})
 	if err != nil {
@@ -157,7 +154,7 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 		if o.claimed() {
 			stats.Claimed++
 		}
-		if p.orderer != nil && o != outcomeSent {
+		if p.keyOrder.Load() && o != outcomeSent {
 			// Lost to another instance, failed or released: the key's later events wait.
 			if stopped == nil {
 				stopped = map[string]bool{}
@@ -179,7 +176,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	if probe {
 		limit = 1
 	}
-	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.MaxClaimBytes, Ordering: p.cfg.Ordering}
+	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.Tuning.MaxClaimBytes}
 	acked := p.unacked
 	p.unacked = nil
 	for _, ev := range acked {
@@ -286,7 +283,7 @@ func (p *Publisher) failed(ctx context.Context, stats *RoundStats, ev Event, cau
 // fetch runs a round's first store call within StoreTimeout, logging its error unless ctx
 // has ended (a cancelled context is a shutdown, not an error).
 func (p *Publisher) fetch(ctx context.Context, what string, fn func(context.Context) ([]Event, error)) ([]Event, error) {
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
 	defer cancel()
 	evs, err := fn(sctx)
 	p.health.storeReached(err, ctx.Err() != nil)
@@ -299,61 +296,25 @@ func (p *Publisher) fetch(ctx context.Context, what string, fn func(context.Cont
 	return evs, nil
 }
 
-// sendBatch sends a claimed batch within one SendTimeout, so that no event of the batch is
-// sent late in its lease: through the sender's SendBatch if it has one, else one by one.
+// sendBatch sends a claimed batch within one send timeout, so that no event of the batch
+// is sent late in its lease.
 func (p *Publisher) sendBatch(ctx context.Context, evs []Event) (errs []error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.SendTimeout)
 	defer cancel()
-	if bs, ok := p.sender.(BatchSender); ok {
-		ctx, span := p.tracing.start(ctx, evs...)
-		defer func() { endSendSpan(span, errs...) }()
-		defer func() {
-			if r := recover(); r != nil {
-				errs = repeatErr(fmt.Errorf("sender panicked: %v", r), len(evs))
-			}
-		}()
-		errs = p.m.batchSent(ctx, evs, func() []error { return bs.SendBatch(ctx, evs) })
-		if len(errs) != len(evs) {
-			return repeatErr(fmt.Errorf("sender returned %d results for %d events", len(errs), len(evs)), len(evs))
+	ctx, span := p.tracing.start(ctx, evs...)
+	defer func() { endSendSpan(span, errs...) }()
+	defer func() {
+		if r := recover(); r != nil {
+			errs = repeatErr(fmt.Errorf("sender panicked: %v", r), len(evs))
 		}
-		return errs
-	}
-	errs = make([]error, len(evs))
-	sent := false
-	var failedKeys map[string]bool // in key order: the biz nos with a failed send in this batch
-	for i, ev := range evs {
-		if ctx.Err() != nil {
-			errs[i] = errNotSent
-			continue
-		}
-		if failedKeys[ev.BizNo] {
-			errs[i] = errKeyStopped
-			continue
-		}
-		errs[i] = p.send(ctx, ev)
-		if errs[i] != nil && p.cfg.Ordering != Unordered {
-			if failedKeys == nil {
-				failedKeys = map[string]bool{}
-			}
-			failedKeys[ev.BizNo] = true
-		}
-		if errs[i] == nil {
-			sent = true
-		} else if !sent && IsUnavailable(errs[i]) {
-			// The broker is down: the rest would fail the same way, each after its own
-			// timeout. They go back unsent, with the same error.
-			for j := i + 1; j < len(evs); j++ {
-				errs[j] = errs[i]
-			}
-			break
-		}
+	}()
+	keyOrder := p.keyOrder.Load()
+	errs = p.m.batchSent(ctx, evs, func() []error { return p.sender.Send(ctx, evs, keyOrder) })
+	if len(errs) != len(evs) {
+		return repeatErr(fmt.Errorf("sender returned %d results for %d events", len(errs), len(evs)), len(evs))
 	}
 	return errs
 }
-
-// errKeyStopped is the answer, in key order, for an event of a batch whose biz no had an
-// earlier event fail in the same batch: it must not overtake it.
-var errKeyStopped = fmt.Errorf("%w: an earlier event of the same biz no failed in this batch", ErrNotSent)
 
 func repeatErr(err error, n int) []error {
 	errs := make([]error, n)
@@ -368,10 +329,10 @@ func repeatErr(err error, n int) []error {
 // took less than a quarter.
 func (p *Publisher) adaptLimit(claimed, limit int, took time.Duration) {
 	switch {
-	case took > p.cfg.SendTimeout/2 && limit > 1:
+	case took > p.cfg.Tuning.SendTimeout/2 && limit > 1:
 		p.limit.Store(int64(max(limit/2, 1)))
-	case claimed == limit && took < p.cfg.SendTimeout/4 && limit < p.cfg.BatchSize:
-		p.limit.Store(int64(min(limit*2, p.cfg.BatchSize)))
+	case claimed == limit && took < p.cfg.Tuning.SendTimeout/4 && limit < p.cfg.Tuning.BatchSize:
+		p.limit.Store(int64(min(limit*2, p.cfg.Tuning.BatchSize)))
 	}
 }
 
@@ -400,9 +361,6 @@ func (p *Publisher) claimAndPublishSafe(ctx context.Context, stats *RoundStats, 
 func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev Event, othersSent bool) outcome {
 	owner := p.cfg.InstanceID
 	won, err := p.storeCall(ctx, func(ctx context.Context) (bool, error) {
-		if p.orderer != nil {
-			return p.orderer.ClaimInOrder(ctx, ev, owner, p.cfg.Ordering)
-		}
 		return p.store.Claim(ctx, ev, owner)
 	})
 	if err != nil {
@@ -446,7 +404,7 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 // send calls the sender within SendTimeout; a panic in the sender is an error like any other.
 func (p *Publisher) send(ctx context.Context, ev Event) (err error) {
 	defer p.m.sendDone(ctx, ev, p.m.now(), &err)
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.SendTimeout)
 	defer cancel()
 	ctx, span := p.tracing.start(ctx, ev)
 	defer func() { endSendSpan(span, err) }()
@@ -455,12 +413,16 @@ func (p *Publisher) send(ctx context.Context, ev Event) (err error) {
 			err = fmt.Errorf("sender panicked: %v", r)
 		}
 	}()
-	return p.sender.Send(ctx, ev)
+	errs := p.sender.Send(ctx, []Event{ev}, p.keyOrder.Load())
+	if len(errs) != 1 {
+		return fmt.Errorf("sender returned %d results for 1 event", len(errs))
+	}
+	return errs[0]
 }
 
 // storeCall runs one conditional store write within StoreTimeout.
 func (p *Publisher) storeCall(ctx context.Context, fn func(context.Context) (bool, error)) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
 	defer cancel()
 	return fn(ctx)
 }

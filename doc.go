@@ -33,7 +33,7 @@
 // # Guarantee
 //
 // Delivery is at least once. An event whose transaction committed is sent, unless it is
-// dead-lettered after [Config.MaxRetry] retries, or as a poison event after
+// dead-lettered after [Config.MaxAttempts] attempts, or as a poison event after
 // [Config.MaxReclaims] reclaims (and then [Config.OnDeadLetter] is told). A fault alone
 // never dead-letters: a send that fails because the broker is unavailable ([Unavailable])
 // spends no retry, and the publisher pauses its claims and probes until the broker answers.

@@ -13,6 +13,8 @@ import (
 // gains nothing. Alert on it instead. A store that keeps failing is a different matter:
 // the service's own transactions use the same database.
 type Health struct {
+	// InstanceID is the owner the publisher writes to claim_owner ([Config.InstanceID]).
+	InstanceID string
 	// Running reports whether [Publisher.Run] is running.
 	Running bool
 	// LastRoundOK is when a round last reached the store without an error: its claim (or
@@ -48,6 +50,7 @@ func (p *Publisher) Health() Health {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := Health{
+		InstanceID:             p.cfg.InstanceID,
 		Running:                p.running.Load(),
 		LastRoundOK:            h.lastOK,
 		BrokerUnavailable:      h.down,

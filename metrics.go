@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,20 +14,9 @@ import (
 // meterName is the instrumentation scope of the publisher's instruments.
 const meterName = "github.com/go-outbox/outbox"
 
-// StatsIntervalDefault is how often, at most, the publisher's table gauges read
-// [StatsReader.Stats] unless [Config.StatsInterval] says otherwise.
-const StatsIntervalDefault = 15 * time.Second
-
-// StatsReader is implemented by a store that can describe its table ([MySQLStore] does).
-// The publisher's table gauges (backlog, publish lag, SENDING and FAIL rows) read it; with a
-// store that is not a StatsReader, they report nothing.
-type StatsReader interface {
-	Stats(ctx context.Context, opts StatsOptions) (TableStats, error)
-}
-
 // lockRetrier is implemented by a store that counts its lock-conflict retries, as
-// [MySQLStore.LockRetries] does.
-type lockRetrier interface{ LockRetries() int64 }
+// MySQLStore does.
+type lockRetrier interface{ lockRetryCount() int64 }
 
 // Attribute keys and values of the publisher's instruments: a closed set, so that every
 // series is bounded. Event types are the service's own, and few.
@@ -78,9 +68,7 @@ func newMetrics(cfg Config, store Store, log *slog.Logger) (*metrics, error) {
 		outcomeFailed:      metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, "failed"))),
 		outcomeUnavailable: metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, "unavailable"))),
 	}
-	if sr, ok := store.(StatsReader); ok {
-		m.stats = statsCache{reader: sr, interval: cfg.StatsInterval, timeout: cfg.StoreTimeout, lease: cfg.Lease, log: log}
-	}
+	m.stats = statsCache{reader: store, interval: cfg.Tuning.StatsInterval, timeout: cfg.Tuning.StoreTimeout, lease: cfg.Tuning.Lease, log: log}
 	events := metric.WithUnit("{event}")
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
@@ -165,9 +153,9 @@ func (m *metrics) observe(p *Publisher) func() {
 		instruments = append(instruments, m.backlog, m.oldestDueAge, m.sending, m.oldestClaimAge, m.sendingPastHalfLease, m.failed)
 	}
 	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		o.ObserveInt64(m.brokerUnavailable, boolCount(p.BrokerUnavailable()))
+		o.ObserveInt64(m.brokerUnavailable, boolCount(p.Health().BrokerUnavailable))
 		if hasLocks {
-			o.ObserveInt64(m.lockRetries, lr.LockRetries())
+			o.ObserveInt64(m.lockRetries, lr.lockRetryCount())
 		}
 		if st, ok := m.stats.get(ctx); ok {
 			o.ObserveInt64(m.backlog, st.Due)
@@ -189,9 +177,12 @@ func (m *metrics) observe(p *Publisher) func() {
 }
 
 // statsCache reads the table's statistics at most once per interval, however often the
-// gauges are collected: a scrape between two reads gets the last read.
+// gauges are collected: a scrape between two reads gets the last read. The table gauges
+// (backlog, publish lag, SENDING and FAIL rows) report nothing for a store whose Stats is
+// unsupported.
 type statsCache struct {
-	reader                   StatsReader
+	reader                   Store
+	unsupported              bool // the store's Stats said errors.ErrUnsupported: asked no more
 	interval, timeout, lease time.Duration
 	log                      *slog.Logger
 	mu                       sync.Mutex
@@ -206,6 +197,9 @@ func (c *statsCache) get(ctx context.Context) (TableStats, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.unsupported {
+		return TableStats{}, false
+	}
 	if !c.readAt.IsZero() && time.Since(c.readAt) < c.interval {
 		return c.last, c.ok
 	}
@@ -213,6 +207,10 @@ func (c *statsCache) get(ctx context.Context) (TableStats, bool) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	st, err := c.reader.Stats(ctx, StatsOptions{Lease: c.lease})
+	if errors.Is(err, errors.ErrUnsupported) {
+		c.unsupported = true
+		return TableStats{}, false
+	}
 	if err != nil {
 		c.log.WarnContext(ctx, "outbox: could not read the table's statistics for the gauges", slog.Any("error", err))
 		c.last, c.ok = TableStats{}, false

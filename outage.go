@@ -23,14 +23,14 @@ func (p *Publisher) enterOutage(ctx context.Context, cause error) {
 	o := &p.outage
 	now := time.Now()
 	if !o.down {
-		*o = outage{down: true, since: now, delay: min(firstProbeDelay, p.cfg.MaxProbeDelay)}
+		*o = outage{down: true, since: now, delay: min(firstProbeDelay, p.cfg.Tuning.MaxProbeDelay)}
 		p.m.outage(ctx)
 		p.health.brokerDown(true, now)
 		p.log.ErrorContext(ctx, "outbox: broker unavailable; claims paused, probing until a send succeeds (no retries are spent)",
 			slog.Any("error", cause))
 	} else {
 		o.probes++
-		o.delay = min(o.delay*2, p.cfg.MaxProbeDelay)
+		o.delay = min(o.delay*2, p.cfg.Tuning.MaxProbeDelay)
 		p.log.WarnContext(ctx, "outbox: broker still unavailable",
 			slog.Duration("down_for", now.Sub(o.since).Round(time.Millisecond)), slog.Int("probes", o.probes),
 			slog.Duration("next_probe_in", o.delay), slog.Any("error", cause))
@@ -50,6 +50,3 @@ func (p *Publisher) endOutage(ctx context.Context) {
 	p.health.brokerDown(false, time.Time{})
 }
 
-// BrokerUnavailable reports whether the publisher has found the broker unavailable and is
-// probing it rather than claiming events.
-func (p *Publisher) BrokerUnavailable() bool { return p.Health().BrokerUnavailable }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +23,7 @@ const (
 	// StatusSuccess: sent; final.
 	StatusSuccess Status = "SUCCESS"
 	// StatusFail: dead letter after the last retry, or an error no retry can fix. Automatic
-	// sending has stopped; a person decides (see [MySQLStore.Requeue]).
+	// sending has stopped; a person decides (see [Admin.Requeue]).
 	StatusFail Status = "FAIL"
 )
 
@@ -69,45 +71,55 @@ type EventInput struct {
 	BizNo string
 	// EventType names the event, e.g. ORDER_CREATED. Required; at most 64 characters.
 	EventType string
-	// Payload is the message body, at most [MySQLConfig.MaxPayloadBytes].
+	// Payload is the message body. Required (RocketMQ takes no message without a body); at
+	// most [MySQLConfig.MaxPayloadBytes].
 	Payload []byte
 }
 
-// Store is the outbox table as the [Publisher] sees it. Every method is one short statement
-// that holds no lock once it returns; the publisher never keeps a transaction open while it
-// sends. [MySQLStore] is the implementation for MySQL and MariaDB; StoreConformance in the
-// tests says what any other must do.
+// Store is the outbox table as the [Publisher] sees it: what a store for another database
+// implements, and what only the publisher calls. Business code never needs these methods: it
+// writes events with [MySQLStore.BeginTx] and [Tx.InsertEvent]. Every method is one short
+// statement (or one short transaction) that holds no lock once it returns; the publisher
+// never keeps a transaction open while it sends. [MySQLStore] is the implementation for
+// MySQL and MariaDB; package outboxtest is the suite any other must pass.
 //
 // All times are the store's own clock.
 type Store interface {
-	// Candidates returns up to limit WAIT events whose next_retry_time has passed, oldest
-	// first. It takes no lock and grants no ownership: other instances may see the same rows.
-	Candidates(ctx context.Context, limit int) ([]Event, error)
+	// Check reports the order the store claims in (see [Ordering]) and whether its table can
+	// serve it; the publisher calls it when Run starts. The Ordering is the store's even
+	// when the table cannot be read. An error wrapping [ErrInvalidConfig] says the table
+	// cannot serve it (and names the fix), and Run returns it; any other error is logged and
+	// Run goes on.
+	Check(ctx context.Context) (Ordering, error)
 
 	// ClaimDue claims up to req.Limit due WAIT events for req.Owner at once, oldest first,
 	// whose payloads add up to at most req.MaxBytes (but at least one event), and returns
 	// them as claimed. Rows another instance is claiming at the same moment are skipped, not
-	// waited for. An event that was reclaimed before (ReclaimCount > 0) is claimed alone, so
-	// that if its send kills the instance again, the reclaim counts against it and nothing
-	// else. In the same transaction it marks SUCCESS the events of req.Succeeded that
-	// req.Owner still holds, as [Store.MarkSuccessBatch] does: the claim and the last
-	// round's acknowledgement cost one commit. Used by [ClaimBatch].
+	// waited for. In key order (Check's answer) an event is claimed only when every earlier
+	// event of its biz no is done, and the claimed events of one biz no come in id order.
+	// An event that was reclaimed before (ReclaimCount > 0) is claimed alone, so that if its
+	// send kills the instance again, the reclaim counts against it and nothing else. In the
+	// same transaction it marks SUCCESS the events of req.Succeeded that req.Owner still
+	// holds, as [Store.MarkSuccess] does: the claim and the last round's acknowledgement cost
+	// one commit. Used by the default batch claims.
 	ClaimDue(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 
+	// Candidates returns up to limit WAIT events whose next_retry_time has passed, oldest
+	// first (in key order, only those whose earlier events of the same biz no are done). It
+	// takes no lock and grants no ownership: other instances may see the same rows. Used by
+	// the per-row claims ([Tuning.ClaimPerRow]).
+	Candidates(ctx context.Context, limit int) ([]Event, error)
+
 	// Claim makes owner the holder of ev's lease, if ev is still WAIT, still due and still at
-	// ev.RetryCount. It reports whether the claim changed the row: false means another
-	// instance got there first, which is normal.
+	// ev.RetryCount (and, in key order, no earlier event of its biz no is open). It reports
+	// whether the claim changed the row: false means another instance got there first, which
+	// is normal. Used by the per-row claims.
 	Claim(ctx context.Context, ev Event, owner string) (bool, error)
 
-	// MarkSuccess marks the event SUCCESS if owner still holds its lease (or it is SUCCESS
-	// under owner's claim already: a success recorded twice). False means the lease was lost
-	// (reclaimed) and the row was left as it is.
-	MarkSuccess(ctx context.Context, id int64, owner string) (bool, error)
-
-	// MarkSuccessBatch marks SUCCESS every event of ids whose lease owner still holds (or
-	// that is SUCCESS under owner's claim already), and reports how many it marked; the
-	// others were reclaimed and are left as they are.
-	MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error)
+	// MarkSuccess marks SUCCESS every event of ids whose lease owner still holds (or that is
+	// SUCCESS under owner's claim already: a success recorded twice), and reports how many it
+	// marked; the others were reclaimed and are left as they are.
+	MarkSuccess(ctx context.Context, ids []int64, owner string) (int64, error)
 
 	// ReleaseForRetry returns the event to WAIT with retryCount and a next_retry_time delay
 	// from now, recording reason, if owner still holds its lease.
@@ -128,6 +140,22 @@ type Store interface {
 	// unknown (its COMMIT failed), so that no row waits for a whole lease while its owner is
 	// alive.
 	ReleaseOwned(ctx context.Context, owner, reason string) (int64, error)
+
+	// Subscribe returns a channel that receives a signal when events were committed through
+	// this store in this process, so that the publisher sends them at once rather than at
+	// the next poll, and a function that ends the subscription. A store that cannot tell
+	// returns a nil channel (the publisher then polls).
+	Subscribe() (wake <-chan struct{}, unsubscribe func())
+
+	// Purge deletes SUCCESS and SKIPPED events last updated more than olderThan ago, as
+	// [PurgeOptions] says, and reports how many it deleted (or, with DryRun, would delete).
+	// The publisher's retention ([Config.Retention]) calls it. A store that cannot purge
+	// returns an error wrapping [errors.ErrUnsupported].
+	Purge(ctx context.Context, olderThan time.Duration, opts PurgeOptions) (int64, error)
+
+	// Stats reads a snapshot of the table for the publisher's gauges. A store that cannot
+	// returns an error wrapping [errors.ErrUnsupported]: the gauges are then left out.
+	Stats(ctx context.Context, opts StatsOptions) (TableStats, error)
 }
 
 // ClaimRequest is what one batch claim ([Store.ClaimDue]) takes, and what it records first.
@@ -138,9 +166,6 @@ type ClaimRequest struct {
 	// Succeeded are events Owner has sent since its last claim and not yet recorded: the
 	// claim marks them SUCCESS, if Owner still holds them, before it commits.
 	Succeeded []int64
-	// Ordering makes the claim keep each biz no's events in order (see [KeyOrder]); the
-	// claimed events of one biz no then come in id order.
-	Ordering Ordering
 }
 
 // ClaimResult is what a batch claim did.
@@ -155,38 +180,100 @@ type ClaimResult struct {
 	Succeeded int64
 }
 
-// Sender publishes one event. It returns nil only once the broker has accepted the event.
+// Sender publishes events to a broker. [RocketMQSender] is the one for Apache RocketMQ;
+// [SenderFunc] makes one of a function that sends one event.
 //
-// The error says whose fault a failure is. An error marked with [Permanent] belongs to the
-// message and dead-letters the event at once. An error marked with [Unavailable] (or
-// wrapping [ErrSenderClosed]) says the broker, or the way to it, is down: the event goes back
-// to WAIT without a retry counted, and the publisher stops claiming and probes until a send
-// succeeds. Any other error is retried with backoff and counts against [Config.MaxRetry].
-// Send must respect ctx: the publisher bounds it with [Config.SendTimeout].
+// Send returns one error per event of evs, in order: nil for each event the broker
+// accepted, and only once it has. The error says whose fault a failure is. An error marked
+// with [Permanent] belongs to the message and dead-letters the event at once. An error
+// marked with [Unavailable] (or wrapping [ErrClosed]) says the broker, or the way to it, is
+// down: the event goes back to WAIT without a retry counted, and the publisher stops
+// claiming and probes until a send succeeds. An error wrapping [ErrNotSent] says the
+// sender never tried the event: it goes back to WAIT with nothing counted. Any other error
+// is retried with backoff and counts against [Config.MaxAttempts].
+//
+// With keyOrder (the store claims in key order), the events of one biz no must reach the
+// broker in the order given, where an orderly consumer receives them in that order, and a
+// biz no whose event fails goes no further in this call: its later events get an error
+// wrapping [ErrNotSent].
+//
+// Send must respect ctx: the publisher bounds it with the send timeout (see [SenderInfo]).
+// A wrapper around a sender (for metrics, say) implements both methods, passing Info on, so
+// nothing the inner sender can do is lost.
 type Sender interface {
-	Send(ctx context.Context, ev Event) error
+	Send(ctx context.Context, evs []Event, keyOrder bool) []error
+	// Info describes the sender to the publisher.
+	Info() SenderInfo
 }
 
-// BatchSender is a [Sender] that can also send many events at once, as a RocketMQ batch does.
-// In batch mode the publisher hands it each claimed batch. It returns one error per event,
-// in order: nil for each event the broker accepted.
-type BatchSender interface {
-	Sender
-	SendBatch(ctx context.Context, evs []Event) []error
+// SenderInfo describes a [Sender] to the publisher that uses it.
+type SenderInfo struct {
+	// Topic is where events go, named in the publisher's send spans ("" for none).
+	Topic string
+	// System names the messaging system for the send spans' messaging.system ("" for none).
+	System string
+	// SendTimeout is how long one Send may take when the sender bounds its sends itself (a
+	// RocketMQ client's timeouts are set when it is built). The publisher then bounds each
+	// Send by it, and refuses a [Tuning.SendTimeout] that differs. Zero: the publisher's
+	// Tuning.SendTimeout bounds the sends.
+	SendTimeout time.Duration
 }
 
-// Notifier is implemented by a store that can tell the publishers of this process that
-// events were committed, so that they send them at once rather than at the next poll.
-// [MySQLStore] is one: its [Tx.Commit] notifies.
-type Notifier interface {
-	Subscribe() (wake <-chan struct{}, unsubscribe func())
-}
-
-// SenderFunc adapts a function to [Sender].
+// SenderFunc adapts a function that sends one event to [Sender]: Send calls it for each
+// event in turn. A panic in it fails that event. Once a call fails as [Unavailable] before
+// any event was accepted, the rest of the events get the same error without a call (the
+// broker is down: each would wait out its own timeout); once ctx is done, the rest get
+// [ErrNotSent]. With keyOrder, a biz no whose event failed is not called again in that Send.
 type SenderFunc func(ctx context.Context, ev Event) error
 
-// Send calls f.
-func (f SenderFunc) Send(ctx context.Context, ev Event) error { return f(ctx, ev) }
+// Send calls f for each event of evs in turn (see [SenderFunc]).
+func (f SenderFunc) Send(ctx context.Context, evs []Event, keyOrder bool) []error {
+	errs := make([]error, len(evs))
+	sent := false
+	var failedKeys map[string]bool // with keyOrder: the biz nos with a failed send
+	for i, ev := range evs {
+		if ctx.Err() != nil {
+			errs[i] = errNotSent
+			continue
+		}
+		if failedKeys[ev.BizNo] {
+			errs[i] = errKeyStopped
+			continue
+		}
+		errs[i] = f.call(ctx, ev)
+		if errs[i] != nil && keyOrder {
+			if failedKeys == nil {
+				failedKeys = map[string]bool{}
+			}
+			failedKeys[ev.BizNo] = true
+		}
+		if errs[i] == nil {
+			sent = true
+		} else if !sent && IsUnavailable(errs[i]) {
+			for j := i + 1; j < len(evs); j++ {
+				errs[j] = errs[i]
+			}
+			break
+		}
+	}
+	return errs
+}
+
+func (f SenderFunc) call(ctx context.Context, ev Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("sender panicked: %v", r)
+		}
+	}()
+	return f(ctx, ev)
+}
+
+// Info returns the zero SenderInfo: a function names no topic and bounds no send itself.
+func (f SenderFunc) Info() SenderInfo { return SenderInfo{} }
+
+// errKeyStopped is the answer, in key order, for an event of a batch whose biz no had an
+// earlier event fail in the same batch: it must not overtake it.
+var errKeyStopped = fmt.Errorf("%w: an earlier event of the same biz no failed in this batch", ErrNotSent)
 
 var (
 	// ErrInvalidConfig is wrapped by every configuration error.
@@ -197,18 +284,28 @@ var (
 	ErrPayloadTooLarge = fmt.Errorf("%w: payload too large", ErrInvalidEvent)
 	// ErrNotFound is returned when an event does not exist.
 	ErrNotFound = errors.New("outbox: event not found")
-	// ErrSenderClosed is returned by a sender's Send after its Close: nothing was sent. The
-	// publisher returns the event to WAIT without counting a retry.
-	ErrSenderClosed = errors.New("outbox: sender closed")
-	// ErrAlreadyRunning is returned by [Publisher.Run] when the publisher is already running.
+	// ErrClosed is returned by a sender's Send after its Close (nothing was sent: the
+	// publisher returns the event to WAIT without counting a retry), and by [Publisher.Run]
+	// after [Publisher.Close].
+	ErrClosed = errors.New("outbox: closed")
+	// ErrAlreadyRunning is returned by [Publisher.Run] when the publisher is already
+	// running, or another publisher of the same store with the same [Config.InstanceID] is
+	// running in this process.
 	ErrAlreadyRunning = errors.New("outbox: publisher already running")
+	// ErrNotSent is a sender's answer for an event it did not try: the send timeout passed
+	// before its turn, or, in key order, an earlier event of the same biz no failed. The
+	// publisher returns such an event to WAIT with no attempt counted.
+	ErrNotSent = errors.New("outbox: not sent")
 )
 
-// PermanentError marks a send error that no retry can fix.
-type PermanentError struct{ Err error }
+// errNotSent is ErrNotSent for an event whose turn never came before the batch's deadline.
+var errNotSent = fmt.Errorf("%w: the batch's send timeout passed before its turn", ErrNotSent)
 
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
+// permanentError marks a send error that no retry can fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
 
 // Permanent marks err as one that retrying cannot fix (a message the broker will always
 // refuse, say), so the publisher dead-letters the event at once instead of retrying it.
@@ -216,15 +313,15 @@ func Permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &PermanentError{Err: err}
+	return &permanentError{err: err}
 }
 
-// UnavailableError marks a send error that says nothing about the message: the broker, its
+// unavailableError marks a send error that says nothing about the message: the broker, its
 // route or the network to it is down, and the same send will work once it is back.
-type UnavailableError struct{ Err error }
+type unavailableError struct{ err error }
 
-func (e *UnavailableError) Error() string { return "unavailable: " + e.Err.Error() }
-func (e *UnavailableError) Unwrap() error { return e.Err }
+func (e *unavailableError) Error() string { return "unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
 
 // Unavailable marks err as an infrastructure failure (see [Sender]): the event is returned
 // to WAIT without spending a retry, and the publisher pauses its claims until the broker
@@ -234,34 +331,49 @@ func Unavailable(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &UnavailableError{Err: err}
+	return &unavailableError{err: err}
 }
 
 // IsUnavailable reports whether err, or any error it wraps, was marked with [Unavailable]
-// or is [ErrSenderClosed].
+// or wraps [ErrClosed].
 func IsUnavailable(err error) bool {
-	var u *UnavailableError
-	return errors.As(err, &u) || errors.Is(err, ErrSenderClosed)
+	var u *unavailableError
+	return errors.As(err, &u) || errors.Is(err, ErrClosed)
 }
 
 // IsPermanent reports whether err, or any error it wraps, was marked with [Permanent].
 func IsPermanent(err error) bool {
-	var p *PermanentError
+	var p *permanentError
 	return errors.As(err, &p)
 }
 
 // Publisher claims due events from a [Store] and sends them through a [Sender]. Run one in
 // every instance of the service; they share the work row by row without any other
 // coordination.
+//
+// A publisher is started with [Publisher.Run] and ended with [Publisher.Close], which
+// stops Run, waits for its last sends to be recorded and closes the sender:
+//
+//	publisher, err := outbox.NewPublisher(store, sender, outbox.Config{})
+//	if err != nil {
+//		return err
+//	}
+//	defer publisher.Close()
+//	go publisher.Run(ctx)
 type Publisher struct {
 	store   Store
 	sender  Sender
+	info    SenderInfo
 	cfg     Config
 	log     *slog.Logger
 	running atomic.Bool
 	limit   atomic.Int64 // batch mode: how many events the next claim takes
 	m       *metrics     // nil without Config.MeterProvider
 	health  healthState
+
+	// keyOrder is the store's ordering, as Check reported it when Run started: the claims
+	// keep each biz no's events in order, and the sender is asked to.
+	keyOrder atomic.Bool
 
 	// roundMu serialises rounds (Run's and PublishPending's) and guards what they share.
 	roundMu     sync.Mutex
@@ -272,11 +384,22 @@ type Publisher struct {
 	releaseOwed bool // a claim's outcome was unknown: release our rows before the next claim
 
 	tracing *sendTracing // the send spans; nil without Config.TracerProvider
-	orderer KeyOrderer   // the store, when Config.Ordering keeps keys in order; else nil
+
+	// life is Run's and Close's: Close cancels the running Run and waits for it to return.
+	life struct {
+		mu     sync.Mutex
+		closed bool
+		cancel context.CancelFunc // the running Run's, nil when none runs
+		done   chan struct{}      // closed when the running Run returns
+	}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // NewPublisher returns a publisher for store and sender. Zero fields of cfg take their
-// defaults; an invalid cfg is reported here, never at run time.
+// defaults; an invalid cfg is reported here, never at run time. The publisher takes the
+// sender over: [Publisher.Close] closes it, so give each publisher a sender of its own. A
+// store may serve any number of publishers and business transactions.
 func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
@@ -284,33 +407,27 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	if sender == nil {
 		return nil, fmt.Errorf("%w: sender is nil", ErrInvalidConfig)
 	}
-	cfg, err := cfg.withSenderTimeout(sender)
+	info := sender.Info()
+	cfg, err := cfg.withSenderTimeout(info)
 	if err != nil {
 		return nil, err
 	}
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	if _, ok := store.(Purger); cfg.Retention > 0 && !ok {
-		return nil, fmt.Errorf("%w: Retention is set but the store (%T) cannot purge: it is no Purger", ErrInvalidConfig, store)
-	}
-	orderer, err := checkOrdering(cfg.Ordering, store, sender)
-	if err != nil {
-		return nil, err
-	}
 	p := &Publisher{
-		store:   store,
-		sender:  sender,
-		cfg:     cfg,
-		log:     cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
-		orderer: orderer,
+		store:  store,
+		sender: sender,
+		info:   info,
+		cfg:    cfg,
+		log:    cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
 	}
 	if p.m, err = newMetrics(cfg, store, p.log); err != nil {
 		return nil, fmt.Errorf("outbox: make the publisher's instruments: %w", err)
 	}
-	p.limit.Store(int64(min(cfg.BatchSize, initialClaimLimit)))
-	p.tracing = newSendTracing(cfg.TracerProvider, sender)
-	p.gather = newGatherer(cfg.CoalesceDelay, cfg.PollInterval)
+	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
+	p.tracing = newSendTracing(cfg.TracerProvider, info)
+	p.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
 	return p, nil
 }
 
@@ -318,63 +435,60 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 // batches send quickly.
 const initialClaimLimit = 64
 
-// InstanceID is the owner this publisher writes to claim_owner.
-func (p *Publisher) InstanceID() string { return p.cfg.InstanceID }
-
-// Run publishes until ctx is cancelled: a scan loop that runs a round
-// ([Publisher.PublishPending]) and then waits [Config.PollInterval] (fixed delay: rounds never
-// overlap) or until a commit wakes it and its coalescing window ([Config.CoalesceDelay]) has
-// passed, and beside it a reclaim loop that runs [Publisher.Reclaim] at start and then every
-// [Config.ReclaimInterval], and, when [Config.Retention] is set, a retention loop that purges
-// old SUCCESS events every [Config.RetentionInterval]. In batch mode the successes of one
-// round are recorded by the next round's claim, in its transaction, or on their own if no
-// round comes within 50 ms.
+// Run publishes until ctx is cancelled or [Publisher.Close] is called: a scan loop that
+// runs a round ([Publisher.PublishPending]) and then waits [Config.PollInterval] (fixed
+// delay: rounds never overlap) or until a commit wakes it and its coalescing window
+// ([Tuning.CoalesceDelay]) has passed, and beside it a reclaim loop that runs
+// [Publisher.Reclaim] at start and then every [Tuning.ReclaimInterval], and, when
+// [Config.Retention] is set, a retention loop that purges old SUCCESS events every
+// [Tuning.RetentionInterval]. In batch mode the successes of one round are recorded by the
+// next round's claim, in its transaction, or on their own if no round comes within 50 ms.
 //
-// With [Config.Ordering], Run first checks that the table can serve ordered claims
-// ([KeyOrderer]), and returns the error (wrapping [ErrInvalidConfig]) if it cannot; a store
-// it cannot reach then is logged, not refused.
+// Run first asks the store how it claims ([Store.Check]): a table that cannot serve the
+// store's [MySQLConfig.Ordering] is refused with an error wrapping [ErrInvalidConfig] that
+// names the fix; a store it cannot reach then is logged, not refused. Run refuses to start
+// a second time while it runs, and while another publisher of the same store with the same
+// [Config.InstanceID] runs in this process ([ErrAlreadyRunning]); after Close it returns
+// [ErrClosed].
 //
-// When ctx is cancelled, Run stops claiming, lets the send in flight finish (it is bounded by
-// [Config.SendTimeout]) and records its outcome, returns to WAIT every event still SENDING
-// under its [Config.InstanceID] (claimed and not sent), and returns nil once every
-// goroutine it started has ended. Close the sender only after Run has returned. Store
-// errors are logged and retried on the next round; they never end Run. An outcome the
-// store failed to record is recorded before the next claim.
+// When it is stopped, Run stops claiming, lets the send in flight finish (it is bounded by
+// the send timeout) and records its outcome, returns to WAIT every event still SENDING
+// under its InstanceID (claimed and not sent), and returns nil once every goroutine it
+// started has ended. Store errors are logged and retried on the next round; they never end
+// Run. An outcome the store failed to record is recorded before the next claim.
 func (p *Publisher) Run(ctx context.Context) error {
-	if !p.running.CompareAndSwap(false, true) {
-		return ErrAlreadyRunning
+	ctx, done, err := p.begin(ctx)
+	if err != nil {
+		return err
 	}
-	defer p.running.Store(false)
+	defer done()
 	defer p.m.observe(p)()
 
-	if p.orderer != nil {
-		if err := p.checkOrdering(ctx); err != nil {
-			return err
-		}
+	if err := p.check(ctx); err != nil {
+		return err
 	}
 	p.log.InfoContext(ctx, "outbox publisher started",
-		slog.Int("batch_size", p.cfg.BatchSize),
+		slog.Int("batch_size", p.cfg.Tuning.BatchSize),
 		slog.Duration("poll_interval", p.cfg.PollInterval),
-		slog.Duration("lease", p.cfg.Lease))
-	var wake <-chan struct{}
-	if n, ok := p.store.(Notifier); ok {
-		ch, unsubscribe := n.Subscribe()
+		slog.Duration("lease", p.cfg.Tuning.Lease),
+		slog.Bool("key_order", p.keyOrder.Load()))
+	wake, unsubscribe := p.store.Subscribe()
+	if unsubscribe != nil {
 		defer unsubscribe()
-		wake = ch
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { p.scan(ctx, wake) })
 	wg.Go(func() {
 		loop(ctx, func() time.Duration {
 			_, _ = p.Reclaim(ctx)
-			return p.cfg.ReclaimInterval
+			return p.cfg.Tuning.ReclaimInterval
 		})
 	})
 	if p.cfg.Retention > 0 {
 		wg.Go(func() {
 			loop(ctx, func() time.Duration {
 				p.retain(ctx)
-				return p.cfg.RetentionInterval
+				return p.cfg.Tuning.RetentionInterval
 			})
 		})
 	}
@@ -382,6 +496,95 @@ func (p *Publisher) Run(ctx context.Context) error {
 	p.stop(ctx)
 	p.log.Info("outbox publisher stopped")
 	return nil
+}
+
+// begin starts a Run: it refuses a closed publisher and a second Run, registers the
+// instance id with the store, and returns Run's context (cancelled by Close as well as by
+// the caller) and the function that ends the Run.
+func (p *Publisher) begin(ctx context.Context) (context.Context, func(), error) {
+	p.life.mu.Lock()
+	defer p.life.mu.Unlock()
+	if p.life.closed {
+		return nil, nil, fmt.Errorf("%w: the publisher was closed", ErrClosed)
+	}
+	if !p.running.CompareAndSwap(false, true) {
+		return nil, nil, ErrAlreadyRunning
+	}
+	release, err := instances.take(p.store, p.cfg.InstanceID)
+	if err != nil {
+		p.running.Store(false)
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p.life.cancel, p.life.done = cancel, done
+	return ctx, func() {
+		release()
+		cancel()
+		p.life.mu.Lock()
+		p.life.cancel, p.life.done = nil, nil
+		p.life.mu.Unlock()
+		p.running.Store(false)
+		close(done)
+	}, nil
+}
+
+// Close stops the publisher for good: it cancels a running [Publisher.Run] and waits for it
+// to return (its last sends finished and recorded, its claims released), then closes the
+// sender if the sender has a Close method, and returns that error. It is safe to call more
+// than once, and without Run; every call returns once the publisher is closed. Run after
+// Close returns [ErrClosed].
+func (p *Publisher) Close() error {
+	p.closeOnce.Do(func() {
+		p.life.mu.Lock()
+		p.life.closed = true
+		cancel, done := p.life.cancel, p.life.done
+		p.life.mu.Unlock()
+		if cancel != nil {
+			cancel()
+			<-done
+		}
+		p.roundMu.Lock() // a PublishPending in progress ends before the sender closes
+		p.roundMu.Unlock()
+		if c, ok := p.sender.(io.Closer); ok {
+			p.closeErr = c.Close()
+		}
+	})
+	return p.closeErr
+}
+
+// instances are the instance ids of the publishers running in this process, per store:
+// two publishers claiming under one id would take each other's leases for their own.
+var instances = instanceSet{running: map[instanceKey]bool{}}
+
+type instanceKey struct {
+	store any
+	id    string
+}
+
+type instanceSet struct {
+	mu      sync.Mutex
+	running map[instanceKey]bool
+}
+
+// take registers id as running on store, or reports that a publisher already runs with it.
+func (s *instanceSet) take(store Store, id string) (release func(), err error) {
+	if !reflect.TypeOf(store).Comparable() {
+		return func() {}, nil // a store that cannot be a map key is not checked
+	}
+	k := instanceKey{store: store, id: id}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[k] {
+		return nil, fmt.Errorf("%w: another publisher of this store runs with InstanceID %q in this process; give each its own (DefaultInstanceID returns a new one on each call)",
+			ErrAlreadyRunning, id)
+	}
+	s.running[k] = true
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.running, k)
+	}, nil
 }
 
 // loop runs fn, then waits the delay it returned, until ctx is done: a fixed delay, so runs

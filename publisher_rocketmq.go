@@ -23,14 +23,14 @@ import (
 )
 
 const (
-	// TopicDefault is the topic events go to unless [RocketMQConfig.Topic] says otherwise.
-	TopicDefault = "ORDER_EVENT_TOPIC"
-	// ProducerGroupDefault is the producer group of a sender that builds its own producer.
-	ProducerGroupDefault = "outbox_publisher"
-	// SendAttemptsDefault is how many times the client tries one send, across brokers.
-	SendAttemptsDefault = 3
-	// MaxBatchBytesDefault is the encoded size one batch send stays under.
-	MaxBatchBytesDefault = 1 << 20
+	// topicDefault is the topic events go to unless [RocketMQConfig.Topic] says otherwise.
+	topicDefault = "ORDER_EVENT_TOPIC"
+	// producerGroupDefault is the sender's producer group unless RocketMQConfig.GroupName says otherwise.
+	producerGroupDefault = "outbox_publisher"
+	// sendAttemptsDefault is how many times the client tries one send, across brokers.
+	sendAttemptsDefault = 3
+	// maxBatchBytesDefault is the encoded size one batch send stays under.
+	maxBatchBytesDefault = 1 << 20
 	// maxBatchMessages bounds the messages of one batch send.
 	maxBatchMessages = 1000
 
@@ -71,8 +71,7 @@ var topicRE = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,127}$`)
 
 // RocketMQConfig configures a [RocketMQSender].
 type RocketMQConfig struct {
-	// NameServers are the name server addresses, e.g. ["127.0.0.1:9876"]. Required unless
-	// Producer is set.
+	// NameServers are the name server addresses, e.g. ["127.0.0.1:9876"]. Required.
 	NameServers []string
 
 	// Topic is where events are sent. Defaults to "ORDER_EVENT_TOPIC".
@@ -88,9 +87,8 @@ type RocketMQConfig struct {
 
 	// SendTimeout bounds one Send, the client's own retries included. Each attempt gets
 	// SendTimeout / SendAttempts. Defaults to 3 seconds. A [Publisher] given this sender
-	// takes its own [Config.SendTimeout] from here ([RocketMQSender.SendTimeout]) when that is
-	// left zero, so the value is typed once; NewPublisher refuses a Config.SendTimeout that
-	// differs from it. One wait escapes it, in the client: until a topic's route is
+	// bounds its sends by it ([SenderInfo.SendTimeout]), so the value is typed once;
+	// NewPublisher refuses a [Tuning.SendTimeout] that differs from it. One wait escapes it, in the client: until a topic's route is
 	// known, each attempt asks the name server with the client's fixed 6 s timeout, so a
 	// name server that accepts connections and never answers holds a send 6 s per attempt.
 	SendTimeout time.Duration
@@ -106,34 +104,11 @@ type RocketMQConfig struct {
 	// its 4 MiB message limit whole). Defaults to 1 MiB.
 	MaxBatchBytes int
 
-	// KeyOrder sends the events of one biz no to one queue of the topic, in the order the
-	// publisher hands them over, so that an orderly consumer
-	// (consumer.WithConsumerOrder(true)) receives them in that order. Use it with a
-	// publisher whose [Config.Ordering] is [KeyOrder] or [KeyOrderSkipDeadLetters]: the
-	// publisher then never has two events of one biz no in flight, and the sender keeps the
-	// order of those it is given together.
-	//
-	// Every message carries its biz no as sharding key, and the queue is the FNV-1a hash of
-	// it modulo the number of the topic's queues, the choice of the client's
-	// producer.NewHashQueueSelector; a batch goes to its biz nos' queue too (see
-	// [NewKeyQueueSelector]). A batch is split by queue, and a biz no whose event fails is
-	// stopped there: its later events in the batch are not sent ([ErrNotSent]).
-	//
-	// What it costs: one send per queue present in a batch instead of one per MaxBatchBytes
-	// (sent in parallel), and no failover: the client's retries go to the same queue, so a
-	// biz no whose queue's broker is down waits (Unavailable) until the broker is back or
-	// the route drops it. A change in the number of the topic's queues (a broker added or
-	// removed, a topic's queue count changed) moves biz nos to other queues: ordering holds
-	// while the route is stable, as with any RocketMQ ordered messages.
-	//
-	// With Producer set, the sender cannot choose queues for batches: it sends one message
-	// at a time, and the caller must build the producer with
-	// producer.WithQueueSelector(outbox.NewKeyQueueSelector()).
-	KeyOrder bool
-
-	// Producer, if set, is a started producer the caller built and owns: the sender uses it
-	// and never shuts it down, and the fields above but Topic and KeyOrder are ignored.
-	Producer rocketmq.Producer
+	// ProducerOptions are added to the options of the producer the sender builds, after its
+	// own (name servers, group, instance name, retries, timeout, queue selector): for
+	// credentials (producer.WithCredentials), a namespace, a trace dispatcher and the like.
+	// An option that sets the queue selector replaces the one key order needs.
+	ProducerOptions []producer.Option
 
 	// Logger, if set, receives the logs of every RocketMQ client in the process: the sender
 	// calls [RouteRocketMQClientLogs] with it. The client's logger is process-wide, so this
@@ -168,8 +143,8 @@ type RocketMQConfig struct {
 //	  - code 2 SYSTEM_BUSY, code 14 SERVICE_NOT_AVAILABLE (disk full, store shut down),
 //	    code 16 NO_PERMISSION (broker or topic not writable, ACL), code 17 TOPIC_NOT_EXIST,
 //	    and code 1 SYSTEM_ERROR when the broker says it is busy or short of in-sync replicas;
-//	  - the sender (or the caller's producer) is closed: [ErrSenderClosed].
-//	Anything else (retried with backoff, counted against [Config.MaxRetry]):
+//	  - the sender is closed: [ErrClosed].
+//	Anything else (retried with backoff, counted against [Config.MaxAttempts]):
 //	  - other codes, and a status other than SEND_OK (FLUSH_DISK_TIMEOUT,
 //	    FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). With those statuses the broker has
 //	    stored the message: the retry sends it again, so they are a source of duplicates.
@@ -179,7 +154,7 @@ type RocketMQConfig struct {
 // eventId.
 //
 // Close waits for the sends in flight and makes every later Send fail with
-// [ErrSenderClosed] without touching the producer, so a publisher still running never
+// [ErrClosed] without touching the producer, so a publisher still running never
 // races the producer's shutdown.
 type RocketMQSender struct {
 	producer rocketmq.Producer
@@ -188,9 +163,9 @@ type RocketMQSender struct {
 	maxBatch int
 	owned    bool
 
-	// keyOrder is RocketMQConfig.KeyOrder; selector is the queue selector of the producer
-	// the sender built for it (nil with a caller's producer).
-	keyOrder bool
+	// selector is the queue selector of the producer: it sends a message with a queue set
+	// to that queue, one with a sharding key to its key's queue, and others in turn. Nil
+	// with a producer the sender did not build (tests), whose own selector chooses.
 	selector *keyQueueSelector
 
 	// mu orders the start of every send against Close: a send registers in inflight under
@@ -203,56 +178,36 @@ type RocketMQSender struct {
 	closeErr  error
 }
 
-// NewRocketMQSender validates cfg and, unless cfg.Producer is set, builds and starts a
-// producer of its own, which [RocketMQSender.Close] shuts down.
+// NewRocketMQSender validates cfg, builds and starts a producer, which
+// [RocketMQSender.Close] shuts down.
 func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
-	topic := cmp.Or(cfg.Topic, TopicDefault)
-	if !topicRE.MatchString(topic) {
-		return nil, fmt.Errorf("%w: topic %q must be 1 to 127 letters, digits, '_', '-', '%%' or '|'", ErrInvalidConfig, topic)
-	}
-	if systemTopic(topic) {
-		return nil, fmt.Errorf("%w: topic %q is one of RocketMQ's own, which the broker refuses to take messages for", ErrInvalidConfig, topic)
-	}
-	timeout := cmp.Or(cfg.SendTimeout, SendTimeoutDefault)
-	attempts := cmp.Or(cfg.SendAttempts, SendAttemptsDefault)
-	maxBatch := cmp.Or(cfg.MaxBatchBytes, MaxBatchBytesDefault)
-	switch {
-	case maxBatch < 0 || maxBatch > 4<<20:
-		return nil, fmt.Errorf("%w: MaxBatchBytes must be between 1 and 4 MiB (the broker's limit), got %d", ErrInvalidConfig, maxBatch)
-	case timeout < MinSendTimeout:
-		return nil, fmt.Errorf("%w: SendTimeout must be at least %s, got %s", ErrInvalidConfig, MinSendTimeout, timeout)
-	case attempts < 0:
-		return nil, fmt.Errorf("%w: SendAttempts must be positive, got %d", ErrInvalidConfig, attempts)
-	}
-	if cfg.Logger != nil {
-		RouteRocketMQClientLogs(cfg.Logger)
-	}
-
-	s := &RocketMQSender{producer: cfg.Producer, topic: topic, timeout: timeout, maxBatch: maxBatch, keyOrder: cfg.KeyOrder}
-	if s.producer != nil {
-		return s, nil
+	s, err := newRocketMQSender(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if len(cfg.NameServers) == 0 {
-		return nil, fmt.Errorf("%w: NameServers is empty and no Producer is given", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: NameServers is empty", ErrInvalidConfig)
 	}
 	addrs, err := primitive.NewNamesrvAddr(cfg.NameServers...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: NameServers %v: %v", ErrInvalidConfig, cfg.NameServers, err)
 	}
-	group := cmp.Or(cfg.GroupName, ProducerGroupDefault)
+	if cfg.Logger != nil {
+		RouteRocketMQClientLogs(cfg.Logger)
+	}
+	attempts := cmp.Or(cfg.SendAttempts, sendAttemptsDefault)
+	group := cmp.Or(cfg.GroupName, producerGroupDefault)
 	instance := cmp.Or(cfg.InstanceName, "outbox-"+randomSuffix())
+	s.selector = newKeyQueueSelector()
 	opts := []producer.Option{
 		producer.WithNameServer(addrs),
 		producer.WithGroupName(group),
 		producer.WithInstanceName(instance),
 		producer.WithRetry(attempts - 1),
-		producer.WithSendMsgTimeout(timeout / time.Duration(attempts)),
+		producer.WithSendMsgTimeout(s.timeout / time.Duration(attempts)),
+		producer.WithQueueSelector(s.selector),
 	}
-	if s.keyOrder {
-		s.selector = newKeyQueueSelector()
-		opts = append(opts, producer.WithQueueSelector(s.selector))
-	}
-	p, err := rocketmq.NewProducer(opts...)
+	p, err := rocketmq.NewProducer(append(opts, cfg.ProducerOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: could not create RocketMQ producer: %w", err)
 	}
@@ -269,25 +224,41 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	return s, nil
 }
 
-// Topic is where the sender sends.
-func (s *RocketMQSender) Topic() string { return s.topic }
+// newRocketMQSender validates cfg and returns a sender without a producer.
+func newRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
+	topic := cmp.Or(cfg.Topic, topicDefault)
+	if !topicRE.MatchString(topic) {
+		return nil, fmt.Errorf("%w: topic %q must be 1 to 127 letters, digits, '_', '-', '%%' or '|'", ErrInvalidConfig, topic)
+	}
+	if systemTopic(topic) {
+		return nil, fmt.Errorf("%w: topic %q is one of RocketMQ's own, which the broker refuses to take messages for", ErrInvalidConfig, topic)
+	}
+	timeout := cmp.Or(cfg.SendTimeout, sendTimeoutDefault)
+	attempts := cmp.Or(cfg.SendAttempts, sendAttemptsDefault)
+	maxBatch := cmp.Or(cfg.MaxBatchBytes, maxBatchBytesDefault)
+	switch {
+	case maxBatch < 0 || maxBatch > 4<<20:
+		return nil, fmt.Errorf("%w: MaxBatchBytes must be between 1 and 4 MiB (the broker's limit), got %d", ErrInvalidConfig, maxBatch)
+	case timeout < minSendTimeout:
+		return nil, fmt.Errorf("%w: SendTimeout must be at least %s, got %s", ErrInvalidConfig, minSendTimeout, timeout)
+	case attempts < 0:
+		return nil, fmt.Errorf("%w: SendAttempts must be positive, got %d", ErrInvalidConfig, attempts)
+	}
+	return &RocketMQSender{topic: topic, timeout: timeout, maxBatch: maxBatch}, nil
+}
 
-// KeyOrdered reports whether the sender keeps the events of one biz no in order
-// ([RocketMQConfig.KeyOrder]). A publisher with an [Ordering] other than [Unordered] refuses
-// a batch sender that does not.
-func (s *RocketMQSender) KeyOrdered() bool { return s.keyOrder }
+// Info implements [Sender]: the topic, and the send timeout the producer was built with
+// ([RocketMQConfig.SendTimeout]), so the publisher bounds a send as the client does.
+func (s *RocketMQSender) Info() SenderInfo {
+	return SenderInfo{Topic: s.topic, System: "rocketmq", SendTimeout: s.timeout}
+}
 
-// SendTimeout is how long one Send or SendBatch may take, the client's own retries included
-// ([RocketMQConfig.SendTimeout], or its default). A [Publisher] whose [Config.SendTimeout] is
-// zero uses it, so the sender and the publisher bound a send alike.
-func (s *RocketMQSender) SendTimeout() time.Duration { return s.timeout }
-
-// Message returns the RocketMQ message for ev. Its eventId property is ev.EventID, the UUID
+// message returns the RocketMQ message for ev. Its eventId property is ev.EventID, the UUID
 // stored with the event, never the row id: row ids repeat when the table is recreated or a
 // backup restored, and between tables that publish to one topic. An event stored with a
 // well-formed W3C trace context also carries it, as the traceparent and tracestate
-// properties. A sender with [RocketMQConfig.KeyOrder] sets the biz no as sharding key.
-func (s *RocketMQSender) Message(ev Event) *primitive.Message {
+// properties. In key order the biz no is the sharding key.
+func (s *RocketMQSender) message(ev Event, keyOrder bool) *primitive.Message {
 	msg := primitive.NewMessage(s.topic, ev.Payload)
 	msg.WithProperty(PropertyEventID, ev.EventID)
 	msg.WithProperty(PropertyEventType, ev.EventType)
@@ -300,19 +271,10 @@ func (s *RocketMQSender) Message(ev Event) *primitive.Message {
 	}
 	msg.WithKeys([]string{ev.BizNo})
 	msg.WithTag(ev.EventType)
-	if s.keyOrder {
+	if keyOrder {
 		msg.WithShardingKey(ev.BizNo)
 	}
 	return msg
-}
-
-// Send implements [Sender].
-func (s *RocketMQSender) Send(ctx context.Context, ev Event) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.inflight.Done()
-	return s.send(ctx, ev)
 }
 
 // begin registers a send in flight, unless the sender is closed.
@@ -320,7 +282,7 @@ func (s *RocketMQSender) begin() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fmt.Errorf("rocketmq: %w", ErrSenderClosed)
+		return fmt.Errorf("rocketmq: %w", ErrClosed)
 	}
 	s.inflight.Add(1)
 	return nil
@@ -331,18 +293,17 @@ func (s *RocketMQSender) begin() error {
 // a NullPointerException), on every attempt.
 var errEmptyBody = Permanent(errors.New("rocketmq: the payload is empty; RocketMQ does not accept a message without a body"))
 
-func (s *RocketMQSender) send(ctx context.Context, ev Event) error {
+// sendOne sends one event alone, with the client's retries across brokers.
+func (s *RocketMQSender) sendOne(ctx context.Context, ev Event, keyOrder bool) error {
 	if len(ev.Payload) == 0 {
 		return errEmptyBody
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	res, err := s.producer.SendSync(ctx, s.Message(ev))
+	res, err := s.producer.SendSync(ctx, s.message(ev, keyOrder))
 	return sendOutcome("send", res, err)
 }
 
-// SendBatch implements [BatchSender]: the events go in as few sends as fit under
-// MaxBatchBytes, each confirmed as a whole, all within one SendTimeout. If the broker refuses
+// Send implements [Sender]. One event is sent alone; a batch goes in as few sends as fit
+// under MaxBatchBytes, each confirmed as a whole, all within one SendTimeout. If the broker refuses
 // a batch as illegal (one of its messages is), its events are sent one by one, so that only
 // the illegal one is dead-lettered. Events whose turn never comes (the deadline passed, or an
 // earlier send of the batch found the broker unavailable) are not sent, and their errors
@@ -350,11 +311,18 @@ func (s *RocketMQSender) send(ctx context.Context, ev Event) error {
 // batch carry no client message id: consumers deduplicate on the eventId property, as they
 // should anyway.
 //
-// With [RocketMQConfig.KeyOrder], the batch is sent queue by queue (the queues in
-// parallel), each biz no's events together and in the order given, and a biz no is stopped
-// at its first failure: for each biz no the answers are successes, then at most one
-// failure, then [ErrNotSent].
-func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
+// With keyOrder, every message carries its biz no as sharding key and goes to its key's
+// queue: the FNV-1a hash of the biz no modulo the number of the topic's queues, the choice
+// of the client's producer.NewHashQueueSelector, so that an orderly consumer
+// (consumer.WithConsumerOrder(true)) receives a key's events in order. A batch is sent
+// queue by queue (the queues in parallel), each biz no's events together and in the order
+// given, and a biz no is stopped at its first failure: for each biz no the answers are
+// successes, then at most one failure, then [ErrNotSent]. What it costs: one send per
+// queue present in a batch, and no failover: the client's retries go to the same queue, so
+// a biz no whose queue's broker is down waits (Unavailable) until the broker is back or the
+// route drops it. A change in the number of the topic's queues moves biz nos to other
+// queues: ordering holds while the route is stable, as with any RocketMQ ordered messages.
+func (s *RocketMQSender) Send(ctx context.Context, evs []Event, keyOrder bool) []error {
 	errs := make([]error, len(evs))
 	if err := s.begin(); err != nil {
 		fill(errs, err)
@@ -363,7 +331,11 @@ func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
 	defer s.inflight.Done()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if s.keyOrder {
+	switch {
+	case len(evs) == 1:
+		errs[0] = s.sendOne(ctx, evs[0], keyOrder)
+		return errs
+	case keyOrder:
 		s.sendInKeyOrder(ctx, evs, errs)
 		return errs
 	}
@@ -381,7 +353,7 @@ func (s *RocketMQSender) SendBatch(ctx context.Context, evs []Event) []error {
 	for start := 0; start < len(todo); {
 		end, size := start, 0
 		for end < len(todo) && end-start < maxBatchMessages {
-			n := s.messageSize(evs[todo[end]])
+			n := s.messageSize(evs[todo[end]], false)
 			if end > start && size+n > s.maxBatch {
 				break
 			}
@@ -419,7 +391,7 @@ func (s *RocketMQSender) sendOneByOne(ctx context.Context, evs []Event, chunk []
 			fillAt(errs, chunk[k:], errNotSent)
 			return errNotSent
 		}
-		errs[i] = s.send(ctx, evs[i])
+		errs[i] = s.sendOne(ctx, evs[i], false)
 		if IsUnavailable(errs[i]) {
 			skip := notSent(errs[i])
 			fillAt(errs, chunk[k+1:], skip)
@@ -433,7 +405,7 @@ func (s *RocketMQSender) sendOneByOne(ctx context.Context, evs []Event, chunk []
 func (s *RocketMQSender) sendChunk(ctx context.Context, evs []Event, chunk []int) error {
 	msgs := make([]*primitive.Message, len(chunk))
 	for k, i := range chunk {
-		msgs[k] = s.Message(evs[i])
+		msgs[k] = s.message(evs[i], false)
 	}
 	res, err := s.producer.SendSync(ctx, msgs...)
 	return sendOutcome("batch send", res, err)
@@ -468,9 +440,9 @@ func (e *notSentError) Unwrap() error        { return e.cause }
 
 // messageSize estimates an event's encoded size in a batch: body, properties, and the
 // per-message header.
-func (s *RocketMQSender) messageSize(ev Event) int {
+func (s *RocketMQSender) messageSize(ev Event, keyOrder bool) int {
 	n := len(ev.Payload) + 2*len(ev.BizNo) + 2*len(ev.EventType) + len(ev.TraceParent) + len(ev.TraceState) + 20 + 128
-	if s.keyOrder {
+	if keyOrder {
 		n += len(ev.BizNo) + len(primitive.PropertyShardingKey) + 2
 	}
 	return n
@@ -489,8 +461,8 @@ func fillAt(errs []error, at []int, err error) {
 	}
 }
 
-// Close stops the sender: every Send or SendBatch that starts after it returns an error
-// wrapping [ErrSenderClosed] and never reaches the producer; the sends already in flight
+// Close stops the sender: every Send that starts after it returns an error
+// wrapping [ErrClosed] and never reaches the producer; the sends already in flight
 // are waited for (each is bounded by SendTimeout, see [RocketMQConfig.SendTimeout]); then
 // the producer is shut down if the sender built it. It is safe to call more than once, and
 // from several goroutines: every call returns once the sender is closed.
@@ -533,7 +505,7 @@ func classifySendError(err error) error {
 	case errors.Is(err, rmqerrors.ErrNotRunning), errors.Is(err, rmqerrors.ErrService):
 		// The producer is not started, or was shut down (a caller-owned one): nothing was
 		// sent, and nothing will be through it.
-		return fmt.Errorf("rocketmq: %w: the producer is not running: %w", ErrSenderClosed, err)
+		return fmt.Errorf("rocketmq: %w: the producer is not running: %w", ErrClosed, err)
 	case unreachable(err):
 		return Unavailable(wrapped)
 	}

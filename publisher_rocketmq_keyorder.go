@@ -15,12 +15,8 @@ import (
 // per queue).
 const maxParallelQueueSends = 16
 
-// NewKeyQueueSelector returns the queue selector a [RocketMQSender] with
-// [RocketMQConfig.KeyOrder] installs in the producer it builds. Build a producer you pass as
-// [RocketMQConfig.Producer] with producer.WithQueueSelector(outbox.NewKeyQueueSelector())
-// for the same choice of queues.
-//
-// It chooses, for a message:
+// keyQueueSelector is the queue selector of the producers the sender builds. It chooses, for
+// a message:
 //   - with a queue set (msg.Queue, as the sender sets it on a batch): that queue, if the
 //     topic's route still has it; else none, and the client fails the send with "route info
 //     not found" (Unavailable: nothing is sent, the events wait, and the next batch is
@@ -34,9 +30,8 @@ const maxParallelQueueSends = 16
 // The client's own hash selector is not enough for batches: the client packs a batch into
 // a new message that carries none of its messages' properties, so the hash selector finds
 // no sharding key and picks a random queue.
-func NewKeyQueueSelector() producer.QueueSelector { return newKeyQueueSelector() }
-
-// keyQueueSelector is the selector NewKeyQueueSelector returns. It also keeps, per topic, the
+//
+// It also keeps, per topic, the
 // last queue list the client handed it, which the sender groups batches by.
 type keyQueueSelector struct {
 	inTurn producer.QueueSelector
@@ -130,7 +125,7 @@ type keyOrderedBatch struct {
 	stop   error            // once set, nothing more is sent: the broker is unavailable
 }
 
-// sendInKeyOrder is SendBatch for a sender with KeyOrder (see SendBatch).
+// sendInKeyOrder is Send of a batch in key order (see Send).
 func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs []error) {
 	b := &keyOrderedBatch{s: s, evs: evs, errs: errs, failed: map[string]error{}}
 	// An event without a payload fails at its turn: it and the rest of its biz no are held
@@ -263,13 +258,13 @@ func (b *keyOrderedBatch) lanes(todo []int, route []*primitive.MessageQueue) []*
 			run := g.runs[key]
 			runSize := 0
 			for _, i := range run {
-				runSize += b.s.messageSize(b.evs[i])
+				runSize += b.s.messageSize(b.evs[i], true)
 			}
 			if size+runSize > b.s.maxBatch || len(cur)+len(run) > maxBatchMessages {
 				flush() // the run starts a chunk of its own, and fits in it unless it is too big
 			}
 			for _, i := range run {
-				n := b.s.messageSize(b.evs[i])
+				n := b.s.messageSize(b.evs[i], true)
 				if len(cur) > 0 && (size+n > b.s.maxBatch || len(cur) >= maxBatchMessages) {
 					flush()
 				}
@@ -320,7 +315,7 @@ func (l *lane) send(ctx context.Context, b *keyOrderedBatch) {
 func (b *keyOrderedBatch) sendChunk(ctx context.Context, chunk []int, queue *primitive.MessageQueue) error {
 	msgs := make([]*primitive.Message, len(chunk))
 	for k, i := range chunk {
-		msgs[k] = b.s.Message(b.evs[i])
+		msgs[k] = b.s.message(b.evs[i], true)
 	}
 	msgs[0].Queue = queue // the client hands the selector a batch with msgs[0]'s queue alone
 	res, err := b.s.producer.SendSync(ctx, msgs...)

@@ -14,9 +14,9 @@ import (
 //
 // Run calls it every [Config.ReclaimInterval]; it may also be called by hand.
 func (p *Publisher) Reclaim(ctx context.Context) (int64, error) {
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
 	defer cancel()
-	n, dead, err := p.store.ReclaimExpired(sctx, p.cfg.Lease, p.cfg.MaxReclaims)
+	n, dead, err := p.store.ReclaimExpired(sctx, p.cfg.Tuning.Lease, p.cfg.Tuning.MaxReclaims)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "outbox: reclaim expired leases", slog.Any("error", err))
@@ -29,7 +29,7 @@ func (p *Publisher) Reclaim(ctx context.Context) (int64, error) {
 	}
 	if n > 0 {
 		p.log.WarnContext(ctx, "outbox: reclaimed events whose lease expired; they will be sent again",
-			slog.Int64("count", n), slog.Duration("lease", p.cfg.Lease))
+			slog.Int64("count", n), slog.Duration("lease", p.cfg.Tuning.Lease))
 	}
 	return n, nil
 }

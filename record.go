@@ -57,7 +57,7 @@ func (p *Publisher) record(ctx context.Context, stats *RoundStats, w write) outc
 }
 
 func (p *Publisher) execWrite(ctx context.Context, w write) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.StoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
 	defer cancel()
 	return w.exec(ctx)
 }
@@ -122,7 +122,7 @@ func (p *Publisher) settle(ctx context.Context, stats *RoundStats) error {
 }
 
 func (p *Publisher) releaseOwned(ctx context.Context, reason string) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.StoreTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Tuning.StoreTimeout)
 	defer cancel()
 	n, err := p.store.ReleaseOwned(ctx, p.cfg.InstanceID, reason)
 	if err != nil {
@@ -170,17 +170,13 @@ func (p *Publisher) successWrite(evs []Event) write {
 	return write{
 		what: "success", ids: ids, single: outcomeSent,
 		exec: func(ctx context.Context) (int64, error) {
-			if len(ids) == 1 {
-				ok, err := p.store.MarkSuccess(ctx, ids[0], owner)
-				return boolCount(ok), err
-			}
-			return p.store.MarkSuccessBatch(ctx, ids, owner)
+			return p.store.MarkSuccess(ctx, ids, owner)
 		},
 		done: func(ctx context.Context, n int64, stats *RoundStats) {
 			stats.Sent += int(n)
 			switch {
 			case n == 0:
-			case p.cfg.ClaimMode == ClaimPerRow:
+			case p.cfg.Tuning.ClaimPerRow:
 				p.log.InfoContext(ctx, "outbox: event sent", slog.Int64("event_id", evs[0].ID),
 					slog.String("biz_no", evs[0].BizNo), slog.String("event_type", evs[0].EventType))
 			default:
@@ -191,13 +187,13 @@ func (p *Publisher) successWrite(evs []Event) write {
 	}
 }
 
-// failureWrite records a failed send: a retry after the backoff, or past MaxRetry (or for a
+// failureWrite records a failed send: a retry after the backoff, or past MaxAttempts (or for a
 // permanent error) a dead letter.
 func (p *Publisher) failureWrite(ev Event, cause error) write {
 	owner := p.cfg.InstanceID
 	attempt := ev.RetryCount + 1
 	reason := cause.Error()
-	if attempt > p.cfg.MaxRetry || IsPermanent(cause) {
+	if attempt > p.cfg.maxRetry() || IsPermanent(cause) {
 		return write{
 			what: "dead letter", ids: []int64{ev.ID}, single: outcomeDeadLettered,
 			exec: func(ctx context.Context) (int64, error) {
@@ -215,7 +211,7 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 			},
 		}
 	}
-	delay := p.cfg.Backoff.delay(attempt, p.cfg.MaxBackoff)
+	delay := p.cfg.Backoff.delay(attempt, p.cfg.Tuning.MaxBackoff)
 	return write{
 		what: "retry", ids: []int64{ev.ID}, single: outcomeRetried,
 		exec: func(ctx context.Context) (int64, error) {

@@ -20,10 +20,10 @@ import (
 )
 
 const (
-	// TableDefault is the outbox table's name unless [MySQLConfig.Table] says otherwise.
-	TableDefault = "t_event_record"
-	// MaxPayloadBytesDefault is RocketMQ's default message size limit.
-	MaxPayloadBytesDefault = 4 << 20
+	// tableDefault is the outbox table's name unless [MySQLConfig.Table] says otherwise.
+	tableDefault = "t_event_record"
+	// maxPayloadBytesDefault is RocketMQ's default message size limit.
+	maxPayloadBytesDefault = 4 << 20
 	// maxPayloadColumn is what a MEDIUMBLOB holds.
 	maxPayloadColumn = 1<<24 - 1
 	maxKeyLen        = 64   // biz_no and event_type
@@ -40,9 +40,25 @@ type MySQLConfig struct {
 	// Defaults to "t_event_record".
 	Table string
 
+	// Ordering, when not [Unordered], publishes the events of one biz no in id order (see
+	// [KeyOrder] and docs/ordering.md): the one switch for per-key ordering. The store's
+	// claims keep each key's events in order, every publisher of the store asks its sender
+	// to (a [RocketMQSender] then sends a key's events to one queue), and [MySQLStore.CreateSchema]
+	// creates the table with the index ordered claims need: idx_biz_no_status (biz_no,
+	// status, id) in place of schema.sql's idx_biz_no (biz_no), so that every "is an
+	// earlier event of this biz no still open?" question is one index dive. It costs every
+	// write (about 29 % more redo per event), so unordered tables keep idx_biz_no. For a
+	// table that exists without it, CreateSchema and [Publisher.Run] return an error that
+	// names the ALTER TABLE to run. All publishers of a table must use stores of the same
+	// Ordering. Defaults to Unordered.
+	Ordering Ordering
+
 	// MaxPayloadBytes is the largest payload InsertEvent accepts, at most 16 MiB - 1 (what the
 	// payload column holds). Defaults to 4 MiB, RocketMQ's default message size limit.
 	MaxPayloadBytes int
+
+	// The settings below are for servers and proxies that need them; most services leave
+	// them unset (see docs/configuration.md).
 
 	// ConcurrentClaims lets the batch claims of all instances scan the table at the same
 	// time, relying on SKIP LOCKED alone. By default they take turns: each holds a named lock
@@ -50,52 +66,44 @@ type MySQLConfig struct {
 	// runs, and releases it before it updates the rows, sends and acknowledges. Concurrent
 	// scans all start at the head of the index and walk past the rows the others have
 	// locked, so the more instances there are, the more work each claim wastes; taking turns
-	// keeps the throughput of many instances at that of a few (see the README's figures).
+	// keeps the throughput of many instances at that of a few (see docs/performance.md).
 	//
 	// The lock orders claims; it does not protect anything. A claim that waits more than a
 	// second, or whose GET_LOCK fails or is refused, goes ahead without it (and the store's
 	// claims skip the turns for the next ten seconds), and every claim stays correct with
 	// or without it. Set ConcurrentClaims where GET_LOCK is unavailable, e.g. behind a
 	// proxy that forbids it: such a claim would close its connection every ten seconds.
-	// The per-row claim mode ([ClaimPerRow]) never takes the lock.
+	// The per-row claims ([Tuning.ClaimPerRow]) never take the lock.
 	ConcurrentClaims bool
 
-	// NoClaimSession makes every batch claim a transaction of its own on a pooled connection
+	// PooledClaims makes every batch claim a transaction of its own on a pooled connection
 	// (SET TRANSACTION ISOLATION LEVEL, BEGIN, its statements, COMMIT). By default the store
 	// keeps one connection of the pool for its claims, set once to READ COMMITTED with
 	// autocommit off, so that a claim costs its statements and a COMMIT; the connection is
 	// closed (never returned to the pool, where its settings would reach the service's own
 	// statements) after two seconds without a claim, after any error, and when a publisher
 	// of the store stops. A pool whose MaxOpenConns is below 4 never lends it. Set
-	// NoClaimSession behind a proxy that must not pin a client to one server connection.
-	NoClaimSession bool
+	// PooledClaims behind a proxy that must not pin a client to one server connection.
+	PooledClaims bool
 
-	// KeyOrderIndex makes CreateSchema create a table that can serve ordered claims (see
-	// [KeyOrder]): with the index idx_biz_no_status (biz_no, status, id) in place of
-	// schema.sql's idx_biz_no (biz_no). Every "is an earlier event of this biz no still
-	// open?" question of an ordered claim is then one index dive that never reads a sent
-	// event, however long the key's history. It costs every write: status is in three
-	// secondary indexes instead of two, about 29 % more redo per event (see schema.sql), so
-	// unordered tables keep idx_biz_no. For a table that exists, CreateSchema reports what
-	// it lacks, with the ALTER TABLE to run (the README's "Per-key ordering").
-	KeyOrderIndex bool
-
-	// NoSteadyScan makes every batch claim lock the due rows as it reads them from the
+	// ScanFromStart makes every batch claim lock the due rows as it reads them from the
 	// start of the WAIT range, as a claim in a backlog does. By default, while the claims
 	// keep up, a claim reads the due rows' ids first with a plain read, then locks those
 	// rows, and starts its read where the last claim's read left nothing due behind it; so
 	// that it does not read through (and check for locks) the index entries of the rows
 	// earlier claims took, which InnoDB keeps until its purge removes them (see
-	// store_mysql_floor.go). A row that becomes due behind that point without this store
-	// hearing of it (inserted by another program in a transaction longer than 10 ms, say)
-	// is found by a claim that reads from the start, which comes at least every 250 ms
-	// while claims run.
-	NoSteadyScan bool
+	// docs/design.md). A row that becomes due behind that point without this store hearing
+	// of it (inserted by another program in a transaction longer than 10 ms, say) is found
+	// by a claim that reads from the start, which comes at least every 250 ms while claims
+	// run.
+	ScanFromStart bool
 }
 
-// MySQLStore is the [Store] for MySQL 8 and MariaDB. It also writes events inside the
-// caller's transactions ([MySQLStore.BeginTx], [MySQLStore.WrapTx]) and gives people the
-// tools to look at and requeue them.
+// MySQLStore is the outbox table in MySQL 8 or MariaDB. Business code writes events with it
+// inside its own transactions ([MySQLStore.BeginTx], [MySQLStore.WrapTx], [Tx.InsertEvent]);
+// a [Publisher] claims and sends them through its [Store] methods, which business code
+// never calls; operators look at and repair events through [NewAdmin]. One store may serve
+// any number of goroutines, transactions and publishers of the process.
 //
 // The *sql.DB should be opened with parseTime=true and loc=UTC (the driver's default loc),
 // though the store reads time columns either way.
@@ -107,7 +115,7 @@ type MySQLStore struct {
 	claimTurnWait    time.Duration
 	q                mysqlQueries
 	oq               orderQueries
-	keyOrderIndex    bool
+	ordering         Ordering
 
 	// Claims go without turns until turnsPausedUntil, a time since born (monotonic).
 	born             time.Time
@@ -118,11 +126,11 @@ type MySQLStore struct {
 	// backlog: the last claim took all it was allowed, so the next takes the claim turn.
 	backlog atomic.Bool
 
-	noClaimSession bool
-	session        claimSession
+	pooledClaims bool
+	session      claimSession
 
-	noSteadyScan bool
-	floor        scanFloor
+	scanFromStart bool
+	floor         scanFloor
 
 	lockRetries atomic.Int64
 
@@ -148,33 +156,34 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
-	table := cmp.Or(cfg.Table, TableDefault)
+	table := cmp.Or(cfg.Table, tableDefault)
 	if !tableNameRE.MatchString(table) {
 		return nil, fmt.Errorf("%w: table name %q must be letters, digits and underscores, at most 64, not starting with a digit",
 			ErrInvalidConfig, table)
 	}
-	maxPayload := cmp.Or(cfg.MaxPayloadBytes, MaxPayloadBytesDefault)
+	maxPayload := cmp.Or(cfg.MaxPayloadBytes, maxPayloadBytesDefault)
 	if maxPayload < 0 || maxPayload > maxPayloadColumn {
 		return nil, fmt.Errorf("%w: MaxPayloadBytes must be between 1 and %d (the payload column's size), got %d",
 			ErrInvalidConfig, maxPayloadColumn, cfg.MaxPayloadBytes)
 	}
+	if cfg.Ordering < Unordered || cfg.Ordering > KeyOrderSkipDeadLetters {
+		return nil, fmt.Errorf("%w: unknown Ordering %d", ErrInvalidConfig, cfg.Ordering)
+	}
 	s := &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
-		noClaimSession: cfg.NoClaimSession, claimTurnWait: claimTurnWait, q: newMySQLQueries(table), oq: newOrderQueries(table), born: time.Now(),
-		keyOrderIndex: cfg.KeyOrderIndex, noSteadyScan: cfg.NoSteadyScan}
-	if cfg.KeyOrderIndex {
+		pooledClaims: cfg.PooledClaims, claimTurnWait: claimTurnWait, q: newMySQLQueries(table), oq: newOrderQueries(table), born: time.Now(),
+		ordering: cfg.Ordering, scanFromStart: cfg.ScanFromStart}
+	if s.ordering != Unordered {
 		s.q.schema = orderedSchema(s.q.schema)
 	}
 	s.backlog.Store(true) // a publisher starting may find one
 	return s, nil
 }
 
-// Table is the outbox table's name.
-func (s *MySQLStore) Table() string { return s.table }
-
-// CreateSchema creates the outbox table and its indexes (schema.sql) if the table is missing.
-// A table that exists is left as it is, but one made before event ids (without the event_id
-// column) is reported, so that a service finds out at startup rather than in its first
-// business transaction.
+// CreateSchema creates the outbox table and its indexes (schema.sql, with the index of
+// [MySQLConfig.Ordering]) if the table is missing. A table that exists is left as it is,
+// but one made by an earlier version (without the event_id column, say), or one that
+// cannot serve the store's Ordering, is reported with the statements that fix it, so that
+// a service finds out at startup rather than in its first business transaction.
 func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.schema); err != nil {
 		return fmt.Errorf("outbox: could not create table %s: %w", s.table, err)
@@ -193,10 +202,20 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("outbox: table %s has no %s column: %s", s.table, strings.Join(missing, " or "), upgradeHint)
 	}
-	if s.keyOrderIndex {
-		return s.CheckOrdering(ctx)
+	if s.ordering != Unordered {
+		return s.checkOrdering(ctx)
 	}
 	return nil
+}
+
+// Check implements [Store]: the store's [MySQLConfig.Ordering], and, in key order, whether
+// the table has the index and the status value ordered claims need (the error wraps
+// [ErrInvalidConfig] and names the ALTER TABLE to run).
+func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
+	if s.ordering == Unordered {
+		return Unordered, nil
+	}
+	return s.ordering, s.checkOrdering(ctx)
 }
 
 // newerColumns are the columns a table created by an earlier version of this package lacks.
@@ -204,12 +223,13 @@ var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_
 
 // upgradeHint explains a table made by an earlier version.
 const upgradeHint = "it was created by an earlier version of this package " +
-	"(add the columns as the README's \"Upgrading\" section says, or drop the table if its events are all sent)"
+	"(add the columns as docs/upgrading.md says, or drop the table if its events are all sent)"
 
-// LockRetries is how many statements were run again after a deadlock (1213) or a lock wait
-// timeout (1205) since the store was made. Such retries are normal under contention and
-// invisible to callers; a steady rise says the instances contend more than they should.
-func (s *MySQLStore) LockRetries() int64 { return s.lockRetries.Load() }
+// lockRetryCount is how many statements were run again after a deadlock (1213) or a lock
+// wait timeout (1205) since the store was made (the publisher's lock-retry metric). Such
+// retries are normal under contention and invisible to callers; a steady rise says the
+// instances contend more than they should.
+func (s *MySQLStore) lockRetryCount() int64 { return s.lockRetries.Load() }
 
 // execOne runs a statement that targets one row and reports whether it changed it.
 func (s *MySQLStore) execOne(ctx context.Context, op, query string, args ...any) (bool, error) {

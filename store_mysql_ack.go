@@ -6,17 +6,15 @@ import (
 	"time"
 )
 
-// MarkSuccessBatch implements [Store].
-func (s *MySQLStore) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
-	if len(ids) == 0 {
+// MarkSuccess implements [Store].
+func (s *MySQLStore) MarkSuccess(ctx context.Context, ids []int64, owner string) (int64, error) {
+	switch len(ids) {
+	case 0:
 		return 0, nil
+	case 1:
+		return s.exec(ctx, "mark success", s.q.markSuccess, ids[0], owner)
 	}
 	return s.exec(ctx, "mark success", fmt.Sprintf(s.q.markSuccessBatch, idList(ids)), owner)
-}
-
-// MarkSuccess implements [Store].
-func (s *MySQLStore) MarkSuccess(ctx context.Context, id int64, owner string) (bool, error) {
-	return s.execOne(ctx, "mark success", s.q.markSuccess, id, owner)
 }
 
 // ReleaseForRetry implements [Store].

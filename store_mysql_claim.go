@@ -8,8 +8,14 @@ import (
 	"time"
 )
 
-// Candidates implements [Store].
+// Candidates implements [Store]. In key order the rows are read grouped by key (each key's
+// events in id order, the keys oldest first), only those whose key lets them go: a key's
+// later events are worth trying only once its earlier ones are claimed, sent and
+// recorded, which [MySQLStore.Claim] checks again, atomically.
 func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error) {
+	if s.ordering != Unordered {
+		return s.orderedCandidates(ctx, limit)
+	}
 	evs, _, err := scanEvents(s.db.QueryContext(ctx, s.q.candidates, limit))
 	if err != nil {
 		return nil, s.wrap("select candidates", err)
@@ -55,7 +61,12 @@ func scanEventsCounted(rows *sql.Rows, err error, count *int) ([]Event, []int, e
 }
 
 // Claim implements [Store].
+// In key order the same statement checks that no earlier event of ev's biz no is open (WAIT
+// or SENDING, and FAIL under KeyOrder).
 func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, error) {
+	if s.ordering != Unordered {
+		return s.execOne(ctx, "claim in key order", s.oq.claim[orderIndexOf(s.ordering)], owner, ev.ID, ev.RetryCount, ev.BizNo, ev.ID)
+	}
 	return s.execOne(ctx, "claim", s.q.claim, owner, ev.ID, ev.RetryCount)
 }
 
@@ -63,12 +74,12 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 // it locked, in one READ COMMITTED transaction (no gap locks, so the business transactions'
 // inserts never wait on a claim), which also records the request's successes. The
 // transaction runs on the store's claim session, a connection kept for claims (see
-// [MySQLConfig.NoClaimSession]), so that it costs its statements and a COMMIT. After a claim
+// [MySQLConfig.PooledClaims]), so that it costs its statements and a COMMIT. After a claim
 // that took all it was allowed (a backlog), and unless [MySQLConfig.ConcurrentClaims] is set,
 // the SELECT runs in this table's claim turn, which may mean waiting up to a second for
 // other instances' SELECTs. While the claims keep up, the SELECT reads the due rows' ids
 // first and from a floor, and locks the rows afterwards (see store_mysql_floor.go and
-// [MySQLConfig.NoSteadyScan]). A deadlock or lock wait timeout runs it again.
+// [MySQLConfig.ScanFromStart]). A deadlock or lock wait timeout runs it again.
 //
 // Reclaimed rows keep their old next_retry_time, so after an instance died they come first:
 // each is claimed alone, and while they come the claim locks only a few rows at a time
@@ -76,11 +87,6 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 func (s *MySQLStore) ClaimDue(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	if req.Limit <= 0 || req.MaxBytes <= 0 {
 		return ClaimResult{}, fmt.Errorf("outbox: claim due events: Limit (%d) and MaxBytes (%d) must be positive", req.Limit, req.MaxBytes)
-	}
-	if req.Ordering != Unordered {
-		if err := validOrdered("claim due events", req.Ordering); err != nil {
-			return ClaimResult{}, err
-		}
 	}
 	return retryOnLockConflict(ctx, s, func() (ClaimResult, error) { return s.claimDue(ctx, req) })
 }
@@ -109,7 +115,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 	}()
 	// In key order the successes are recorded first, so that the SELECT sees them done and
 	// takes their keys' next events in this same claim.
-	ordered := req.Ordering != Unordered
+	ordered := s.ordering != Unordered
 	if ordered && len(req.Succeeded) > 0 {
 		if res.Succeeded, err = s.recordSucceeded(ctx, c.q, req); err != nil {
 			return ClaimResult{}, c.fail(err)
@@ -135,7 +141,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		readAt        time.Time // the unordered SELECT's, by the database clock; zero if it read no row
 	)
 	if ordered {
-		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, req.Ordering, inline, scan, req.MaxBytes)
+		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, s.ordering, inline, scan, req.MaxBytes)
 	} else {
 		evs, sizes, more, err = s.lockUnordered(ctx, c.q, inline, scan)
 		if len(evs) > 0 {
@@ -201,7 +207,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 // may be due (it found as many as it was allowed). While the claims keep up it reads the ids
 // first, from the floor (see store_mysql_floor.go); in a backlog it locks as it scans.
 func (s *MySQLStore) lockUnordered(ctx context.Context, q querier, inline, scan int) (evs []Event, sizes []int, more bool, err error) {
-	if s.noSteadyScan || s.backlog.Load() {
+	if s.scanFromStart || s.backlog.Load() {
 		s.floor.fromStart(time.Now())
 		evs, sizes, err = scanEvents(q.QueryContext(ctx, fmt.Sprintf(s.q.lockDue, inline, scan)))
 		more = len(evs) == scan

@@ -11,13 +11,11 @@ import (
 )
 
 // The ordered claims (see [KeyOrder]): the batch claim's part of ClaimDue, and the per-row
-// mode's OrderedCandidates and ClaimInOrder.
+// claims' candidates (Claim's ordered statement is in orderQueries).
 //
 // Correctness rests on one fact: SUCCESS and SKIPPED are final. The SELECT's subqueries are
 // consistent reads, possibly of a moment ago; a stale one may show an event open that has
 // since become done (the key waits a round), never the reverse.
-
-var _ KeyOrderer = (*MySQLStore)(nil)
 
 // keyed is a row of an ordered SELECT: the event, its payload's length, and its key's first
 // WAIT id at the time the row was read.
@@ -210,19 +208,10 @@ func (s *MySQLStore) recordSucceeded(ctx context.Context, q querier, req ClaimRe
 	return n, nil
 }
 
-// OrderedCandidates implements [KeyOrderer]: due WAIT events whose key lets them go under o,
-// at most limit rows read, grouped by key (each key's events in id order, the keys oldest
-// first). A key's later events are worth trying only once its earlier ones are claimed,
-// sent and recorded; [MySQLStore.ClaimInOrder] checks that again, atomically. Unordered is
-// [MySQLStore.Candidates].
-func (s *MySQLStore) OrderedCandidates(ctx context.Context, limit int, o Ordering) ([]Event, error) {
-	if o == Unordered {
-		return s.Candidates(ctx, limit)
-	}
-	if err := validOrdered("ordered candidates", o); err != nil {
-		return nil, err
-	}
-	rows, err := scanKeyed(s.db.QueryContext(ctx, s.oq.candidates[orderIndexOf(o)], limit))
+// orderedCandidates is Candidates in key order: due WAIT events whose key lets them go, at
+// most limit rows read.
+func (s *MySQLStore) orderedCandidates(ctx context.Context, limit int) ([]Event, error) {
+	rows, err := scanKeyed(s.db.QueryContext(ctx, s.oq.candidates[orderIndexOf(s.ordering)], limit))
 	if err != nil {
 		return nil, s.wrap("select candidates in key order", err)
 	}
@@ -239,17 +228,4 @@ func (s *MySQLStore) OrderedCandidates(ctx context.Context, limit int, o Orderin
 		}
 	}
 	return evs, nil
-}
-
-// ClaimInOrder implements [KeyOrderer]: [MySQLStore.Claim], in the same statement as the
-// check that no earlier event of ev's biz no is open under o (WAIT or SENDING, and FAIL
-// under KeyOrder). Unordered is [MySQLStore.Claim].
-func (s *MySQLStore) ClaimInOrder(ctx context.Context, ev Event, owner string, o Ordering) (bool, error) {
-	if o == Unordered {
-		return s.Claim(ctx, ev, owner)
-	}
-	if err := validOrdered("claim in key order", o); err != nil {
-		return false, err
-	}
-	return s.execOne(ctx, "claim in key order", s.oq.claim[orderIndexOf(o)], owner, ev.ID, ev.RetryCount, ev.BizNo, ev.ID)
 }

@@ -40,18 +40,18 @@ const (
 	alterRedoOrderIndex = "ALTER TABLE t_event_record DROP INDEX idx_biz_no_status, ADD INDEX idx_biz_no_status (biz_no, status, id), ALGORITHM=INPLACE, LOCK=NONE"
 )
 
-// CheckOrdering implements [KeyOrderer]: the table can serve ordered claims if it has the
-// index idx_biz_no_status (biz_no, status, id), which the ordered claim names (FORCE
-// INDEX), and a status column that allows SKIPPED. The error wraps [ErrInvalidConfig] and
-// names the ALTER TABLE statements that make it so; the README's "Per-key ordering"
-// explains them. An error reading the table's definition is returned as it is.
-func (s *MySQLStore) CheckOrdering(ctx context.Context) error {
+// checkOrdering reports whether the table can serve ordered claims: it must have the index
+// idx_biz_no_status (biz_no, status, id), which the ordered claim names (FORCE INDEX), and
+// a status column that allows SKIPPED. The error wraps [ErrInvalidConfig] and names the
+// ALTER TABLE statements that make it so; docs/ordering.md explains them. An error reading
+// the table's definition is returned as it is.
+func (s *MySQLStore) checkOrdering(ctx context.Context) error {
 	indexes, err := s.indexColumns(ctx)
 	if err != nil {
 		return err
 	}
 	if len(indexes) == 0 {
-		return fmt.Errorf("%w: check ordering: table %s does not exist (create it with CreateSchema, MySQLConfig.KeyOrderIndex set)", ErrInvalidConfig, s.table)
+		return fmt.Errorf("%w: check ordering: table %s does not exist (create it with CreateSchema, MySQLConfig.Ordering set)", ErrInvalidConfig, s.table)
 	}
 	skipped, err := s.hasSkipped(ctx)
 	if err != nil {
@@ -84,7 +84,7 @@ func (s *MySQLStore) CheckOrdering(ctx context.Context) error {
 	for i := range fixes {
 		fixes[i] = r.Replace(fixes[i]) + ";"
 	}
-	return fmt.Errorf("%w: table %s cannot serve ordered claims: %s; run: %s (see the README's \"Per-key ordering\")",
+	return fmt.Errorf("%w: table %s cannot serve ordered claims: %s; run: %s (see docs/ordering.md)",
 		ErrInvalidConfig, s.table, strings.Join(lacks, ", and "), strings.Join(fixes, " "))
 }
 

@@ -49,7 +49,7 @@ type querier interface {
 // beginClaim starts a claim transaction: on the claim session if the store keeps one and no
 // other claim of the store is using it, else on a pooled connection.
 func (s *MySQLStore) beginClaim(ctx context.Context) (*claimTx, error) {
-	if !s.noClaimSession && s.session.mu.TryLock() {
+	if !s.pooledClaims && s.session.mu.TryLock() {
 		c, err := s.sessionClaim(ctx)
 		if c == nil {
 			s.session.mu.Unlock()

@@ -21,6 +21,8 @@ type Tx struct {
 	wrote bool
 	// firstInsert is when the first InsertEvent began (process clock).
 	firstInsert time.Time
+	// lastEventID is the event id of the last event written.
+	lastEventID string
 }
 
 // Commit commits the transaction and, if it wrote events, wakes the publishers of this
@@ -50,28 +52,34 @@ func (s *MySQLStore) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, err
 	return &Tx{Tx: tx, store: s}, nil
 }
 
-// WrapTx wraps a transaction the caller already has (from an ORM, say), so that events can be
-// written in it. The caller still commits or rolls it back: through the returned Tx's Commit
-// to wake this process's publishers at once, or directly (then the next poll, or a call to
-// Notify, picks the events up).
+// WrapTx wraps a transaction the caller already has (from database/sql or an ORM), so that
+// events can be written in it. Commit it through the returned Tx, which wakes this
+// process's publishers as a transaction from BeginTx does; where the caller or an ORM
+// commits the *sql.Tx itself, call [MySQLStore.Notify] after the commit for the same
+// effect (without it the events go at the next poll).
 func (s *MySQLStore) WrapTx(tx *sql.Tx) *Tx {
 	return &Tx{Tx: tx, store: s}
 }
 
-// InsertEvent writes ev as a WAIT event due now, in the transaction, and returns its row id.
-// If the transaction rolls back, so does the event; once it commits, the publisher will send
-// it. The event also gets its [Event.EventID] here, a new UUIDv7, which every send of it
-// carries; [MySQLStore.Get] shows it. If ctx carries an OpenTelemetry span, its W3C trace
+// InsertEvent writes ev as a WAIT event due now, in the transaction, and returns its event
+// id: a new UUIDv7, the [Event.EventID] that every send of the event carries (the eventId
+// property consumers deduplicate on). If the transaction rolls back, so does the event;
+// once it commits, the publisher will send it. If ctx carries an OpenTelemetry span, its W3C trace
 // context is stored with the event and sent with it (see [PropertyTraceParent]). An invalid
 // event is refused with an error wrapping [ErrInvalidEvent] and nothing is written.
-func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
+func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (eventID string, err error) {
+	if _, err := t.insert(ctx, ev); err != nil {
+		return "", err
+	}
+	return t.lastEventID, nil
+}
+
+// insert is InsertEvent, returning the row id too (the tests' and the tools' way to it).
+func (t *Tx) insert(ctx context.Context, ev EventInput) (int64, error) {
 	if err := t.store.validateEvent(ev); err != nil {
 		return 0, err
 	}
 	payload := ev.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
 	// Generated here, not by the database: MySQL's UUID() is version 1, and MariaDB has
 	// UUID_v7() only from 11.7.
 	eventID, err := uuid.NewV7()
@@ -94,6 +102,7 @@ func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {
 		return 0, t.store.wrap("insert event", err)
 	}
 	t.wrote = true
+	t.lastEventID = eventID.String()
 	id, err := res.LastInsertId()
 	if err != nil {
 		return 0, fmt.Errorf("outbox: insert event: %w", err)
@@ -127,6 +136,9 @@ func (s *MySQLStore) validateEvent(ev EventInput) error {
 		return fmt.Errorf("%w: EventType %q contains \"||\", which separates tags in a RocketMQ subscription: no consumer could subscribe to it", ErrInvalidEvent, ev.EventType)
 	case ev.EventType == "*":
 		return fmt.Errorf("%w: EventType \"*\" is RocketMQ's subscription to every tag: no consumer could subscribe to it alone", ErrInvalidEvent)
+	}
+	if len(ev.Payload) == 0 {
+		return fmt.Errorf("%w: the payload is empty: RocketMQ does not take a message without a body, so the event could never be sent", ErrInvalidEvent)
 	}
 	if len(ev.Payload) > s.maxPayload {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPayloadTooLarge, len(ev.Payload), s.maxPayload)

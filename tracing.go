@@ -126,10 +126,9 @@ type sendTracing struct {
 	attrs  []attribute.KeyValue
 }
 
-// newSendTracing returns the send tracing for tp and sender, or nil if tp is nil. A span is
-// named for the sender's topic if the sender has one (a Topic method, as [RocketMQSender]
-// has), else "outbox send".
-func newSendTracing(tp trace.TracerProvider, sender Sender) *sendTracing {
+// newSendTracing returns the send tracing for tp and the sender info says, or nil if tp is
+// nil. A span is named for the sender's topic if it names one, else "outbox send".
+func newSendTracing(tp trace.TracerProvider, info SenderInfo) *sendTracing {
 	if tp == nil {
 		return nil
 	}
@@ -138,12 +137,12 @@ func newSendTracing(tp trace.TracerProvider, sender Sender) *sendTracing {
 		name:   "outbox send",
 		attrs:  []attribute.KeyValue{attribute.String("messaging.operation.type", "send")},
 	}
-	if s, ok := sender.(interface{ Topic() string }); ok && s.Topic() != "" {
-		t.name = "send " + s.Topic()
-		t.attrs = append(t.attrs, attribute.String("messaging.destination.name", s.Topic()))
+	if info.Topic != "" {
+		t.name = "send " + info.Topic
+		t.attrs = append(t.attrs, attribute.String("messaging.destination.name", info.Topic))
 	}
-	if _, ok := sender.(*RocketMQSender); ok {
-		t.attrs = append(t.attrs, attribute.String("messaging.system", "rocketmq"))
+	if info.System != "" {
+		t.attrs = append(t.attrs, attribute.String("messaging.system", info.System))
 	}
 	return t
 }
