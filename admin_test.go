@@ -22,7 +22,7 @@ func (b *bundle) insertTyped(t testing.TB, eventType, bizNo string) int64 {
 	ctx := context.Background()
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: eventType, Payload: []byte(`{}`)})
+	id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: bizNo, EventType: eventType, Payload: []byte(`{}`)})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 	return id
@@ -384,15 +384,15 @@ func TestRetentionPurgesOldSuccessOneInstanceAtATime(t *testing.T) {
 		})
 		cfg := fastConfig(fmt.Sprint("retain-", i), &logSink{})
 		cfg.Retention = 24 * time.Hour
-		cfg.RetentionInterval = 5 * time.Millisecond
-		cfg.RetentionBatch = 4
-		cfg.RetentionPause = 10 * time.Millisecond // a purge lasts ~150 ms: long enough to overlap, were it not for the lock
+		cfg.Tuning.RetentionInterval = 5 * time.Millisecond
+		cfg.Tuning.RetentionBatch = 4
+		cfg.Tuning.RetentionPause = 10 * time.Millisecond // a purge lasts ~150 ms: long enough to overlap, were it not for the lock
 		p := newPublisher(t, store, newRecorder(), cfg)
 		wg.Go(func() { _ = p.Run(ctx) })
 	}
 	require.Eventually(t, func() bool {
 		var n int
-		require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE id BETWEEN ? AND ?", old[0], old[len(old)-1]).Scan(&n))
+		require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE id BETWEEN ? AND ?", old[0], old[len(old)-1]).Scan(&n))
 		return n == 0 && runs.Load() >= 6
 	}, 30*time.Second, 20*time.Millisecond)
 	cancel()
@@ -414,7 +414,7 @@ type nonPurger struct{ outbox.Store }
 
 func newStoreOn(t *testing.T, b *bundle, _ int, hook func(bool)) *outbox.MySQLStore {
 	t.Helper()
-	s, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: b.store.Table()})
+	s, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store)})
 	require.NoError(t, err)
 	outbox.SetPurgeHookForTest(s, hook)
 	return s

@@ -27,7 +27,7 @@ func TestBatchClaimUnderStatementBinlogNamesTheFix(t *testing.T) {
 	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{})}
 	first := b.insertPayload(t, "ORD-1", []byte(`{}`))
 
-	cfg := outbox.Config{InstanceID: "binlog", ClaimMode: outbox.ClaimBatch, Logger: slog.New(slog.DiscardHandler)}
+	cfg := outbox.Config{InstanceID: "binlog", Logger: slog.New(slog.DiscardHandler)}
 	batch := newPublisher(t, b.store, newRecorder(), cfg)
 	_, err := batch.PublishPending(ctx)
 	require.Error(t, err)
@@ -35,7 +35,7 @@ func TestBatchClaimUnderStatementBinlogNamesTheFix(t *testing.T) {
 	assert.Contains(t, err.Error(), "set binlog_format to ROW (MySQL's default) or MIXED (MariaDB's), or use ClaimPerRow")
 	assert.Equal(t, outbox.StatusWait, b.get(t, first).Status)
 
-	cfg.ClaimMode = outbox.ClaimPerRow
+	cfg.Tuning.ClaimPerRow = true
 	perRow := newPublisher(t, b.store, newRecorder(), cfg)
 	stats, err := perRow.PublishPending(ctx)
 	require.NoError(t, err, "the per-row claim needs no READ COMMITTED")
@@ -44,9 +44,9 @@ func TestBatchClaimUnderStatementBinlogNamesTheFix(t *testing.T) {
 	_, err = db.Exec("SET GLOBAL binlog_format = 'MIXED'")
 	require.NoError(t, err)
 	fresh := srv.OpenDB(t) // sessions take the global format when they connect
-	b = &bundle{db: fresh, store: testsvc.NewStoreOn(t, fresh, b.store.Table())}
+	b = &bundle{db: fresh, store: testsvc.NewStoreOn(t, fresh, outbox.TableForTest(b.store))}
 	second := b.insertPayload(t, "ORD-2", []byte(`{}`))
-	cfg.ClaimMode = outbox.ClaimBatch
+	cfg.Tuning.ClaimPerRow = false
 	stats, err = newPublisher(t, b.store, newRecorder(), cfg).PublishPending(ctx)
 	require.NoError(t, err, "with binlog_format = MIXED the batch claim works")
 	assert.Equal(t, 1, stats.Sent)

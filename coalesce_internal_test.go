@@ -96,7 +96,7 @@ func TestGatherBounds(t *testing.T) {
 	if g.max != 20*time.Millisecond {
 		t.Errorf("max window %s with a 20 ms poll", g.max)
 	}
-	off := newGatherer(NoCoalescing, time.Second)
+	off := newGatherer(0, time.Second)
 	now := time.Now()
 	off.claimed(now, 1000, 1000, time.Millisecond, false)
 	if d := off.delay(now); d != 0 {

@@ -42,18 +42,11 @@ func (s *ackCounter) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (out
 	return res, err
 }
 
-func (s *ackCounter) MarkSuccess(ctx context.Context, id int64, owner string) (bool, error) {
-	s.mu.Lock()
-	s.own = append(s.own, id)
-	s.mu.Unlock()
-	return s.Store.MarkSuccess(ctx, id, owner)
-}
-
-func (s *ackCounter) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
+func (s *ackCounter) MarkSuccess(ctx context.Context, ids []int64, owner string) (int64, error) {
 	s.mu.Lock()
 	s.own = append(s.own, ids...)
 	s.mu.Unlock()
-	return s.Store.MarkSuccessBatch(ctx, ids, owner)
+	return s.Store.MarkSuccess(ctx, ids, owner)
 }
 
 func (s *ackCounter) recorded() (carried, own []int64) {
@@ -74,7 +67,7 @@ func sorted(ids []int64) []int64 {
 // publisher stops (before it releases what it holds, which would send it again).
 func TestRunRoundsRecordSuccessesWithTheNextClaim(t *testing.T) {
 	t.Parallel()
-	if testClaimMode != outbox.ClaimBatch {
+	if testPerRow {
 		t.Skip("per-row rounds record each success at once")
 	}
 	ctx := context.Background()
@@ -198,7 +191,7 @@ func statusCounts(t *testing.T, db *sql.DB, names ...string) map[string]int64 {
 
 // On its claim session a batch claim that also records the last round's success costs three
 // statements: its SELECT, one UPDATE and a COMMIT; no SET TRANSACTION and no BEGIN each time
-// (two statements, once, set the session up). Without it (NoClaimSession) every claim is a
+// (two statements, once, set the session up). Without it (PooledClaims) every claim is a
 // transaction of its own. Counted by a private server's
 // own counters, so that no other test's statements enter.
 func TestClaimSessionSavesTheTransactionStatements(t *testing.T) {
@@ -208,7 +201,7 @@ func TestClaimSessionSavesTheTransactionStatements(t *testing.T) {
 	counters := srv.OpenDB(t)
 	const claims = 20
 	for _, noSession := range []bool{false, true} {
-		store := testsvc.NewStore(t, db, outbox.MySQLConfig{NoClaimSession: noSession})
+		store := testsvc.NewStore(t, db, outbox.MySQLConfig{PooledClaims: noSession})
 		b := &bundle{db: db, store: store}
 		ids := b.insert(t, claims)
 		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 HOUR)")
@@ -245,7 +238,7 @@ func TestClaimSessionSavesTheTransactionStatements(t *testing.T) {
 // publisher stops. A pool too small to lend a connection for good keeps no session.
 func TestClaimSessionNeverReachesThePool(t *testing.T) {
 	t.Parallel()
-	if testClaimMode != outbox.ClaimBatch {
+	if testPerRow {
 		t.Skip("the claim session is the batch claim's")
 	}
 	ctx := context.Background()
@@ -280,7 +273,7 @@ func TestClaimSessionNeverReachesThePool(t *testing.T) {
 	// A small pool.
 	small := testsvc.OpenDB(t)
 	small.SetMaxOpenConns(3)
-	store := testsvc.NewStoreOn(t, small, b.store.Table())
+	store := testsvc.NewStoreOn(t, small, outbox.TableForTest(b.store))
 	b.insert(t, 1)
 	res, err = store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "small", Limit: 10, MaxBytes: 1 << 20})
 	require.NoError(t, err)
@@ -340,14 +333,14 @@ func (s *claimCounter) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (o
 // the coalescing window gathers them. (Without it, at this rate a round takes one or two.)
 func TestSteadyCommitsAreCoalesced(t *testing.T) {
 	t.Parallel()
-	if testClaimMode != outbox.ClaimBatch {
+	if testPerRow {
 		t.Skip("per-row rounds claim one event a statement")
 	}
 	b := setup(t)
 	store := &claimCounter{MySQLStore: b.store}
 	rec := newRecorder()
 	cfg := fastConfig("coalesce", &logSink{})
-	cfg.PollInterval = outbox.PollIntervalDefault
+	cfg.PollInterval = 5 * time.Second // the default
 	runPublisher(t, newPublisher(t, store, rec, cfg))
 
 	// One commit a millisecond for two seconds, each through Tx.Commit (which wakes the
@@ -359,7 +352,7 @@ func TestSteadyCommitsAreCoalesced(t *testing.T) {
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tick.C {
 		tx, err := b.store.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "STEADY", EventType: "ORDER_CREATED", Payload: []byte("{}")})
+		id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: "STEADY", EventType: "ORDER_CREATED", Payload: []byte("{}")})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
 		ids = append(ids, id)

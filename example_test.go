@@ -93,8 +93,8 @@ func ExamplePermanent() {
 func ExampleNewPublisher_invalidConfig() {
 	store := &outbox.MySQLStore{}
 	sender := outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil })
-	_, err := outbox.NewPublisher(store, sender, outbox.Config{Lease: time.Minute, SendTimeout: 10 * time.Second})
+	_, err := outbox.NewPublisher(store, sender, outbox.Config{Tuning: outbox.Tuning{Lease: time.Minute, SendTimeout: 10 * time.Second}})
 	fmt.Println(err)
 	// Output:
-	// outbox: invalid config: SendTimeout (10s) must be at most a tenth of Lease (1m0s), or a slow send outlives its lease and is sent twice
+	// outbox: invalid config: the send timeout (10s) must be at most a tenth of Tuning.Lease (1m0s), or a slow send outlives its lease and is sent twice
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 )
 
 // ScanQueriesForTest returns the candidate and reclaim statements as the store runs them, so
@@ -70,4 +71,41 @@ func ClaimSessionOpenForTest(s *MySQLStore) bool {
 // failures between the sender and a real producer it built. Call it before s is used.
 func WrapProducerForTest(s *RocketMQSender, wrap func(rocketmq.Producer) rocketmq.Producer) {
 	s.producer = wrap(s.producer)
+}
+
+// InsertForTest is Tx.InsertEvent returning the row id, for tests that address rows by id.
+func InsertForTest(ctx context.Context, tx *Tx, ev EventInput) (int64, error) { return tx.insert(ctx, ev) }
+
+// TableForTest is the store's table name.
+func TableForTest(s *MySQLStore) string { return s.table }
+
+// LockRetriesForTest is how many statements s ran again after a lock conflict.
+func LockRetriesForTest(s *MySQLStore) int64 { return s.lockRetryCount() }
+
+// MessageForTest is the RocketMQ message s sends for ev.
+func MessageForTest(s *RocketMQSender, ev Event, keyOrder bool) *primitive.Message { return s.message(ev, keyOrder) }
+
+// NewRocketMQSenderWithProducerForTest is NewRocketMQSender with a producer the test made (a
+// fake, or a real one it wraps), which the sender uses and never shuts down. Its queue
+// selector is the producer's own.
+func NewRocketMQSenderWithProducerForTest(cfg RocketMQConfig, p rocketmq.Producer) (*RocketMQSender, error) {
+	s, err := newRocketMQSender(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.producer = p
+	return s, nil
+}
+
+// WithOrderingForTest returns a store on s's table, s's twin but claiming in o, for tests that
+// claim one table under several orderings. It shares s's claim floor and notifications
+// with nothing: a store of its own.
+func WithOrderingForTest(s Store, o Ordering) *MySQLStore {
+	m := s.(*MySQLStore)
+	t, err := NewMySQLStore(m.db, MySQLConfig{Table: m.table, Ordering: o, ConcurrentClaims: m.concurrentClaims, PooledClaims: m.pooledClaims, ScanFromStart: m.scanFromStart})
+	if err != nil {
+		panic(err)
+	}
+	t.claimTurnWait = m.claimTurnWait
+	return t
 }

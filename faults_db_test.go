@@ -33,7 +33,7 @@ func getLockSession(t *testing.T, b *bundle) int64 {
 	var id int64
 	require.Eventually(t, func() bool {
 		err := b.db.QueryRow("SELECT ID FROM information_schema.PROCESSLIST "+
-			"WHERE INFO LIKE 'SELECT GET_LOCK(%' AND INFO LIKE CONCAT('%', ?, '%')", b.store.Table()).Scan(&id)
+			"WHERE INFO LIKE 'SELECT GET_LOCK(%' AND INFO LIKE CONCAT('%', ?, '%')", outbox.TableForTest(b.store)).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false
 		}
@@ -307,7 +307,7 @@ func TestMySQLStoreBatchClaimGoesAheadWhenGetLockIsRefused(t *testing.T) {
 				return nil
 			}}
 			db := openFaulty(t, refuser)
-			store := testsvc.NewStoreOn(t, db, b.store.Table())
+			store := testsvc.NewStoreOn(t, db, outbox.TableForTest(b.store))
 			b.insert(t, 3)
 
 			evs, _, err := claimDue(context.Background(), store, "owner-a", 10, 1<<20)
@@ -351,12 +351,12 @@ func runUnknownOutcome(t *testing.T, c *faultyConnector, fired *atomic.Bool, sto
 	t.Helper()
 	b := setup(t)
 	ids := b.insert(t, 5)
-	storeCfg.Table = b.store.Table()
+	storeCfg.Table = outbox.TableForTest(b.store)
 	store, err := outbox.NewMySQLStore(openFaulty(t, c), storeCfg)
 	require.NoError(t, err)
 	rec := newRecorder()
 	cfg := fastConfig("unknown-outcome", &logSink{})
-	cfg.Lease = outbox.LeaseDefault
+	cfg.Tuning.Lease = 10 * time.Minute // the default
 	p := newPublisher(t, store, rec, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -383,11 +383,11 @@ func TestClaimWithUnknownCommitOutcomeLeavesNothingSending(t *testing.T) {
 	variants := []variant{{name: "claim session", fault: func(c *faultyConnector) (fired *atomic.Bool) {
 		c.afterExec, fired = lostOnce(func(q string) bool { return q == "COMMIT" })
 		return fired
-	}}, {name: "own transaction", cfg: outbox.MySQLConfig{NoClaimSession: true}, fault: func(c *faultyConnector) (fired *atomic.Bool) {
+	}}, {name: "own transaction", cfg: outbox.MySQLConfig{PooledClaims: true}, fault: func(c *faultyConnector) (fired *atomic.Bool) {
 		c.afterCommit, fired = lostOnce(func(o driver.TxOptions) bool { return o.Isolation == driver.IsolationLevel(sql.LevelReadCommitted) })
 		return fired
 	}}}
-	if testClaimMode == outbox.ClaimPerRow {
+	if testPerRow {
 		variants = []variant{{name: "per row", fault: func(c *faultyConnector) (fired *atomic.Bool) {
 			c.afterExec, fired = lostOnce(func(q string) bool { return strings.Contains(q, "SET status = 'SENDING'") })
 			return fired
@@ -459,8 +459,14 @@ type faultPublisher struct {
 	times []time.Time
 }
 
-func (f *faultPublisher) Send(ctx context.Context, ev outbox.Event) error {
-	if err := f.rec.Send(ctx, ev); err != nil {
+func (f *faultPublisher) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	return outbox.SenderFunc(f.sendOne).Send(ctx, evs, keyOrder)
+}
+
+func (f *faultPublisher) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (f *faultPublisher) sendOne(ctx context.Context, ev outbox.Event) error {
+	if err := f.rec.sendOne(ctx, ev); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -483,14 +489,14 @@ func (f *faultPublisher) firstSendAfter(t time.Time) (time.Time, bool) {
 // newDBFaultRun starts n publishers on store's table, each on the pool openPool returns,
 // and two writers on store itself.
 func newDBFaultRun(t *testing.T, store *outbox.MySQLStore, db *sql.DB, n int, openPool func() *sql.DB) *dbFaultRun {
-	r := &dbFaultRun{t: t, table: store.Table(), check: db, writer: store, logs: &logSink{}, rec: newRecorder()}
+	r := &dbFaultRun{t: t, table: outbox.TableForTest(store), check: db, writer: store, logs: &logSink{}, rec: newRecorder()}
 	pubCtx, stopPub := context.WithCancel(context.Background())
 	r.stopPub = stopPub
 	t.Cleanup(r.stopPublishers)
 	for i := range n {
 		cfg := fastConfig(fmt.Sprintf("fault-pub-%d", i), r.logs)
 		cfg.PollInterval = 20 * time.Millisecond
-		cfg.ReclaimInterval = 200 * time.Millisecond
+		cfg.Tuning.ReclaimInterval = 200 * time.Millisecond
 		fp := &faultPublisher{rec: r.rec}
 		p := newPublisher(t, testsvc.NewStoreOn(t, openPool(), r.table), fp, cfg)
 		r.pubs = append(r.pubs, fp)
@@ -539,7 +545,7 @@ func (r *dbFaultRun) commit(ctx context.Context, w, n int) ([]int64, error) {
 	defer func() { _ = tx.Rollback() }()
 	ids := make([]int64, 1+n%5)
 	for i := range ids {
-		ids[i], err = tx.InsertEvent(ctx, outbox.EventInput{
+		ids[i], err = outbox.InsertForTest(ctx, tx, outbox.EventInput{
 			BizNo: fmt.Sprintf("W%d-%d-%d", w, n, i), EventType: "FAULT", Payload: fmt.Appendf(nil, `{"w":%d,"n":%d}`, w, n),
 		})
 		if err != nil {

@@ -47,7 +47,7 @@ func FuzzInsertEvent(f *testing.F) {
 	const maxPayload = 1 << 10
 	db := testsvc.NewDatabase(f)
 	store := testsvc.NewStore(f, db, outbox.MySQLConfig{MaxPayloadBytes: maxPayload})
-	table := "`" + store.Table() + "`"
+	table := "`" + outbox.TableForTest(store) + "`"
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: &fakeProducer{}})
 	require.NoError(f, err)
 
@@ -475,7 +475,7 @@ func FuzzMySQLConfig(f *testing.F) {
 			return
 		}
 		require.NoError(t, err, "a documented-valid config is accepted")
-		require.Equal(t, name, store.Table())
+		require.Equal(t, name, outbox.TableForTest(store))
 
 		ctx := context.Background()
 		require.NoError(t, store.CreateSchema(ctx))

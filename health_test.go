@@ -36,7 +36,7 @@ func TestHealth(t *testing.T) {
 		return nil
 	}
 	cfg := fastConfig("order-1", &logSink{})
-	cfg.MaxProbeDelay = 20 * time.Millisecond
+	cfg.Tuning.MaxProbeDelay = 20 * time.Millisecond
 	p := newPublisher(t, failingCandidates{hookStore: store, down: &storeDown}, rec, cfg)
 
 	h := p.Health()
@@ -77,7 +77,7 @@ func TestHealth(t *testing.T) {
 	h = p.Health()
 	assert.False(t, h.BrokerUnavailableSince.Before(before))
 	assert.NoError(t, h.LastError, "a broker outage is not a store error")
-	assert.True(t, p.BrokerUnavailable())
+	assert.True(t, p.Health().BrokerUnavailable)
 
 	brokerDown.Store(false)
 	require.Eventually(t, func() bool { return !p.Health().BrokerUnavailable }, time.Minute, 5*time.Millisecond)

@@ -101,7 +101,7 @@ func (b *bundle) insert(t testing.TB, n int) []int64 {
 	require.NoError(t, err)
 	ids := make([]int64, n)
 	for i := range n {
-		ids[i], err = tx.InsertEvent(ctx, outbox.EventInput{
+		ids[i], err = outbox.InsertForTest(ctx, tx, outbox.EventInput{
 			BizNo:     fmt.Sprintf("ORD-%d", i),
 			EventType: "ORDER_CREATED",
 			Payload:   fmt.Appendf(nil, `{"order":%d}`, i),
@@ -118,7 +118,7 @@ func (b *bundle) insertPayload(t testing.TB, bizNo string, payload []byte) int64
 	ctx := context.Background()
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: payload})
+	id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: payload})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 	return id
@@ -127,7 +127,7 @@ func (b *bundle) insertPayload(t testing.TB, bizNo string, payload []byte) int64
 // eventIDs returns every row's event id, by row id.
 func (b *bundle) eventIDs(t testing.TB) map[int64]string {
 	t.Helper()
-	return testsvc.EventIDs(t, b.db, b.store.Table())
+	return testsvc.EventIDs(t, b.db, outbox.TableForTest(b.store))
 }
 
 func (b *bundle) get(t testing.TB, id int64) outbox.Event {
@@ -140,7 +140,7 @@ func (b *bundle) get(t testing.TB, id int64) outbox.Event {
 // exec runs a statement on the bundle's table; {t} stands for the table name.
 func (b *bundle) exec(t testing.TB, query string, args ...any) {
 	t.Helper()
-	_, err := b.db.Exec(strings.ReplaceAll(query, "{t}", "`"+b.store.Table()+"`"), args...)
+	_, err := b.db.Exec(strings.ReplaceAll(query, "{t}", "`"+outbox.TableForTest(b.store)+"`"), args...)
 	require.NoError(t, err)
 }
 
@@ -162,7 +162,7 @@ func (b *bundle) secondsFromNow(t testing.TB, id int64, column string) float64 {
 	var us int64
 	err := b.db.QueryRow(strings.ReplaceAll(
 		"SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), "+column+") FROM {t} WHERE id = ?",
-		"{t}", "`"+b.store.Table()+"`"), id).Scan(&us)
+		"{t}", "`"+outbox.TableForTest(b.store)+"`"), id).Scan(&us)
 	require.NoError(t, err)
 	return float64(us) / 1e6
 }
@@ -170,7 +170,7 @@ func (b *bundle) secondsFromNow(t testing.TB, id int64, column string) float64 {
 func (b *bundle) countStatus(t testing.TB, status outbox.Status) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE status = ?", string(status)).Scan(&n))
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE status = ?", string(status)).Scan(&n))
 	return n
 }
 
@@ -178,29 +178,39 @@ func (b *bundle) countStatus(t testing.TB, status outbox.Status) int {
 // "per-row". CI runs the suite once in each.
 const claimModeEnv = "OUTBOX_TEST_CLAIM_MODE"
 
-// testClaimMode is the claim mode of this run.
-var testClaimMode = func() outbox.ClaimMode {
+// testPerRow reports whether this run claims per row (Tuning.ClaimPerRow).
+var testPerRow = func() bool {
 	switch m := os.Getenv(claimModeEnv); m {
 	case "", "batch":
-		return outbox.ClaimBatch
+		return false
 	case "per-row":
-		return outbox.ClaimPerRow
+		return true
 	default:
 		panic(claimModeEnv + " must be batch or per-row, not " + m)
 	}
 }()
 
+// claimModeName names this run's claim mode.
+func claimModeName() string {
+	if testPerRow {
+		return "per-row"
+	}
+	return "batch"
+}
+
 // fastConfig is a publisher config for tests: quick loops, a short lease, logs captured,
 // and this run's claim mode.
 func fastConfig(id string, logs *logSink) outbox.Config {
 	return outbox.Config{
-		ClaimMode:       testClaimMode,
-		InstanceID:      id,
-		PollInterval:    5 * time.Millisecond,
-		ReclaimInterval: 50 * time.Millisecond,
-		Lease:           10 * time.Second,
-		SendTimeout:     time.Second,
-		Logger:          slog.New(logs),
+		InstanceID:   id,
+		PollInterval: 5 * time.Millisecond,
+		Logger:       slog.New(logs),
+		Tuning: outbox.Tuning{
+			ClaimPerRow:     testPerRow,
+			ReclaimInterval: 50 * time.Millisecond,
+			Lease:           10 * time.Second,
+			SendTimeout:     time.Second,
+		},
 	}
 }
 
@@ -211,7 +221,8 @@ func newPublisher(t testing.TB, store outbox.Store, sender outbox.Sender, cfg ou
 	return p
 }
 
-// recorder is a Sender that records what it was given and answers with fail(ev).
+// recorder is a Sender that records what it was given and answers with fail(ev), one event
+// at a time (as a SenderFunc does).
 type recorder struct {
 	mu   sync.Mutex
 	sent map[int64]int
@@ -221,7 +232,13 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{sent: map[int64]int{}} }
 
-func (r *recorder) Send(_ context.Context, ev outbox.Event) error {
+func (r *recorder) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	return outbox.SenderFunc(r.sendOne).Send(ctx, evs, keyOrder)
+}
+
+func (r *recorder) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (r *recorder) sendOne(_ context.Context, ev outbox.Event) error {
 	if r.fail != nil {
 		if err := r.fail(ev); err != nil {
 			return err

@@ -69,7 +69,7 @@ func TestRocketMQBizNoIsExactlyOneKey(t *testing.T) {
 	// indexed under each part and not under the whole.
 	spaced := "ORD-" + strings.TrimPrefix(testsvc.UniqueTable("k"), "k_")
 	require.NoError(t, newFastRocketMQSender(t, topic).Send(ctx,
-		outbox.Event{EventID: "spaced", BizNo: spaced + " B", EventType: "E", Payload: []byte("{}")}))
+		[]outbox.Event{{EventID: "spaced", BizNo: spaced + " B", EventType: "E", Payload: []byte("{}")}}, false)[0])
 	require.Eventually(t, func() bool { return query(spaced) && query("B") }, 30*time.Second, 200*time.Millisecond,
 		"each part of a key with a space finds the message")
 	assert.False(t, query(spaced+" B"), "the whole key with a space finds nothing")

@@ -18,8 +18,9 @@ import (
 	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
-// newKeyOrderRocketMQSender is a sender with KeyOrder and a producer of its own, bounding
-// sends by sendTimeout, closed when t ends.
+// newKeyOrderRocketMQSender is a sender with a producer of its own, bounding sends by
+// sendTimeout, closed when t ends. It sends in key order when the publisher says so (a
+// store in key order).
 func newKeyOrderRocketMQSender(t *testing.T, topic string, sendTimeout time.Duration) *outbox.RocketMQSender {
 	t.Helper()
 	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
@@ -27,12 +28,19 @@ func newKeyOrderRocketMQSender(t *testing.T, topic string, sendTimeout time.Dura
 		Topic:       topic,
 		GroupName:   testsvc.UniqueTable("pg"),
 		SendTimeout: sendTimeout,
-		KeyOrder:    true,
 	})
 	require.NoError(t, err)
-	require.True(t, s.KeyOrdered())
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 	return s
+}
+
+// newKeyOrderStoreOn returns a store in key order for an existing table, on a pool of its
+// own, as a second instance would open it.
+func newKeyOrderStoreOn(t *testing.T, table string) *outbox.MySQLStore {
+	t.Helper()
+	store, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: table, Ordering: outbox.KeyOrder})
+	require.NoError(t, err)
+	return store
 }
 
 // keyFlights watches, across all the senders of a test, that no two sends carrying events
@@ -71,18 +79,19 @@ func (f *keyFlights) end(evs []outbox.Event) {
 	}
 }
 
-// flakyKeySender is a RocketMQ sender with KeyOrder that fails sends with a plain error
-// (retried with backoff) before they reach the broker: one batch in ten whole, and in the
-// other batches one key in ten, all of that key's events in the batch (the rest of the batch
-// is sent); one event in ten sent alone. A key's run is never sent in part, so a failure
-// never leaves a gap behind it; whatever fails goes again later, through whichever publisher
-// claims it then.
+// flakyKeySender is a RocketMQ sender that fails sends with a plain error (retried with
+// backoff) before they reach the broker: one batch in ten whole, and in the other batches
+// one key in ten, all of that key's events in the batch (the rest of the batch is sent);
+// one event in ten sent alone. A key's run is never sent in part, so a failure never leaves
+// a gap behind it; whatever fails goes again later, through whichever publisher claims it
+// then. It counts the calls that did not ask for key order.
 type flakyKeySender struct {
-	s       *outbox.RocketMQSender
-	flights *keyFlights
-	mu      sync.Mutex
-	rng     *rand.Rand
-	failed  atomic.Int64 // events failed on purpose
+	s         *outbox.RocketMQSender
+	flights   *keyFlights
+	mu        sync.Mutex
+	rng       *rand.Rand
+	failed    atomic.Int64 // events failed on purpose
+	unordered atomic.Int64 // calls without keyOrder
 }
 
 var errInjected = errors.New("injected send failure")
@@ -93,20 +102,21 @@ func (f *flakyKeySender) fail() bool {
 	return f.rng.IntN(10) == 0
 }
 
-func (f *flakyKeySender) Send(ctx context.Context, ev outbox.Event) error {
-	f.flights.begin([]outbox.Event{ev})
-	defer f.flights.end([]outbox.Event{ev})
-	if f.fail() {
-		f.failed.Add(1)
-		return errInjected
+func (f *flakyKeySender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	if !keyOrder {
+		f.unordered.Add(1)
 	}
-	return f.s.Send(ctx, ev)
-}
-
-func (f *flakyKeySender) SendBatch(ctx context.Context, evs []outbox.Event) []error {
 	f.flights.begin(evs)
 	defer f.flights.end(evs)
 	errs := make([]error, len(evs))
+	if len(evs) == 1 {
+		if f.fail() {
+			f.failed.Add(1)
+			errs[0] = errInjected
+			return errs
+		}
+		return f.s.Send(ctx, evs, keyOrder)
+	}
 	whole := f.fail()
 	failing := map[string]bool{}
 	var rest []outbox.Event // in the batch's order
@@ -126,16 +136,14 @@ func (f *flakyKeySender) SendBatch(ctx context.Context, evs []outbox.Event) []er
 		restAt = append(restAt, i)
 	}
 	if len(rest) > 0 {
-		for j, err := range f.s.SendBatch(ctx, rest) {
+		for j, err := range f.s.Send(ctx, rest, keyOrder) {
 			errs[restAt[j]] = err
 		}
 	}
 	return errs
 }
 
-func (f *flakyKeySender) KeyOrdered() bool { return f.s.KeyOrdered() }
-
-func (f *flakyKeySender) SendTimeout() time.Duration { return f.s.SendTimeout() }
+func (f *flakyKeySender) Info() outbox.SenderInfo { return f.s.Info() }
 
 // lostAckStore loses one acknowledgement: the first time a success of one of the events in
 // victims is to be recorded (by a claim that carries it, or on its own), it drops it and
@@ -171,26 +179,23 @@ func (s *lostAckStore) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (o
 	return res, err
 }
 
-func (s *lostAckStore) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
+func (s *lostAckStore) MarkSuccess(ctx context.Context, ids []int64, owner string) (int64, error) {
 	ids, dropped := s.drop(ids)
-	n, err := s.MySQLStore.MarkSuccessBatch(ctx, ids, owner)
+	var n int64
+	var err error
+	if len(ids) > 0 {
+		n, err = s.MySQLStore.MarkSuccess(ctx, ids, owner)
+	}
 	if err == nil && dropped {
 		n++
 	}
 	return n, err
 }
 
-func (s *lostAckStore) MarkSuccess(ctx context.Context, id int64, owner string) (bool, error) {
-	if _, dropped := s.drop([]int64{id}); dropped {
-		return true, nil
-	}
-	return s.MySQLStore.MarkSuccess(ctx, id, owner)
-}
-
 // Per-key ordering end to end, on a real broker read by a real orderly push consumer: 1,000
 // biz nos with 3 to 5 events each, committed in rounds (each key's events in id order,
 // interleaved with the other keys', the later rounds while the publishers run); three
-// publishers in KeyOrder, each with a RocketMQ sender with KeyOrder that fails sends at
+// publishers whose stores are in KeyOrder, each with a RocketMQ sender that fails sends at
 // random, one of them shut down mid-run and replaced by a fourth; and one acknowledgement
 // lost, so that one event stays SENDING until its short lease runs out and is sent again.
 // Every event arrives; per key, no event arrives for the first time after a later one of its
@@ -201,8 +206,10 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 	const keys, instances = 1000, 3
 	const sendTimeout = 500 * time.Millisecond // and the lease 5 s, the shortest it may be
 	db := testsvc.OpenDB(t)
-	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{KeyOrderIndex: true})}
-	require.NoError(t, b.store.CheckOrdering(context.Background()))
+	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder})}
+	ordering, err := b.store.Check(context.Background())
+	require.NoError(t, err, "the schema serves key order")
+	require.Equal(t, outbox.KeyOrder, ordering)
 	topic, _ := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEYORDER")
 	consumer := testsvc.ConsumeOrderly(t, topic)
 
@@ -223,7 +230,7 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 				continue
 			}
 			key := fmt.Sprintf("KEY-%d", k)
-			id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: key, EventType: fmt.Sprintf("STEP_%d", r), Payload: fmt.Appendf(nil, `{"key":%d,"step":%d}`, k, r)})
+			id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: key, EventType: fmt.Sprintf("STEP_%d", r), Payload: fmt.Appendf(nil, `{"key":%d,"step":%d}`, k, r)})
 			require.NoError(t, err)
 			ids[key] = append(ids[key], id)
 		}
@@ -244,7 +251,7 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	// start starts the i-th publisher and returns what stops it.
 	start := func(i int) (stop func()) {
-		own := testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
+		own := newKeyOrderStoreOn(t, outbox.TableForTest(b.store))
 		var store outbox.Store = own
 		if i == 0 {
 			lossy = &lostAckStore{MySQLStore: own, victims: victims}
@@ -253,13 +260,12 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 		sender := &flakyKeySender{s: newKeyOrderRocketMQSender(t, topic, sendTimeout), flights: flights, rng: rand.New(rand.NewPCG(11, uint64(i)))}
 		senders = append(senders, sender)
 		cfg := fastConfig(fmt.Sprintf("keyorder-%d", i), &logSink{})
-		cfg.Ordering = outbox.KeyOrder
-		cfg.MaxRetry = outbox.RetryForever
-		cfg.Backoff = outbox.ConstantBackoff(20 * time.Millisecond)
-		cfg.SendTimeout = sendTimeout
-		cfg.Lease = 10 * sendTimeout // the lost acknowledgement's event is sent again after it
+		cfg.MaxAttempts = outbox.RetryForever
+		cfg.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
+		cfg.Tuning.SendTimeout = sendTimeout
+		cfg.Tuning.Lease = 10 * sendTimeout // the lost acknowledgement's event is sent again after it
 		cfg.PollInterval = time.Millisecond
-		cfg.BatchSize = 100 // batch mode: more, smaller batches, so more of them fail
+		cfg.Tuning.BatchSize = 100 // batch mode: more, smaller batches, so more of them fail
 		p := newPublisher(t, store, sender, cfg)
 		pctx, pcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -339,11 +345,13 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 	assert.Empty(t, len(flights.concurrent), "two sends of one key in flight at once; the first ones: %v",
 		flights.concurrent[:min(len(flights.concurrent), 5)])
 	flights.mu.Unlock()
-	failed := int64(0)
+	failed, unordered := int64(0), int64(0)
 	for _, s := range senders {
 		failed += s.failed.Load()
+		unordered += s.unordered.Load()
 	}
 	assert.Positive(t, failed, "sends failed")
+	assert.Zero(t, unordered, "every send asked for key order, as the stores' ordering says")
 	t.Logf("%d keys, %d events, %d sends of an event failed on purpose, %d repeated arrivals (event %d's acknowledgement lost, delivered %d times)",
 		keys, total, failed, repeated, lost, deliveries[ev.EventID])
 }

@@ -42,7 +42,13 @@ func newKeyOrderSender(fail func(ev outbox.Event) error) *keyOrderSender {
 	return &keyOrderSender{inFlight: map[string]int{}, delivered: map[string][]int64{}, fail: fail}
 }
 
-func (s *keyOrderSender) Send(_ context.Context, ev outbox.Event) error {
+func (s *keyOrderSender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	return outbox.SenderFunc(s.sendOne).Send(ctx, evs, keyOrder)
+}
+
+func (s *keyOrderSender) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (s *keyOrderSender) sendOne(_ context.Context, ev outbox.Event) error {
 	s.mu.Lock()
 	if s.inFlight[ev.BizNo] > 0 {
 		s.concurrent++
@@ -92,6 +98,7 @@ func TestKeyOrderThreePublishers(t *testing.T) {
 			t.Parallel()
 			b := orderedSetup(t)
 			keys := b.insertKeys(t, keyNames("ORD", 100), 5)
+			table := outbox.TableForTest(b.store)
 			var rmu sync.Mutex
 			rng := rand.New(rand.NewPCG(11, 30))
 			sender := newKeyOrderSender(func(outbox.Event) error {
@@ -104,10 +111,10 @@ func TestKeyOrderThreePublishers(t *testing.T) {
 			})
 			for i := range 3 {
 				cfg := fastConfig(fmt.Sprintf("ordered-%d", i), &logSink{})
-				cfg.Ordering = ordering
-				cfg.MaxRetry = outbox.RetryForever
+				cfg.MaxAttempts = outbox.RetryForever
 				cfg.Backoff = outbox.ConstantBackoff(5 * time.Millisecond)
-				store := testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
+				store, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: table, Ordering: ordering})
+				require.NoError(t, err)
 				runPublisher(t, newPublisher(t, store, sender, cfg))
 			}
 			total := 0
@@ -134,7 +141,7 @@ func TestKeyOrderDeadLetter(t *testing.T) {
 		t.Run(ordering.String(), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			b := orderedSetup(t)
+			b := orderedSetupWith(t, ordering)
 			keys := b.insertKeys(t, keyNames("DL", 3), 3)
 			poison := keys["DL-0"][0]
 			sender := newKeyOrderSender(func(ev outbox.Event) error {
@@ -144,7 +151,6 @@ func TestKeyOrderDeadLetter(t *testing.T) {
 				return nil
 			})
 			cfg := fastConfig("dead-letter", &logSink{})
-			cfg.Ordering = ordering
 			runPublisher(t, newPublisher(t, b.store, sender, cfg))
 
 			others := slices.Concat(keys["DL-1"], keys["DL-2"])
@@ -178,43 +184,45 @@ func TestKeyOrderDeadLetter(t *testing.T) {
 	}
 }
 
-// batchOnly is a BatchSender that may or may not keep a key's events in order.
-type batchOnly struct {
-	outbox.Sender
-	ordered bool
-}
-
-func (s batchOnly) SendBatch(ctx context.Context, evs []outbox.Event) []error {
-	errs := make([]error, len(evs))
-	for i, ev := range evs {
-		errs[i] = s.Send(ctx, ev)
-	}
-	return errs
-}
-
-func (s batchOnly) KeyOrdered() bool { return s.ordered }
-
-// Key order is refused where it cannot hold: a store that cannot claim in key order, and a
-// batch sender that does not say it keeps a key's events in order.
-func TestKeyOrderRefusesWhatCannotKeepIt(t *testing.T) {
+// The publisher asks its sender for key order exactly when the store claims in key order.
+func TestKeyOrderFollowsTheStore(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	cfg := fastConfig("refuse", &logSink{})
-	cfg.Ordering = outbox.KeyOrder
+	for _, ordering := range []outbox.Ordering{outbox.Unordered, outbox.KeyOrder, outbox.KeyOrderSkipDeadLetters} {
+		t.Run(ordering.String(), func(t *testing.T) {
+			t.Parallel()
+			b := orderedSetupWith(t, ordering)
+			b.insertKeys(t, keyNames("F", 3), 2)
+			var mu sync.Mutex
+			var asked []bool
+			sender := &keyOrderProbe{asked: func(k bool) { mu.Lock(); asked = append(asked, k); mu.Unlock() }}
+			runPublisher(t, newPublisher(t, b.store, sender, fastConfig("follows", &logSink{})))
+			require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == 6 }, 20*time.Second, 5*time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			require.NotEmpty(t, asked)
+			for _, k := range asked {
+				assert.Equal(t, ordering != outbox.Unordered, k)
+			}
+		})
+	}
+}
 
-	_, err := outbox.NewPublisher(&hookStore{Store: b.store}, newRecorder(), cfg)
-	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
-	assert.ErrorContains(t, err, "KeyOrderer")
+// keyOrderProbe is a Sender that accepts everything and reports each call's keyOrder.
+type keyOrderProbe struct{ asked func(bool) }
 
-	_, err = outbox.NewPublisher(b.store, batchOnly{Sender: newRecorder()}, cfg)
-	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
-	assert.ErrorContains(t, err, "keeps one biz no's events in order")
-	_, err = outbox.NewPublisher(b.store, batchOnly{Sender: newRecorder(), ordered: true}, cfg)
-	require.NoError(t, err)
+func (s *keyOrderProbe) Send(_ context.Context, evs []outbox.Event, keyOrder bool) []error {
+	s.asked(keyOrder)
+	return make([]error, len(evs))
+}
 
-	cfg.Ordering = outbox.Ordering(7)
-	_, err = outbox.NewPublisher(b.store, newRecorder(), cfg)
+func (s *keyOrderProbe) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+// An unknown Ordering is refused when the store is made.
+func TestKeyOrderRefusesAnUnknownOrdering(t *testing.T) {
+	t.Parallel()
+	_, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Ordering: outbox.Ordering(7)})
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	assert.ErrorContains(t, err, "unknown Ordering 7")
 }
 
 // A publisher in key order on a table as schema.sql makes it, without idx_biz_no_status,
@@ -224,11 +232,12 @@ func TestKeyOrderRunRefusesATableWithoutTheIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := fastConfig("refuse-run", &logSink{})
-	cfg.Ordering = outbox.KeyOrder
-	p := newPublisher(t, b.store, newRecorder(), cfg)
+	store, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store), Ordering: outbox.KeyOrder})
+	require.NoError(t, err)
+	p := newPublisher(t, store, newRecorder(), cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := p.Run(ctx)
+	err = p.Run(ctx)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "idx_biz_no_status")
 }

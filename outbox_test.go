@@ -27,7 +27,7 @@ func TestInsertEventRollbackLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte("{}")})
+	id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte("{}")})
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback())
 
@@ -48,14 +48,14 @@ func TestInsertEventCommitMakesItPublishable(t *testing.T) {
 	b.exec(t, "CREATE TABLE `"+orders+"` (order_no VARCHAR(64) PRIMARY KEY)")
 	t.Cleanup(func() { b.exec(t, "DROP TABLE `"+orders+"`") })
 
-	other, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: b.store.Table()})
+	other, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: outbox.TableForTest(b.store)})
 	require.NoError(t, err)
 
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	_, err = tx.ExecContext(ctx, "INSERT INTO `"+orders+"` (order_no) VALUES ('ORD-9')")
 	require.NoError(t, err)
-	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-9", EventType: "ORDER_CREATED", Payload: []byte(`{"n":9}`)})
+	id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: "ORD-9", EventType: "ORDER_CREATED", Payload: []byte(`{"n":9}`)})
 	require.NoError(t, err)
 
 	evs, err := other.Candidates(ctx, 10)
@@ -81,7 +81,7 @@ func TestWrapTxUsesCallersTransaction(t *testing.T) {
 	ctx := context.Background()
 	sqlTx, err := b.db.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	id, err := b.store.WrapTx(sqlTx).InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-2", EventType: "ORDER_PAID"})
+	id, err := outbox.InsertForTest(ctx, b.store.WrapTx(sqlTx), outbox.EventInput{BizNo: "ORD-2", EventType: "ORDER_PAID", Payload: []byte("{}")})
 	require.NoError(t, err)
 	require.NoError(t, sqlTx.Rollback())
 	_, err = b.store.Get(ctx, id)
@@ -89,12 +89,11 @@ func TestWrapTxUsesCallersTransaction(t *testing.T) {
 
 	sqlTx, err = b.db.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	id, err = b.store.WrapTx(sqlTx).InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-2", EventType: "ORDER_PAID"})
+	id, err = outbox.InsertForTest(ctx, b.store.WrapTx(sqlTx), outbox.EventInput{BizNo: "ORD-2", EventType: "ORDER_PAID", Payload: []byte("{}")})
 	require.NoError(t, err)
 	require.NoError(t, sqlTx.Commit())
 	got := b.get(t, id)
 	assert.Equal(t, "ORDER_PAID", got.EventType)
-	assert.Empty(t, got.Payload, "a nil payload is stored as empty")
 }
 
 func TestInsertEventRefusesInvalidInput(t *testing.T) {
@@ -136,7 +135,7 @@ func TestInsertEventRefusesInvalidInput(t *testing.T) {
 	_, err = tx.InsertEvent(ctx, atLimit)
 	require.NoError(t, err)
 	var n int
-	require.NoError(t, tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+store.Table()+"`").Scan(&n))
+	require.NoError(t, tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+outbox.TableForTest(store)+"`").Scan(&n))
 	assert.Equal(t, 1, n)
 }
 
@@ -169,7 +168,7 @@ func TestNewMySQLStoreRejectsBadConfig(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		s, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{})
 		require.NoError(t, err)
-		assert.Equal(t, "t_event_record", s.Table())
+		assert.Equal(t, "t_event_record", outbox.TableForTest(s))
 	})
 }
 
@@ -182,22 +181,24 @@ func TestNewPublisherRejectsBadConfig(t *testing.T) {
 		cfg  outbox.Config
 		want string
 	}{
-		{"NegativeBatchSize", outbox.Config{BatchSize: -1}, "BatchSize must be positive"},
+		{"NegativeBatchSize", outbox.Config{Tuning: outbox.Tuning{BatchSize: -1}}, "Tuning.BatchSize must be positive"},
 		{"NegativePollInterval", outbox.Config{PollInterval: -time.Second}, "PollInterval must be positive"},
-		{"NegativeReclaimInterval", outbox.Config{ReclaimInterval: -time.Second}, "ReclaimInterval must be positive"},
-		{"NegativeLease", outbox.Config{Lease: -time.Minute}, "Lease must be positive"},
-		{"NegativeMaxRetry", outbox.Config{MaxRetry: -2}, "MaxRetry must be positive, NoRetries or RetryForever, got -2"},
-		{"NegativeMaxBackoff", outbox.Config{MaxBackoff: -time.Second}, "MaxBackoff must be positive"},
-		{"MaxBackoffOverAYear", outbox.Config{MaxBackoff: 400 * 24 * time.Hour}, "MaxBackoff must be at most"},
-		{"NegativeMaxReclaims", outbox.Config{MaxReclaims: -1}, "MaxReclaims must be positive"},
-		{"NegativeMaxClaimBytes", outbox.Config{MaxClaimBytes: -1}, "MaxClaimBytes must be positive"},
-		{"NegativeMaxProbeDelay", outbox.Config{MaxProbeDelay: -time.Second}, "MaxProbeDelay must be positive"},
-		{"NegativeSendTimeout", outbox.Config{SendTimeout: -time.Second}, "SendTimeout must be positive"},
-		{"SendTimeoutTooShort", outbox.Config{SendTimeout: time.Millisecond}, "SendTimeout must be at least 10ms, got 1ms"},
-		{"NegativeStoreTimeout", outbox.Config{StoreTimeout: -time.Second}, "StoreTimeout must be positive"},
-		{"LeaseUnderASecond", outbox.Config{Lease: 500 * time.Millisecond, SendTimeout: time.Millisecond}, "Lease must be at least 1s"},
-		{"SendTimeoutOverATenthOfLease", outbox.Config{Lease: 10 * time.Second, SendTimeout: 1001 * time.Millisecond}, "at most a tenth of Lease"},
-		{"DefaultSendTimeoutOverShortLease", outbox.Config{Lease: 20 * time.Second}, "SendTimeout (3s) must be at most a tenth of Lease (20s)"},
+		{"NegativeReclaimInterval", outbox.Config{Tuning: outbox.Tuning{ReclaimInterval: -time.Second}}, "Tuning.ReclaimInterval must be positive"},
+		{"NegativeLease", outbox.Config{Tuning: outbox.Tuning{Lease: -time.Minute}}, "Tuning.Lease must be positive"},
+		{"NegativeMaxAttempts", outbox.Config{MaxAttempts: -2}, "MaxAttempts must be positive, got -2"},
+		{"NegativeMaxBackoff", outbox.Config{Tuning: outbox.Tuning{MaxBackoff: -time.Second}}, "Tuning.MaxBackoff must be positive"},
+		{"MaxBackoffOverAYear", outbox.Config{Tuning: outbox.Tuning{MaxBackoff: 400 * 24 * time.Hour}}, "Tuning.MaxBackoff must be at most"},
+		{"NegativeMaxReclaims", outbox.Config{Tuning: outbox.Tuning{MaxReclaims: -1}}, "Tuning.MaxReclaims must be positive"},
+		{"NegativeMaxClaimBytes", outbox.Config{Tuning: outbox.Tuning{MaxClaimBytes: -1}}, "Tuning.MaxClaimBytes must be positive"},
+		{"NegativeMaxProbeDelay", outbox.Config{Tuning: outbox.Tuning{MaxProbeDelay: -time.Second}}, "Tuning.MaxProbeDelay must be positive"},
+		{"NegativeCoalesceDelay", outbox.Config{Tuning: outbox.Tuning{CoalesceDelay: -time.Millisecond}}, "Tuning.CoalesceDelay must be positive"},
+		{"CoalesceDelayOverASecond", outbox.Config{Tuning: outbox.Tuning{CoalesceDelay: 2 * time.Second}}, "Tuning.CoalesceDelay must be at most 1s"},
+		{"NegativeSendTimeout", outbox.Config{Tuning: outbox.Tuning{SendTimeout: -time.Second}}, "Tuning.SendTimeout must be positive"},
+		{"SendTimeoutTooShort", outbox.Config{Tuning: outbox.Tuning{SendTimeout: time.Millisecond}}, "Tuning.SendTimeout must be at least 10ms, got 1ms"},
+		{"NegativeStoreTimeout", outbox.Config{Tuning: outbox.Tuning{StoreTimeout: -time.Second}}, "Tuning.StoreTimeout must be positive"},
+		{"LeaseUnderASecond", outbox.Config{Tuning: outbox.Tuning{Lease: 500 * time.Millisecond, SendTimeout: time.Millisecond}}, "Tuning.Lease must be at least 1s"},
+		{"SendTimeoutOverATenthOfLease", outbox.Config{Tuning: outbox.Tuning{Lease: 10 * time.Second, SendTimeout: 1001 * time.Millisecond}}, "at most a tenth of Tuning.Lease"},
+		{"DefaultSendTimeoutOverShortLease", outbox.Config{Tuning: outbox.Tuning{Lease: 20 * time.Second}}, "send timeout (3s) must be at most a tenth of Tuning.Lease (20s)"},
 		{"InstanceIDTooLong", outbox.Config{InstanceID: strings.Repeat("é", 65)}, "InstanceID is 65 characters, at most 64"},
 		{"InstanceIDWithSpaces", outbox.Config{InstanceID: " order-1 "}, "without surrounding spaces"},
 		{"InstanceIDInvalidUTF8", outbox.Config{InstanceID: "order-\xff"}, "valid UTF-8"},
@@ -220,7 +221,7 @@ func TestNewPublisherRejectsBadConfig(t *testing.T) {
 		assert.Contains(t, err.Error(), "sender is nil")
 	})
 	t.Run("SendTimeoutExactlyATenthIsAccepted", func(t *testing.T) {
-		_, err := outbox.NewPublisher(store, sender, outbox.Config{Lease: 10 * time.Second, SendTimeout: time.Second})
+		_, err := outbox.NewPublisher(store, sender, outbox.Config{Tuning: outbox.Tuning{Lease: 10 * time.Second, SendTimeout: time.Second}})
 		require.NoError(t, err)
 	})
 }
@@ -236,9 +237,9 @@ func TestDefaultInstanceID(t *testing.T) {
 
 	store, _ := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{})
 	p := newPublisher(t, store, newRecorder(), outbox.Config{})
-	assert.NotEmpty(t, p.InstanceID())
+	assert.NotEmpty(t, p.Health().InstanceID)
 	p = newPublisher(t, store, newRecorder(), outbox.Config{InstanceID: "order-8083-a1b2c3"})
-	assert.Equal(t, "order-8083-a1b2c3", p.InstanceID())
+	assert.Equal(t, "order-8083-a1b2c3", p.Health().InstanceID)
 }
 
 func TestDefaultBackoff(t *testing.T) {
@@ -276,7 +277,7 @@ func TestPublishPendingSendsEachEventOnce(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("ORD-%d", i), rec.evs[i].BizNo)
 		assert.Equal(t, fmt.Appendf(nil, `{"order":%d}`, i), rec.evs[i].Payload)
 	}
-	if testClaimMode == outbox.ClaimPerRow {
+	if testPerRow {
 		assert.Equal(t, 5, logs.count(slog.LevelInfo, "event sent"), "one info line per send")
 	} else {
 		assert.Equal(t, 1, logs.count(slog.LevelInfo, "events sent"), "one info line per batch")
@@ -293,7 +294,7 @@ func TestPublishPendingRespectsBatchSize(t *testing.T) {
 	b := setup(t)
 	b.insert(t, 25)
 	cfg := fastConfig("p", &logSink{})
-	cfg.BatchSize = 20
+	cfg.Tuning.BatchSize = 20
 	p := newPublisher(t, b.store, newRecorder(), cfg)
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
@@ -373,7 +374,7 @@ func TestCustomBackoffAndMaxRetry(t *testing.T) {
 	b := setup(t)
 	id := b.insert(t, 1)[0]
 	cfg := fastConfig("p", &logSink{})
-	cfg.MaxRetry = 1
+	cfg.MaxAttempts = 2
 	cfg.Backoff = outbox.ConstantBackoff(2 * time.Minute)
 	p := newPublisher(t, b.store, outbox.SenderFunc(func(context.Context, outbox.Event) error { return errBroker }), cfg)
 	_, err := p.PublishPending(context.Background())
@@ -462,7 +463,7 @@ func TestClaimErrorIsLoggedAndTheNextRoundRecovers(t *testing.T) {
 	p := newPublisher(t, store, newRecorder(), fastConfig("p", logs))
 	stats, err := p.PublishPending(context.Background())
 	assert.Zero(t, stats.Sent)
-	if testClaimMode == outbox.ClaimPerRow {
+	if testPerRow {
 		require.NoError(t, err, "per row, a claim error is one event's")
 		assert.Equal(t, 3, stats.Errors)
 		assert.Zero(t, stats.Claimed)
@@ -541,7 +542,7 @@ func TestLostClaimIsQuiet(t *testing.T) {
 	p := newPublisher(t, store, rec, fastConfig("p", logs))
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
-	if testClaimMode == outbox.ClaimPerRow {
+	if testPerRow {
 		assert.Equal(t, outbox.RoundStats{Candidates: 3, Lost: 3}, stats)
 		assert.Equal(t, 3, logs.count(slog.LevelDebug, "taken by another instance"))
 	} else {
@@ -566,7 +567,13 @@ func newBlockingSender() *blockingSender {
 	return &blockingSender{entered: make(chan outbox.Event, 16), release: make(chan error, 16)}
 }
 
-func (s *blockingSender) Send(_ context.Context, ev outbox.Event) error {
+func (s *blockingSender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	return outbox.SenderFunc(s.sendOne).Send(ctx, evs, keyOrder)
+}
+
+func (s *blockingSender) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (s *blockingSender) sendOne(_ context.Context, ev outbox.Event) error {
 	s.entered <- ev
 	return <-s.release
 }
@@ -623,9 +630,9 @@ func TestBatchClaimShrinksToWhatCanBeSentInTime(t *testing.T) {
 	b := setup(t)
 	b.insert(t, 40)
 	cfg := fastConfig("p", &logSink{})
-	cfg.ClaimMode = outbox.ClaimBatch // this test is about the batch claim, in either run
-	cfg.BatchSize = 32
-	cfg.SendTimeout = 200 * time.Millisecond
+	cfg.Tuning.ClaimPerRow = false // this test is about the batch claim, in either run
+	cfg.Tuning.BatchSize = 32
+	cfg.Tuning.SendTimeout = 200 * time.Millisecond
 	slow := outbox.SenderFunc(func(context.Context, outbox.Event) error {
 		time.Sleep(20 * time.Millisecond)
 		return nil
@@ -638,7 +645,7 @@ func TestBatchClaimShrinksToWhatCanBeSentInTime(t *testing.T) {
 	assert.Equal(t, first.Candidates, first.Sent+first.Released)
 	assert.Zero(t, b.countStatus(t, outbox.StatusSending))
 	var retried int
-	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE retry_count > 0").Scan(&retried))
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE retry_count > 0").Scan(&retried))
 	assert.Zero(t, retried, "a release for lack of time is not a failed attempt")
 
 	second, err := p.PublishPending(context.Background())
@@ -652,7 +659,7 @@ func TestSendTimeoutBoundsTheSend(t *testing.T) {
 	b := setup(t)
 	id := b.insert(t, 1)[0]
 	cfg := fastConfig("p", &logSink{})
-	cfg.SendTimeout = 50 * time.Millisecond
+	cfg.Tuning.SendTimeout = 50 * time.Millisecond
 	p := newPublisher(t, b.store, outbox.SenderFunc(func(ctx context.Context, _ outbox.Event) error {
 		<-ctx.Done()
 		return ctx.Err()
@@ -690,8 +697,8 @@ func TestReclaimLogsAtWarn(t *testing.T) {
 func TestSessionTimeZonesDoNotSkewLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	east := testsvc.NewStoreOn(t, testsvc.OpenDB(t, "time_zone='+08:00'"), b.store.Table())
-	west := testsvc.NewStoreOn(t, testsvc.OpenDB(t, "time_zone='-07:00'"), b.store.Table())
+	east := testsvc.NewStoreOn(t, testsvc.OpenDB(t, "time_zone='+08:00'"), outbox.TableForTest(b.store))
+	west := testsvc.NewStoreOn(t, testsvc.OpenDB(t, "time_zone='-07:00'"), outbox.TableForTest(b.store))
 	ids := b.insert(t, 2)
 
 	// East claims and is sending; west's reclaim with a 10-minute lease must not see it as old.
@@ -699,7 +706,7 @@ func TestSessionTimeZonesDoNotSkewLeases(t *testing.T) {
 	pEast := newPublisher(t, east, slow, fastConfig("east", &logSink{}))
 	pWest := newPublisher(t, west, newRecorder(), fastConfig("west", &logSink{}))
 	cfg := fastConfig("west-reclaim", &logSink{})
-	cfg.Lease = 10 * time.Minute
+	cfg.Tuning.Lease = 10 * time.Minute
 	reclaimer := newPublisher(t, west, newRecorder(), cfg)
 
 	done := make(chan struct{})
@@ -825,8 +832,8 @@ func TestRunIsFixedDelay(t *testing.T) {
 		afterCandidates: func(context.Context, []outbox.Event) { clock.stamp(&clock.starts) },
 	}
 	cfg := fastConfig("p", &logSink{})
-	cfg.BatchSize = 2
-	cfg.MaxRetry = 1000
+	cfg.Tuning.BatchSize = 2
+	cfg.MaxAttempts = 1001
 	cfg.Backoff = outbox.ConstantBackoff(0) // due again at once: only the poll delay spaces rounds
 	cfg.PollInterval = 100 * time.Millisecond
 	p := newPublisher(t, &releaseClock{hookStore: store, clock: clock}, sender, cfg)
@@ -870,7 +877,7 @@ func TestRunDrainsBacklogWithoutWaiting(t *testing.T) {
 	b := setup(t)
 	b.insert(t, 50)
 	cfg := fastConfig("p", &logSink{})
-	cfg.BatchSize = 10
+	cfg.Tuning.BatchSize = 10
 	cfg.PollInterval = time.Hour
 	p := newPublisher(t, b.store, newRecorder(), cfg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -904,7 +911,7 @@ func TestCommitWakesThePublisher(t *testing.T) {
 // notifyingStore passes the store's commit notifications through a hookStore.
 type notifyingStore struct {
 	*hookStore
-	n outbox.Notifier
+	n outbox.Store
 }
 
 func (s *notifyingStore) Subscribe() (<-chan struct{}, func()) { return s.n.Subscribe() }
@@ -933,7 +940,7 @@ func drainExactlyOnce(t *testing.T, instances, events int) {
 	start := time.Now()
 	for i := range instances {
 		recs[i] = newRecorder()
-		stores[i] = testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
+		stores[i] = testsvc.NewStoreOn(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
 		logs[i] = &logSink{}
 		cfg := fastConfig(fmt.Sprintf("order-%d", i), logs[i])
 		cfg.PollInterval = time.Millisecond
@@ -946,13 +953,13 @@ func drainExactlyOnce(t *testing.T, instances, events int) {
 	var retries int64
 	for i, l := range logs {
 		assert.Empty(t, l.atLeast(slog.LevelWarn), "instance %d logged warnings or errors", i)
-		retries += stores[i].LockRetries()
+		retries += outbox.LockRetriesForTest(stores[i])
 	}
 	t.Logf("%d publishers (%s) drained %d events in %s; lock conflicts retried inside: %d",
-		instances, testClaimMode, events, time.Since(start).Round(time.Millisecond), retries)
+		instances, claimModeName(), events, time.Since(start).Round(time.Millisecond), retries)
 
 	owners := map[string]int{}
-	rows, err := b.db.Query("SELECT id, claim_owner FROM `" + b.store.Table() + "`")
+	rows, err := b.db.Query("SELECT id, claim_owner FROM `" + outbox.TableForTest(b.store) + "`")
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {

@@ -31,12 +31,17 @@ func newSwitchSender() *switchSender {
 	}}
 }
 
-func (s *switchSender) Send(ctx context.Context, ev outbox.Event) error {
+func (s *switchSender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	return outbox.SenderFunc(s.sendOne).Send(ctx, evs, keyOrder)
+}
+
+// sendOne counts one attempt per event.
+func (s *switchSender) sendOne(ctx context.Context, ev outbox.Event) error {
 	s.attempts.Add(1)
 	if s.down.Load() {
 		return s.fail(ev)
 	}
-	return s.recorder.Send(ctx, ev)
+	return s.recorder.sendOne(ctx, ev)
 }
 
 // runPublisher runs p until the test ends, and fails the test if Run returns an error.
@@ -60,7 +65,7 @@ func runPublisher(t *testing.T, p *outbox.Publisher) (stop func()) {
 func (b *bundle) retried(t testing.TB) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE retry_count > 0").Scan(&n))
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE retry_count > 0").Scan(&n))
 	return n
 }
 
@@ -75,18 +80,18 @@ func TestBrokerOutageSpendsNoRetries(t *testing.T) {
 			b := setup(t)
 			sender := newSwitchSender()
 			if name == "SenderClosed" {
-				sender.fail = func(outbox.Event) error { return fmt.Errorf("rocketmq: %w", outbox.ErrSenderClosed) }
+				sender.fail = func(outbox.Event) error { return fmt.Errorf("rocketmq: %w", outbox.ErrClosed) }
 			}
 			sender.down.Store(true)
 			ids := b.insert(t, 50)
 			logs := &logSink{}
 			cfg := fastConfig("p", logs)
-			cfg.MaxRetry = outbox.NoRetries // the first counted failure would dead-letter
-			cfg.MaxProbeDelay = 100 * time.Millisecond
+			cfg.MaxAttempts = 1 // the first counted failure would dead-letter
+			cfg.Tuning.MaxProbeDelay = 100 * time.Millisecond
 			p := newPublisher(t, b.store, sender, cfg)
 			stop := runPublisher(t, p)
 
-			require.Eventually(t, p.BrokerUnavailable, 10*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool { return p.Health().BrokerUnavailable }, 10*time.Second, 5*time.Millisecond)
 			require.Eventually(t, func() bool { return logs.count(slog.LevelWarn, "broker still unavailable") >= 3 },
 				10*time.Second, 10*time.Millisecond, "it probes again and again")
 			ids = append(ids, b.insert(t, 50)...) // committed during the outage
@@ -104,7 +109,7 @@ func TestBrokerOutageSpendsNoRetries(t *testing.T) {
 			sender.down.Store(false)
 			require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) },
 				20*time.Second, 10*time.Millisecond)
-			assert.False(t, p.BrokerUnavailable())
+			assert.False(t, p.Health().BrokerUnavailable)
 			stop()
 			for _, id := range ids {
 				assert.Equal(t, 1, sender.count(id), "event %d", id)
@@ -136,7 +141,7 @@ func TestUnavailableWhileOthersAreSentCountsARetry(t *testing.T) {
 	assert.Equal(t, 4, stats.Sent)
 	assert.Equal(t, 1, stats.Retried)
 	assert.Zero(t, stats.Unavailable)
-	assert.False(t, p.BrokerUnavailable())
+	assert.False(t, p.Health().BrokerUnavailable)
 	got := b.get(t, bad)
 	assert.Equal(t, outbox.StatusWait, got.Status)
 	assert.Equal(t, 1, got.RetryCount)
@@ -179,12 +184,12 @@ func TestClaimWithUnknownOutcomeIsReleasedBeforeTheNextClaim(t *testing.T) {
 	logs := &logSink{}
 	rec := newRecorder()
 	cfg := fastConfig("p", logs)
-	cfg.Lease = time.Hour // no reclaim could rescue them in this test
-	cfg.SendTimeout = time.Second
+	cfg.Tuning.Lease = time.Hour // no reclaim could rescue them in this test
+	cfg.Tuning.SendTimeout = time.Second
 	p := newPublisher(t, store, rec, cfg)
 
 	stats, err := p.PublishPending(context.Background())
-	if testClaimMode == outbox.ClaimBatch {
+	if !testPerRow {
 		require.ErrorIs(t, err, errCommitUnknown)
 		assert.Zero(t, stats.Sent)
 		assert.Equal(t, len(ids), b.countStatus(t, outbox.StatusSending), "the claim did happen")
@@ -230,20 +235,12 @@ func (s *ackFailures) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (ou
 	return s.Store.ClaimDue(ctx, req)
 }
 
-func (s *ackFailures) MarkSuccess(ctx context.Context, id int64, owner string) (bool, error) {
-	s.calls.Add(1)
-	if s.failures.Add(-1) >= 0 {
-		return false, errAckLost
-	}
-	return s.Store.MarkSuccess(ctx, id, owner)
-}
-
-func (s *ackFailures) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
+func (s *ackFailures) MarkSuccess(ctx context.Context, ids []int64, owner string) (int64, error) {
 	s.calls.Add(1)
 	if s.failures.Add(-1) >= 0 {
 		return 0, errAckLost
 	}
-	return s.Store.MarkSuccessBatch(ctx, ids, owner)
+	return s.Store.MarkSuccess(ctx, ids, owner)
 }
 
 // Acknowledgements that fail are kept and written before the next claim: the rows never
@@ -262,8 +259,8 @@ func TestFailedAcknowledgementsAreRetriedNotResent(t *testing.T) {
 			logs := &logSink{}
 			rec := newRecorder()
 			cfg := fastConfig("p", logs)
-			cfg.Lease = time.Hour
-			cfg.ClaimMode = outbox.ClaimBatch // one success write per round
+			cfg.Tuning.Lease = time.Hour
+			cfg.Tuning.ClaimPerRow = false // one success write per round
 			p := newPublisher(t, store, rec, cfg)
 			stop := runPublisher(t, p)
 
@@ -317,7 +314,7 @@ func TestRetryLimits(t *testing.T) {
 		id := b.insert(t, 1)[0]
 		cfg := fastConfig("p", &logSink{})
 		cfg.Backoff = outbox.ConstantBackoff(10 * time.Hour)
-		cfg.MaxBackoff = 30 * time.Second
+		cfg.Tuning.MaxBackoff = 30 * time.Second
 		_, err := newPublisher(t, b.store, failing, cfg).PublishPending(ctx)
 		require.NoError(t, err)
 		assert.InDelta(t, 30, b.secondsFromNow(t, id, "next_retry_time"), 1)
@@ -327,7 +324,7 @@ func TestRetryLimits(t *testing.T) {
 		b := setup(t)
 		id := b.insert(t, 1)[0]
 		cfg := fastConfig("p", &logSink{})
-		cfg.MaxRetry = outbox.NoRetries
+		cfg.MaxAttempts = 1
 		stats, err := newPublisher(t, b.store, failing, cfg).PublishPending(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, stats.DeadLettered)
@@ -339,7 +336,7 @@ func TestRetryLimits(t *testing.T) {
 		id := b.insert(t, 1)[0]
 		b.exec(t, "UPDATE {t} SET retry_count = 1000000 WHERE id = ?", id)
 		cfg := fastConfig("p", &logSink{})
-		cfg.MaxRetry = outbox.RetryForever
+		cfg.MaxAttempts = outbox.RetryForever
 		stats, err := newPublisher(t, b.store, failing, cfg).PublishPending(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, 1, stats.Retried)
@@ -375,7 +372,7 @@ func TestReclaimDeadLettersAPoisonEvent(t *testing.T) {
 	var told []outbox.Event
 	logs := &logSink{}
 	cfg := fastConfig("p", logs)
-	cfg.MaxReclaims = 2
+	cfg.Tuning.MaxReclaims = 2
 	cfg.OnDeadLetter = func(_ context.Context, ev outbox.Event, cause error) {
 		told = append(told, ev)
 		assert.ErrorContains(t, cause, "reclaimed 2 times")
@@ -400,10 +397,10 @@ func TestOutageEndsWithoutWaitingForThePoll(t *testing.T) {
 	sender.down.Store(true)
 	cfg := fastConfig("p", &logSink{})
 	cfg.PollInterval = time.Hour
-	cfg.MaxProbeDelay = 50 * time.Millisecond
+	cfg.Tuning.MaxProbeDelay = 50 * time.Millisecond
 	p := newPublisher(t, b.store, sender, cfg)
 	runPublisher(t, p)
-	require.Eventually(t, p.BrokerUnavailable, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return p.Health().BrokerUnavailable }, 10*time.Second, 5*time.Millisecond)
 
 	sender.down.Store(false)
 	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(ids) },
@@ -423,14 +420,14 @@ func TestClaimCutShortIsFollowedAtOnce(t *testing.T) {
 			b := setup(t)
 			ids := b.insert(t, 10)
 			cfg := fastConfig("p", &logSink{})
-			cfg.ClaimMode = outbox.ClaimBatch // cut-short claims are the batch claim's
+			cfg.Tuning.ClaimPerRow = false // cut-short claims are the batch claim's
 			cfg.PollInterval = time.Hour
 			if name == "ReclaimedEvents" {
 				for _, id := range ids[:5] {
 					b.exec(t, "UPDATE {t} SET reclaim_count = 1 WHERE id = ?", id)
 				}
 			} else {
-				cfg.MaxClaimBytes = 1 // one event per claim
+				cfg.Tuning.MaxClaimBytes = 1 // one event per claim
 			}
 			rec := newRecorder()
 			runPublisher(t, newPublisher(t, b.store, rec, cfg))

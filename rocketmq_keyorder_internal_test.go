@@ -95,8 +95,8 @@ func (p *routedProducer) queueOf() map[string]primitive.MessageQueue {
 // keySender is a key-ordered sender on p, as NewRocketMQSender builds one, with p's
 // selector.
 func keySender(p *routedProducer, sel *keyQueueSelector) *RocketMQSender {
-	return &RocketMQSender{producer: p, topic: "T", timeout: time.Minute, maxBatch: MaxBatchBytesDefault, owned: true,
-		keyOrder: true, selector: sel}
+	return &RocketMQSender{producer: p, topic: "T", timeout: time.Minute, maxBatch: maxBatchBytesDefault, owned: true,
+		selector: sel}
 }
 
 // keyedEvents returns keys x per events, interleaved (k0 e1, k1 e1, ..., k0 e2, ...), with
@@ -212,7 +212,7 @@ func TestKeyOrderedSendBatchGroupsByQueue(t *testing.T) {
 	p := newRoutedProducer(sel, 2, 4)
 	s := keySender(p, sel)
 	evs := keyedEvents(40, 5)
-	errs := s.SendBatch(context.Background(), evs)
+	errs := s.Send(context.Background(), evs, true)
 	for i, err := range errs {
 		require.NoError(t, err, "event %d", i)
 	}
@@ -225,12 +225,12 @@ func TestKeyOrderedSendBatchGroupsByQueue(t *testing.T) {
 	// Single sends of the same biz nos land on the queues their batches did.
 	batchQueue := p.queueOf()
 	single := Event{EventID: "k7-6", BizNo: "k7", EventType: "E", Payload: []byte("{}")}
-	require.NoError(t, s.Send(context.Background(), single))
+	require.NoError(t, s.Send(context.Background(), []Event{single}, true)[0])
 	assert.Equal(t, batchQueue["k7-1"], p.queueOf()["k7-6"])
 
 	// Once the route is known, the next batch needs no single send first.
 	before := len(p.callSizes())
-	errs = s.SendBatch(context.Background(), keyedEvents(3, 2))
+	errs = s.Send(context.Background(), keyedEvents(3, 2), true)
 	assert.Equal(t, []error{nil, nil, nil, nil, nil, nil}, errs)
 	assert.LessOrEqual(t, len(p.callSizes())-before, 3)
 }
@@ -248,7 +248,7 @@ func TestKeyOrderedSendBatchStopsAFailedKeyAcrossChunks(t *testing.T) {
 	for i := range evs {
 		evs[i].Payload = make([]byte, 300)
 	}
-	s.maxBatch = 4*s.messageSize(evs[0]) + 10 // a run of four fills a chunk
+	s.maxBatch = 4*s.messageSize(evs[0], true) + 10 // a run of four fills a chunk
 	var failOnce sync.Once
 	p.fail = func(_ *primitive.MessageQueue, msgs []*primitive.Message) error {
 		var err error
@@ -257,7 +257,7 @@ func TestKeyOrderedSendBatchStopsAFailedKeyAcrossChunks(t *testing.T) {
 		}
 		return err
 	}
-	errs := s.SendBatch(context.Background(), evs)
+	errs := s.Send(context.Background(), evs, true)
 	assert.Equal(t, []int{4, 4, 4}, p.callSizes(), "one chunk per biz no's run")
 	checkKeyOrderAnswers(t, evs, errs, p)
 	for i, ev := range evs {
@@ -277,7 +277,7 @@ func TestKeyOrderedSendBatchStopsAFailedKeyAcrossChunks(t *testing.T) {
 	// A run longer than a chunk is split; its later part is not sent once the first fails.
 	p = newRoutedProducer(sel, 1, 1)
 	s = keySender(p, sel)
-	s.maxBatch = 2*s.messageSize(evs[0]) + 10
+	s.maxBatch = 2*s.messageSize(evs[0], true) + 10
 	long := keyedEvents(1, 5)
 	for i := range long {
 		long[i].Payload = make([]byte, 300)
@@ -288,7 +288,7 @@ func TestKeyOrderedSendBatchStopsAFailedKeyAcrossChunks(t *testing.T) {
 		}
 		return nil
 	}
-	errs = s.SendBatch(context.Background(), long)
+	errs = s.Send(context.Background(), long, true)
 	assert.Equal(t, []int{2, 2}, p.callSizes())
 	checkKeyOrderAnswers(t, long, errs, p)
 	assert.NoError(t, errs[1])
@@ -315,7 +315,7 @@ func TestKeyOrderedSendBatchOneByOneStopsTheKey(t *testing.T) {
 		return nil
 	}
 	evs := keyedEvents(3, 4)
-	errs := s.SendBatch(context.Background(), evs)
+	errs := s.Send(context.Background(), evs, true)
 	checkKeyOrderAnswers(t, evs, errs, p)
 	for i, ev := range evs {
 		switch ev.EventID {
@@ -335,7 +335,7 @@ func TestKeyOrderedSendBatchOneByOneStopsTheKey(t *testing.T) {
 	s = keySender(p, sel)
 	evs = keyedEvents(2, 3)
 	evs[2].Payload = nil // k0-2
-	errs = s.SendBatch(context.Background(), evs)
+	errs = s.Send(context.Background(), evs, true)
 	checkKeyOrderAnswers(t, evs, errs, p)
 	assert.True(t, IsPermanent(errs[2]))
 	assert.ErrorIs(t, errs[4], ErrNotSent) // k0-3
@@ -358,7 +358,7 @@ func TestKeyOrderedSendBatchUnavailable(t *testing.T) {
 		return nil
 	}
 	evs := keyedEvents(40, 3)
-	errs := s.SendBatch(context.Background(), evs)
+	errs := s.Send(context.Background(), evs, true)
 	checkKeyOrderAnswers(t, evs, errs, p)
 	unavailable := 0
 	for i := range evs {
@@ -376,7 +376,7 @@ func TestKeyOrderedSendBatchUnavailable(t *testing.T) {
 	s = keySender(p, sel)
 	p.queues = p.queues[:4] // the sender groups by the route it saw: 8 queues
 	evs = keyedEvents(40, 3)
-	errs = s.SendBatch(context.Background(), evs)
+	errs = s.Send(context.Background(), evs, true)
 	checkKeyOrderAnswers(t, evs, errs, p)
 	gone := 0
 	for i, ev := range evs {
@@ -392,11 +392,12 @@ func TestKeyOrderedSendBatchUnavailable(t *testing.T) {
 	}
 }
 
-// With the caller's producer the sender cannot choose a batch's queue: it sends one message at
-// a time, in order, each with its sharding key, stopping a biz no at its failure.
-func TestKeyOrderedSendBatchWithCallersProducer(t *testing.T) {
+// With a producer whose queue selector is not the sender's, the sender cannot choose a batch's
+// queue: it sends one message at a time, in order, each with its sharding key, stopping a biz
+// no at its failure.
+func TestKeyOrderedSendBatchWithAnotherSelector(t *testing.T) {
 	t.Parallel()
-	sel := NewKeyQueueSelector()
+	sel := newKeyQueueSelector()
 	p := newRoutedProducer(sel, 2, 4)
 	p.fail = func(_ *primitive.MessageQueue, msgs []*primitive.Message) error {
 		if msgs[0].GetProperty(PropertyEventID) == "k2-2" {
@@ -404,11 +405,9 @@ func TestKeyOrderedSendBatchWithCallersProducer(t *testing.T) {
 		}
 		return nil
 	}
-	s, err := NewRocketMQSender(RocketMQConfig{Producer: p, Topic: "T", KeyOrder: true})
-	require.NoError(t, err)
-	assert.True(t, s.KeyOrdered())
+	s := &RocketMQSender{producer: p, topic: "T", timeout: time.Minute, maxBatch: maxBatchBytesDefault}
 	evs := keyedEvents(5, 4)
-	errs := s.SendBatch(context.Background(), evs)
+	errs := s.Send(context.Background(), evs, true)
 	checkKeyOrderAnswers(t, evs, errs, p)
 	for _, n := range p.callSizes() {
 		assert.Equal(t, 1, n)
@@ -457,7 +456,7 @@ func TestKeyOrderedSendBatchRandomFailures(t *testing.T) {
 			}
 			return nil
 		}
-		errs := s.SendBatch(context.Background(), evs)
+		errs := s.Send(context.Background(), evs, true)
 		checkKeyOrderAnswers(t, evs, errs, p)
 		if t.Failed() {
 			t.Fatalf("round %d", round)

@@ -70,17 +70,22 @@ func (r *keyRun) interleave(rng *mrand.Rand, from, to int) []outbox.Event {
 
 func (r *keyRun) rankOf(eventID string) int64 { return r.rank[eventID] }
 
-// keyOrderedSender is a key-ordered sender with a producer of its own on topic.
-func keyOrderedSender(t *testing.T, topic string, timeout time.Duration) *outbox.RocketMQSender {
+// keyOrderedSender is a sender with a producer of its own on topic, built with opts, for
+// sends in key order.
+func keyOrderedSender(t *testing.T, topic string, timeout time.Duration, opts ...producer.Option) *outbox.RocketMQSender {
 	t.Helper()
 	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic, GroupName: testsvc.UniqueTable("pg"),
-		SendTimeout: timeout, KeyOrder: true,
+		SendTimeout: timeout, ProducerOptions: opts,
 	})
 	require.NoError(t, err)
-	require.True(t, s.KeyOrdered())
 	t.Cleanup(func() { assert.NoError(t, s.Close()) })
 	return s
+}
+
+// sendInKeyOrder sends one event alone in key order and returns its error.
+func sendInKeyOrder(ctx context.Context, s outbox.Sender, ev outbox.Event) error {
+	return s.Send(ctx, []outbox.Event{ev}, true)[0]
 }
 
 // checkOneQueuePerKey asserts that every biz no's arrivals came from one queue, and returns
@@ -100,7 +105,7 @@ func checkOneQueuePerKey(t *testing.T, c *testsvc.OrderlyConsumer) (map[string]p
 	return queues, brokers
 }
 
-// With KeyOrder, single sends and batches of many biz nos, mixed, reach an orderly consumer
+// In key order, single sends and batches of many biz nos, mixed, reach an orderly consumer
 // in each biz no's order, every biz no in one queue (the queue its single sends and its
 // batches share, and the client's own hash selector picks), the biz nos spread over the
 // queues of every broker the topic is on.
@@ -116,15 +121,15 @@ func TestRocketMQKeyOrderArrivesInOrder(t *testing.T) {
 
 	// Steps 1 and 2 one by one, 3 to 7 in one batch, 8 to 12 in batches of 16.
 	for _, ev := range run.interleave(rng, 0, 2) {
-		require.NoError(t, s.Send(ctx, ev))
+		require.NoError(t, sendInKeyOrder(ctx, s, ev))
 	}
-	for i, err := range s.SendBatch(ctx, run.interleave(rng, 2, 7)) {
+	for i, err := range s.Send(ctx, run.interleave(rng, 2, 7), true) {
 		require.NoError(t, err, "event %d", i)
 	}
 	rest := run.interleave(rng, 7, per)
 	for len(rest) > 0 {
 		n := min(16, len(rest))
-		for i, err := range s.SendBatch(ctx, rest[:n]) {
+		for i, err := range s.Send(ctx, rest[:n], true) {
 			require.NoError(t, err, "event %d", i)
 		}
 		rest = rest[n:]
@@ -180,7 +185,7 @@ func TestRocketMQKeyOrderStopsAKeyAtItsFailure(t *testing.T) {
 	run.byKey["ORD-2"][1].Payload = big
 
 	evs := run.interleave(mrand.New(mrand.NewPCG(3, 4)), 0, 4)
-	errs := s.SendBatch(context.Background(), evs)
+	errs := s.Send(context.Background(), evs, true)
 	want := 0
 	for i, ev := range evs {
 		switch {
@@ -246,11 +251,11 @@ func TestRocketMQKeyOrderBatchRefusedInTheMiddle(t *testing.T) {
 	ctx := context.Background()
 	// The first batch learns the route; the second one meets the refusal.
 	first := run.interleave(mrand.New(mrand.NewPCG(5, 6)), 0, 2)
-	for i, err := range s.SendBatch(ctx, first) {
+	for i, err := range s.Send(ctx, first, true) {
 		require.NoError(t, err, "event %d", i)
 	}
 	evs := run.interleave(mrand.New(mrand.NewPCG(7, 8)), 2, 5)
-	errs := s.SendBatch(ctx, evs)
+	errs := s.Send(ctx, evs, true)
 	want := len(first)
 	for i, ev := range evs {
 		switch {
@@ -271,35 +276,39 @@ func TestRocketMQKeyOrderBatchRefusedInTheMiddle(t *testing.T) {
 	require.Len(t, got, 2, "ORD-5: the two events before the refused one")
 }
 
-// A key-ordered sender on the caller's producer, built with NewKeyQueueSelector, sends one
-// message at a time, each biz no to one queue, in order. (The orderly consumer refuses one
-// delivery: it comes again before the next event of its queue.)
-func TestRocketMQKeyOrderWithCallersProducer(t *testing.T) {
+// A sender built with the caller's ProducerOptions (here an interceptor) keeps its own queue
+// selector: in key order its single sends and its batches take each biz no to one queue, in
+// order. (The orderly consumer refuses one delivery: it comes again before the next event of
+// its queue.)
+func TestRocketMQKeyOrderWithProducerOptions(t *testing.T) {
 	t.Parallel()
 	topic, brokers := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEYOWN")
 	run := newKeyRun(12, 6)
 	refused := run.byKey["ORD-3"][1]
 	consumer := testsvc.ConsumeOrderlyWith(t, topic, testsvc.OrderlyOptions{RefuseOnce: []string{refused.EventID}})
-	addrs, err := primitive.NewNamesrvAddr(testsvc.RocketMQNameServer(t))
-	require.NoError(t, err)
-	prod, err := rocketmq.NewProducer(producer.WithNameServer(addrs), producer.WithGroupName(testsvc.UniqueTable("pg")),
-		producer.WithInstanceName(testsvc.UniqueTable("own")), producer.WithQueueSelector(outbox.NewKeyQueueSelector()))
-	require.NoError(t, err)
-	require.NoError(t, prod.Start())
-	t.Cleanup(func() { _ = prod.Shutdown() })
-	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: prod, Topic: topic, KeyOrder: true, SendTimeout: 10 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, s.Close()) })
-	require.True(t, s.KeyOrdered())
+	var mu sync.Mutex
+	batches := 0 // batch sends the caller's interceptor saw
+	countBatches := func(ctx context.Context, req, reply any, next primitive.Invoker) error {
+		if m, ok := req.(*primitive.Message); ok && m.Batch {
+			mu.Lock()
+			batches++
+			mu.Unlock()
+		}
+		return next(ctx, req, reply)
+	}
+	s := keyOrderedSender(t, topic, 10*time.Second, producer.WithInterceptor(countBatches))
 
 	rng := mrand.New(mrand.NewPCG(9, 10))
 	ctx := context.Background()
 	for _, ev := range run.interleave(rng, 0, 1) {
-		require.NoError(t, s.Send(ctx, ev))
+		require.NoError(t, sendInKeyOrder(ctx, s, ev))
 	}
-	for i, err := range s.SendBatch(ctx, run.interleave(rng, 1, 6)) {
+	for i, err := range s.Send(ctx, run.interleave(rng, 1, 6), true) {
 		require.NoError(t, err, "event %d", i)
 	}
+	mu.Lock()
+	assert.Positive(t, batches, "the caller's option reached the producer, which sent batches")
+	mu.Unlock()
 	consumer.WaitDistinct(t, 12*6, time.Minute)
 	assert.Empty(t, consumer.Inversions(run.rankOf))
 	_, brokerNames := checkOneQueuePerKey(t, consumer)

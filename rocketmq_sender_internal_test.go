@@ -69,7 +69,7 @@ func (p *scriptedProducer) shutdownCount() (n int, whileSending bool) {
 
 // ownedSender is a sender that owns p, as one NewRocketMQSender built would.
 func ownedSender(p rocketmq.Producer, timeout time.Duration) *RocketMQSender {
-	return &RocketMQSender{producer: p, topic: "T", timeout: timeout, maxBatch: MaxBatchBytesDefault, owned: true}
+	return &RocketMQSender{producer: p, topic: "T", timeout: timeout, maxBatch: maxBatchBytesDefault, owned: true}
 }
 
 func events(n int) []Event {
@@ -81,7 +81,7 @@ func events(n int) []Event {
 }
 
 // Close waits for the send in flight before it shuts the producer down; once it has begun,
-// every Send and SendBatch fails with ErrSenderClosed without reaching the producer. Close
+// every Send and SendBatch fails with ErrClosed without reaching the producer. Close
 // may be called again, and concurrently: each call returns once the sender is closed.
 func TestRocketMQSenderCloseWaitsForSendsInFlight(t *testing.T) {
 	t.Parallel()
@@ -98,20 +98,20 @@ func TestRocketMQSenderCloseWaitsForSendsInFlight(t *testing.T) {
 	ev := events(1)[0]
 
 	sent := make(chan error, 1)
-	go func() { sent <- s.Send(ctx, ev) }()
+	go func() { sent <- s.Send(ctx, []Event{ev}, false)[0] }()
 	<-entered
 	closed := make(chan error, 2)
 	go func() { closed <- s.Close() }()
 	go func() { closed <- s.Close() }()
 
-	require.Eventually(t, func() bool { return errors.Is(s.Send(ctx, ev), ErrSenderClosed) }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return errors.Is(s.Send(ctx, []Event{ev}, false)[0], ErrClosed) }, 10*time.Second, time.Millisecond,
 		"sends are refused once Close has begun")
 	before := fp.callSizes()
-	err := s.Send(ctx, ev)
-	require.ErrorIs(t, err, ErrSenderClosed)
+	err := s.Send(ctx, []Event{ev}, false)[0]
+	require.ErrorIs(t, err, ErrClosed)
 	assert.True(t, IsUnavailable(err), "a closed sender is unavailable: the event is not charged")
-	for _, err := range s.SendBatch(ctx, events(3)) {
-		require.ErrorIs(t, err, ErrSenderClosed)
+	for _, err := range s.Send(ctx, events(3), false) {
+		require.ErrorIs(t, err, ErrClosed)
 	}
 	assert.Equal(t, before, fp.callSizes(), "refused sends never reach the producer")
 
@@ -138,10 +138,10 @@ func TestRocketMQSenderCloseWaitsForSendsInFlight(t *testing.T) {
 func TestRocketMQSenderCloseLeavesCallersProducer(t *testing.T) {
 	t.Parallel()
 	fp := &scriptedProducer{}
-	s := &RocketMQSender{producer: fp, topic: "T", timeout: time.Minute, maxBatch: MaxBatchBytesDefault}
-	require.NoError(t, s.Send(context.Background(), events(1)[0]))
+	s := &RocketMQSender{producer: fp, topic: "T", timeout: time.Minute, maxBatch: maxBatchBytesDefault}
+	require.NoError(t, s.Send(context.Background(), events(1), false)[0])
 	require.NoError(t, s.Close())
-	require.ErrorIs(t, s.Send(context.Background(), events(1)[0]), ErrSenderClosed)
+	require.ErrorIs(t, s.Send(context.Background(), events(1), false)[0], ErrClosed)
 	n, _ := fp.shutdownCount()
 	assert.Zero(t, n)
 	assert.Equal(t, []int{1}, fp.callSizes())
@@ -166,7 +166,7 @@ func TestRocketMQSendBatchOneByOneStopsAtTheDeadline(t *testing.T) {
 	s := ownedSender(fp, time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	errs := s.SendBatch(ctx, events(4))
+	errs := s.Send(ctx, events(4), false)
 	require.Len(t, errs, 4)
 	assert.NoError(t, errs[0])
 	for i, err := range errs[1:] {
@@ -178,7 +178,7 @@ func TestRocketMQSendBatchOneByOneStopsAtTheDeadline(t *testing.T) {
 	// A batch whose deadline passed before its first send touches nothing.
 	fp = &scriptedProducer{}
 	s = ownedSender(fp, time.Minute)
-	for _, err := range s.SendBatch(ctx, events(3)) {
+	for _, err := range s.Send(ctx, events(3), false) {
 		assert.ErrorIs(t, err, errNotSent)
 	}
 	assert.Empty(t, fp.callSizes())
@@ -199,7 +199,7 @@ func TestRocketMQSendBatchStopsAtAnUnavailableBroker(t *testing.T) {
 	for i := range evs {
 		evs[i].Payload = make([]byte, 300) // two events per 1 KiB batch
 	}
-	errs := s.SendBatch(context.Background(), evs)
+	errs := s.Send(context.Background(), evs, false)
 	assert.Equal(t, []int{2}, fp.callSizes(), "one send, then none")
 	for i, err := range errs {
 		assert.True(t, IsUnavailable(err), "event %d: %v", i+1, err)
@@ -216,7 +216,7 @@ func TestRocketMQSendBatchStopsAtAnUnavailableBroker(t *testing.T) {
 		return &primitive.SendResult{Status: primitive.SendOK}, nil
 	}}
 	s = ownedSender(fp, time.Minute)
-	errs = s.SendBatch(context.Background(), events(4))
+	errs = s.Send(context.Background(), events(4), false)
 	assert.Equal(t, []int{4, 1, 1}, fp.callSizes())
 	assert.NoError(t, errs[0])
 	assert.True(t, IsUnavailable(errs[1]))
@@ -233,14 +233,14 @@ func TestRocketMQSenderRefusesAnEmptyPayload(t *testing.T) {
 	t.Parallel()
 	fp := &scriptedProducer{}
 	s := ownedSender(fp, time.Minute)
-	err := s.Send(context.Background(), Event{ID: 1, BizNo: "A", EventType: "E"})
+	err := s.Send(context.Background(), []Event{{ID: 1, BizNo: "A", EventType: "E"}}, false)[0]
 	assert.True(t, IsPermanent(err), "%v", err)
 	assert.ErrorContains(t, err, "payload is empty")
 	assert.Empty(t, fp.callSizes())
 
 	evs := events(4)
 	evs[0].Payload, evs[2].Payload = nil, []byte{}
-	errs := s.SendBatch(context.Background(), evs)
+	errs := s.Send(context.Background(), evs, false)
 	assert.True(t, IsPermanent(errs[0]))
 	assert.NoError(t, errs[1])
 	assert.True(t, IsPermanent(errs[2]))

@@ -38,7 +38,7 @@ func TestInsertEventIsOneStatement(t *testing.T) {
 			before := statusCounts(t, counters, "Com_stmt_prepare", "Com_insert")
 			tx, err := store.BeginTx(ctx, nil)
 			require.NoError(t, err)
-			id, err := tx.InsertEvent(ctx, in)
+			id, err := outbox.InsertForTest(ctx, tx, in)
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit())
 			after := statusCounts(t, counters, "Com_stmt_prepare", "Com_insert")

@@ -81,15 +81,15 @@ func TestOrderedClaimNeverReadsHistory(t *testing.T) {
 	measure := func(success int) (cands, claim map[string]int64) {
 		b := orderedSetup(t)
 		fillHistory(t, b, keys, success)
-		db, s := onePool(t, testsvc.OpenDB(t), b.store.Table())
+		db, s := onePool(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
 		ctx := context.Background()
 		cands = handlerDelta(t, db, func() {
-			evs, err := s.OrderedCandidates(ctx, limit, outbox.KeyOrder)
+			evs, err := outbox.WithOrderingForTest(s, outbox.KeyOrder).Candidates(ctx, limit)
 			require.NoError(t, err)
 			require.Len(t, evs, limit, "500 keys' runs of two")
 		})
 		claim = handlerDelta(t, db, func() {
-			res, err := s.ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: limit, MaxBytes: 1 << 30, Ordering: outbox.KeyOrder})
+			res, err := outbox.WithOrderingForTest(s, outbox.KeyOrder).ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: limit, MaxBytes: 1 << 30})
 			require.NoError(t, err)
 			require.Len(t, res.Events, limit)
 		})
@@ -122,7 +122,7 @@ func TestOrderedClaimMillion(t *testing.T) {
 	}
 	srv := testsvc.PrivateMySQL(t)
 	db := srv.OpenDB(t)
-	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{KeyOrderIndex: true})}
+	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder})}
 	ctx := context.Background()
 
 	// After a bulk UPDATE the old index entries stay, delete-marked, until InnoDB's purge
@@ -155,7 +155,7 @@ func TestOrderedClaimMillion(t *testing.T) {
 	b.exec(t, "ANALYZE TABLE {t}")
 	purged()
 	var total int
-	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"`").Scan(&total))
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"`").Scan(&total))
 	t.Logf("table of %d rows built in %s", total, time.Since(start).Round(time.Millisecond))
 	require.Equal(t, 1100000, total)
 
@@ -172,7 +172,7 @@ func TestOrderedClaimMillion(t *testing.T) {
 		b.exec(t, q)
 		purged()
 	}
-	one, s := onePool(t, srv.OpenDB(t), b.store.Table())
+	one, s := onePool(t, srv.OpenDB(t), outbox.TableForTest(b.store))
 	reset := func() {
 		update("UPDATE {t} SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01' WHERE status = 'SENDING'")
 	}
@@ -183,7 +183,7 @@ func TestOrderedClaimMillion(t *testing.T) {
 			var took time.Duration
 			d := handlerDelta(t, one, func() {
 				t0 := time.Now()
-				res, err := s.ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 1000, MaxBytes: 1 << 30, Ordering: o})
+				res, err := outbox.WithOrderingForTest(s, o).ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 1000, MaxBytes: 1 << 30})
 				took = time.Since(t0)
 				require.NoError(t, err)
 				require.Len(t, res.Events, want, name)

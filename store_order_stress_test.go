@@ -132,7 +132,7 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 	}
 
 	checkTable := func() {
-		rows, err := b.db.QueryContext(ctx, "SELECT biz_no FROM `"+b.store.Table()+
+		rows, err := b.db.QueryContext(ctx, "SELECT biz_no FROM `"+outbox.TableForTest(b.store)+
 			"` WHERE status = 'SENDING' GROUP BY biz_no HAVING COUNT(DISTINCT claim_owner) > 1")
 		if err != nil {
 			return // ctx done
@@ -156,7 +156,7 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 		)
 		for w := range workers {
 			db := testsvc.OpenDB(t)
-			store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: b.store.Table()})
+			store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store)})
 			require.NoError(t, err)
 			owner := fmt.Sprintf("w%d", w)
 			wg.Go(func() {
@@ -202,7 +202,7 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 		assert.Equal(t, exp, watch.sent[k], "key %s sent in id order, each once", k)
 	}
 	var open int
-	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE status IN ('WAIT', 'SENDING')").Scan(&open))
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE status IN ('WAIT', 'SENDING')").Scan(&open))
 	assert.Zero(t, open)
 }
 
@@ -223,8 +223,8 @@ func stressBatchWorker(ctx context.Context, s *outbox.MySQLStore, owner string, 
 		for _, k := range held {
 			w.free(fmt.Sprintf("%s#%d", owner, seq-1), k)
 		}
-		res, err := s.ClaimDue(ctx, outbox.ClaimRequest{Owner: owner, Limit: 10, MaxBytes: 1 << 20,
-			Succeeded: succeeded, Ordering: o})
+		res, err := outbox.WithOrderingForTest(s, o).ClaimDue(ctx, outbox.ClaimRequest{Owner: owner, Limit: 10, MaxBytes: 1 << 20,
+			Succeeded: succeeded})
 		if err != nil {
 			return fmt.Errorf("%s: %w", claim, err)
 		}
@@ -281,7 +281,7 @@ func stressPerRowWorker(ctx context.Context, s *outbox.MySQLStore, owner string,
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		cands, err := s.OrderedCandidates(ctx, 20, o)
+		cands, err := outbox.WithOrderingForTest(s, o).Candidates(ctx, 20)
 		if err != nil {
 			return err
 		}
@@ -291,7 +291,7 @@ func stressPerRowWorker(ctx context.Context, s *outbox.MySQLStore, owner string,
 			if failed[ev.BizNo] {
 				continue
 			}
-			won, err := s.ClaimInOrder(ctx, ev, owner, o)
+			won, err := outbox.WithOrderingForTest(s, o).Claim(ctx, ev, owner)
 			if err != nil {
 				return err
 			}
@@ -308,7 +308,7 @@ func stressPerRowWorker(ctx context.Context, s *outbox.MySQLStore, owner string,
 			switch {
 			case !fail:
 				w.sentOK(ev)
-				_, err = s.MarkSuccess(ctx, ev.ID, owner)
+				_, err = s.MarkSuccess(ctx, []int64{ev.ID}, owner)
 			case isDead:
 				failed[ev.BizNo] = true
 				_, err = s.MarkFail(ctx, ev.ID, owner, ev.RetryCount+1, "poison")

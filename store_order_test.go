@@ -16,11 +16,23 @@ import (
 	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
-// orderedSetup is setup with a table made for ordered claims (MySQLConfig.KeyOrderIndex).
-func orderedSetup(t *testing.T) *bundle {
+// orderedSetup is setup with a store in KeyOrder, on a table made for ordered claims.
+func orderedSetup(t *testing.T) *bundle { return orderedSetupWith(t, outbox.KeyOrder) }
+
+// orderedSetupWith is setup with a store in o, on a table made for it.
+func orderedSetupWith(t *testing.T, o outbox.Ordering) *bundle {
 	t.Helper()
 	db := testsvc.OpenDB(t)
-	return &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{KeyOrderIndex: true})}
+	return &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: o})}
+}
+
+// in returns a store on b's table that claims in o (the table serves every ordering once it
+// is made for KeyOrder).
+func (b *bundle) in(t testing.TB, o outbox.Ordering) *outbox.MySQLStore {
+	t.Helper()
+	s, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store), Ordering: o})
+	require.NoError(t, err)
+	return s
 }
 
 // insertKeys commits per events for each key, one transaction per round, the keys
@@ -34,7 +46,7 @@ func (b *bundle) insertKeys(t testing.TB, keys []string, per int) map[string][]i
 		tx, err := b.store.BeginTx(ctx, nil)
 		require.NoError(t, err)
 		for _, k := range keys {
-			id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: k, EventType: fmt.Sprintf("E%d", round),
+			id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: k, EventType: fmt.Sprintf("E%d", round),
 				Payload: fmt.Appendf(nil, `{"key":%q,"n":%d}`, k, round)})
 			require.NoError(t, err)
 			out[k] = append(out[k], id)
@@ -47,8 +59,8 @@ func (b *bundle) insertKeys(t testing.TB, keys []string, per int) map[string][]i
 // orderedClaim is one ordered batch claim.
 func orderedClaim(t testing.TB, s outbox.Store, owner string, o outbox.Ordering, limit int, succeeded ...int64) outbox.ClaimResult {
 	t.Helper()
-	res, err := s.ClaimDue(context.Background(), outbox.ClaimRequest{Owner: owner, Limit: limit, MaxBytes: 1 << 20,
-		Succeeded: succeeded, Ordering: o})
+	res, err := outbox.WithOrderingForTest(s, o).ClaimDue(context.Background(), outbox.ClaimRequest{Owner: owner, Limit: limit, MaxBytes: 1 << 20,
+		Succeeded: succeeded})
 	require.NoError(t, err)
 	requireGrouped(t, res.Events)
 	return res
@@ -88,7 +100,7 @@ func byKey(evs []outbox.Event) map[string][]int64 {
 func indexColumns(t testing.TB, b *bundle) map[string]string {
 	t.Helper()
 	rows, err := b.db.Query(`SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ',')
-	FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? GROUP BY INDEX_NAME`, b.store.Table())
+	FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? GROUP BY INDEX_NAME`, outbox.TableForTest(b.store))
 	require.NoError(t, err)
 	defer rows.Close()
 	m := map[string]string{}
@@ -121,15 +133,24 @@ func readmeOrderingALTERs(t testing.TB) []string {
 	return stmts
 }
 
-// A table made with KeyOrderIndex has idx_biz_no_status instead of idx_biz_no, and
-// SKIPPED; a plain table is refused by CheckOrdering with the ALTER to run, which is the
-// README's; a table made before SKIPPED still serves unordered claims.
+// keyOrderCheck is what Check says of s's table for a store in KeyOrder.
+func keyOrderCheck(ctx context.Context, s outbox.Store) error {
+	o, err := outbox.WithOrderingForTest(s, outbox.KeyOrder).Check(ctx)
+	if o != outbox.KeyOrder {
+		return fmt.Errorf("Check reported %s for a store in key order", o)
+	}
+	return err
+}
+
+// A table made for KeyOrder has idx_biz_no_status instead of idx_biz_no, and SKIPPED; a
+// plain table is refused by Check with the ALTER to run, which is docs/ordering.md's; a
+// table made before SKIPPED still serves unordered claims.
 func TestOrderedSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
 	ord := orderedSetup(t)
-	require.NoError(t, ord.store.CheckOrdering(ctx))
+	require.NoError(t, keyOrderCheck(ctx, ord.store))
 	idx := indexColumns(t, ord)
 	assert.Equal(t, "biz_no,status,id", idx["idx_biz_no_status"])
 	assert.NotContains(t, idx, "idx_biz_no", "the ordered index replaces idx_biz_no")
@@ -138,15 +159,15 @@ func TestOrderedSchema(t *testing.T) {
 	idx = indexColumns(t, b)
 	assert.Equal(t, "biz_no", idx["idx_biz_no"], "schema.sql keeps idx_biz_no")
 	assert.NotContains(t, idx, "idx_biz_no_status")
-	tbl := "`" + b.store.Table() + "`"
-	err := b.store.CheckOrdering(ctx)
+	tbl := "`" + outbox.TableForTest(b.store) + "`"
+	err := keyOrderCheck(ctx, b.store)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no index idx_biz_no_status (biz_no, status, id)")
 	assert.Contains(t, err.Error(), "ALTER TABLE "+tbl+" DROP INDEX idx_biz_no, ADD INDEX idx_biz_no_status (biz_no, status, id), ALGORITHM=INPLACE, LOCK=NONE;")
 	assert.NotContains(t, err.Error(), "SKIPPED", "schema.sql has SKIPPED")
 
-	// CreateSchema with KeyOrderIndex on an existing plain table says what it lacks.
-	again, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: b.store.Table(), KeyOrderIndex: true})
+	// CreateSchema in KeyOrder on an existing plain table says what it lacks.
+	again, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store), Ordering: outbox.KeyOrder})
 	require.NoError(t, err)
 	err = again.CreateSchema(ctx)
 	require.Error(t, err)
@@ -154,7 +175,7 @@ func TestOrderedSchema(t *testing.T) {
 
 	// The layout before SKIPPED.
 	b.exec(t, "ALTER TABLE {t} MODIFY status ENUM('WAIT', 'SENDING', 'SUCCESS', 'FAIL') NOT NULL DEFAULT 'WAIT'")
-	checkErr := b.store.CheckOrdering(ctx)
+	checkErr := keyOrderCheck(ctx, b.store)
 	require.Error(t, checkErr)
 	assert.Contains(t, checkErr.Error(), "ALTER TABLE "+tbl+" MODIFY status ENUM('WAIT', 'SENDING', 'SUCCESS', 'FAIL', 'SKIPPED') NOT NULL DEFAULT 'WAIT';")
 	assert.Contains(t, checkErr.Error(), "DROP INDEX idx_biz_no, ADD INDEX idx_biz_no_status")
@@ -175,10 +196,10 @@ func TestOrderedSchema(t *testing.T) {
 	stmts := readmeOrderingALTERs(t)
 	require.Len(t, stmts, 2)
 	for _, s := range stmts {
-		assert.Contains(t, checkErr.Error(), strings.ReplaceAll(s, "t_event_record", tbl)+";", "CheckOrdering names the README's statement")
+		assert.Contains(t, checkErr.Error(), strings.ReplaceAll(s, "t_event_record", tbl)+";", "Check names the documented statement")
 		b.exec(t, strings.ReplaceAll(s, "t_event_record", "{t}"))
 	}
-	require.NoError(t, b.store.CheckOrdering(ctx))
+	require.NoError(t, keyOrderCheck(ctx, b.store))
 	idx = indexColumns(t, b)
 	assert.Equal(t, "biz_no,status,id", idx["idx_biz_no_status"])
 	assert.NotContains(t, idx, "idx_biz_no")
@@ -187,7 +208,7 @@ func TestOrderedSchema(t *testing.T) {
 
 	// An index of that name on other columns is named as such.
 	b.exec(t, "ALTER TABLE {t} DROP INDEX idx_biz_no_status, ADD INDEX idx_biz_no_status (biz_no)")
-	err = b.store.CheckOrdering(ctx)
+	err = keyOrderCheck(ctx, b.store)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "is on (biz_no), not (biz_no, status, id)")
 }
@@ -207,7 +228,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 	assert.True(t, res.More)
 	res = orderedClaim(t, b.store, "two", outbox.KeyOrder, 100)
 	assert.Empty(t, res.Events, "every key is in flight")
-	evs, err := b.store.OrderedCandidates(ctx, 100, outbox.KeyOrder)
+	evs, err := outbox.WithOrderingForTest(b.store, outbox.KeyOrder).Candidates(ctx, 100)
 	require.NoError(t, err)
 	assert.Empty(t, evs)
 
@@ -218,19 +239,19 @@ func TestOrderedClaimRuns(t *testing.T) {
 	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 100, ids["A"][0], ids["B"][0], ids["C"][0])
 	assert.Equal(t, int64(3), res.Succeeded)
 	assert.Equal(t, map[string][]int64{"B": ids["B"][1:], "C": ids["C"][1:]}, byKey(res.Events), "A2 waits for A1")
-	evs, err = b.store.OrderedCandidates(ctx, 100, outbox.KeyOrder)
+	evs, err = outbox.WithOrderingForTest(b.store, outbox.KeyOrder).Candidates(ctx, 100)
 	require.NoError(t, err)
 	assert.Empty(t, evs)
-	won, err := b.store.ClaimInOrder(ctx, b.get(t, ids["A"][2]), "x", outbox.KeyOrder)
+	won, err := outbox.WithOrderingForTest(b.store, outbox.KeyOrder).Claim(ctx, b.get(t, ids["A"][2]), "x")
 	require.NoError(t, err)
 	assert.False(t, won, "the per-row claim re-checks the key")
 
 	// Due again, before A2 in the scan (a minute ago: A2 was written since).
 	b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 MINUTE) WHERE id = ?", ids["A"][1])
-	evs, err = b.store.OrderedCandidates(ctx, 100, outbox.KeyOrderSkipDeadLetters)
+	evs, err = outbox.WithOrderingForTest(b.store, outbox.KeyOrderSkipDeadLetters).Candidates(ctx, 100)
 	require.NoError(t, err)
 	require.Equal(t, ids["A"][1:], idsOf(evs))
-	won, err = b.store.ClaimInOrder(ctx, evs[1], "x", outbox.KeyOrder)
+	won, err = outbox.WithOrderingForTest(b.store, outbox.KeyOrder).Claim(ctx, evs[1], "x")
 	require.NoError(t, err)
 	assert.False(t, won, "A2 not before A1")
 	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 100)
@@ -238,7 +259,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 	assert.Equal(t, 1, res.Events[0].RetryCount)
 	assert.NotEmpty(t, res.Events[1].Payload)
 
-	_, err = b.store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 1, MaxBytes: 1, Ordering: outbox.Ordering(7)})
+	_, err = outbox.WithOrderingForTest(b.store, outbox.Ordering(7)).ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 1, MaxBytes: 1})
 	require.ErrorIs(t, err, outbox.ErrInvalidInput)
 }
 
@@ -276,11 +297,11 @@ func TestOrderedReclaimedHeadFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 
-	evs, err := b.store.OrderedCandidates(ctx, 100, outbox.KeyOrder)
+	evs, err := outbox.WithOrderingForTest(b.store, outbox.KeyOrder).Candidates(ctx, 100)
 	require.NoError(t, err)
 	require.NotEmpty(t, evs)
 	assert.Equal(t, ids["K"][0], evs[0].ID, "the reclaimed head first")
-	won, err := b.store.ClaimInOrder(ctx, evs[len(evs)-1], "x", outbox.KeyOrder)
+	won, err := outbox.WithOrderingForTest(b.store, outbox.KeyOrder).Claim(ctx, evs[len(evs)-1], "x")
 	require.NoError(t, err)
 	assert.Equal(t, len(evs) == 1, won, "a follower is refused while its head waits")
 
@@ -322,7 +343,7 @@ func TestOrderedDeadLetter(t *testing.T) {
 				return
 			}
 			assert.Equal(t, map[string][]int64{"L": ids["L"]}, byKey(res.Events), "K stands still")
-			won, err := b.store.ClaimInOrder(ctx, b.get(t, ids["K"][1]), "x", o)
+			won, err := outbox.WithOrderingForTest(b.store, o).Claim(ctx, b.get(t, ids["K"][1]), "x")
 			require.NoError(t, err)
 			assert.False(t, won)
 
@@ -512,7 +533,7 @@ func TestOrderedClaimCutsRunsToPrefixes(t *testing.T) {
 	assert.True(t, res.More)
 	b.exec(t, "UPDATE {t} SET status = 'WAIT', claim_owner = '' WHERE id = ?", h)
 
-	res, err := b.store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "one", Limit: 10, MaxBytes: 10000, Ordering: outbox.KeyOrder})
+	res, err := outbox.WithOrderingForTest(b.store, outbox.KeyOrder).ClaimDue(ctx, outbox.ClaimRequest{Owner: "one", Limit: 10, MaxBytes: 10000})
 	require.NoError(t, err)
 	assert.Equal(t, []int64{h}, idsOf(res.Events), "MaxBytes takes h and f2 in scan order: f2 without f1 may not go")
 	assert.True(t, res.More)
