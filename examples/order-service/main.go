@@ -8,7 +8,7 @@
 //
 // With the services already running:
 //
-//	go run ./examples/order-service -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv 127.0.0.1:9876
+//	go -C examples run ./order-service -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv 127.0.0.1:9876
 //
 // -duplicate N makes the first publisher lose the acknowledgement of N sends (the broker got
 // the message, the publisher records a failure), so those events are sent twice: the consumer

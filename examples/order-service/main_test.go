@@ -161,7 +161,7 @@ func TestOrderedLivesArriveInOrder(t *testing.T) {
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	t.Logf("go run ./examples/order-service %s:\n%s", strings.Join(cmd.Args[1:], " "), stdout.String())
+	t.Logf("go -C examples run ./order-service %s:\n%s", strings.Join(cmd.Args[1:], " "), stdout.String())
 	ids := testsvc.EventIDs(t, db, o.table)
 	var prefix string
 	if len(ids) > 0 {
@@ -227,7 +227,7 @@ func buildExample(t *testing.T) string {
 		goCmd = "go"
 	}
 	out, err := exec.Command(goCmd, "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build ./examples/order-service: %s", out)
+	require.NoError(t, err, "go -C examples build ./order-service: %s", out)
 	return bin
 }
 
