@@ -71,3 +71,7 @@ func ClaimSessionOpenForTest(s *MySQLStore) bool {
 func WrapProducerForTest(s *RocketMQSender, wrap func(rocketmq.Producer) rocketmq.Producer) {
 	s.producer = wrap(s.producer)
 }
+
+// SetClaimLimitForTest sets the size of p's next batch claim, which otherwise starts small
+// and grows while batches send quickly.
+func SetClaimLimitForTest(p *Publisher, n int) { p.limit.Store(int64(n)) }
