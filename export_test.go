@@ -109,3 +109,7 @@ func WithOrderingForTest(s Store, o Ordering) *MySQLStore {
 	t.claimTurnWait = m.claimTurnWait
 	return t
 }
+
+// SetClaimLimitForTest sets the size of p's next batch claim, which otherwise starts small
+// and grows while batches send quickly.
+func SetClaimLimitForTest(p *Publisher, n int) { p.limit.Store(int64(n)) }

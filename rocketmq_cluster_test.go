@@ -36,10 +36,10 @@ func TestRocketMQClusterSurvivesABroker(t *testing.T) {
 	sender := &watchedSender{RocketMQSender: newRocketMQSender(t, topic, clientLogs)}
 	onlyBSender := newRocketMQSender(t, onlyB, nil)
 	cfg := outbox.Config{
-		ClaimMode:    testClaimMode,
 		InstanceID:   "cluster",
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(&logSink{}),
+		Tuning:       outbox.Tuning{ClaimPerRow: testPerRow},
 	}
 	p := newPublisher(t, b.store, sender, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -90,14 +90,14 @@ func TestRocketMQClusterSurvivesABroker(t *testing.T) {
 	// (without one it would fall back to the template route for auto-created topics, and
 	// this broker-a creates topics on first use).
 	ev := outbox.Event{ID: 1, EventID: "only-b", BizNo: "ORD-B", EventType: "ORDER_CREATED", Payload: []byte(`{"order":"b"}`)}
-	require.NoError(t, onlyBSender.Send(ctx, ev))
+	require.NoError(t, sendAlone(ctx, onlyBSender, ev))
 
 	testsvc.KillBrokerB(t)
 	killed := time.Now()
 	t.Logf("broker-b killed after %s of the stream, %d events written", killed.Sub(streamStart).Round(time.Millisecond), written.Load())
 
 	start := time.Now()
-	err := onlyBSender.Send(ctx, ev)
+	err := sendAlone(ctx, onlyBSender, ev)
 	t.Logf("topic on broker-b alone, broker-b down: error after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	require.Error(t, err)
 	assert.True(t, outbox.IsUnavailable(err), "a dead broker is Unavailable: %v", err)
@@ -125,7 +125,7 @@ func TestRocketMQClusterSurvivesABroker(t *testing.T) {
 
 	testsvc.StartBrokerB(t)
 	restarted := time.Now()
-	require.Eventually(t, func() bool { return onlyBSender.Send(ctx, ev) == nil }, 2*time.Minute, 200*time.Millisecond,
+	require.Eventually(t, func() bool { return sendAlone(ctx, onlyBSender, ev) == nil }, 2*time.Minute, 200*time.Millisecond,
 		"the topic on broker-b alone works again")
 	t.Logf("topic on broker-b alone: first send %s after broker-b registered again", time.Since(restarted).Round(time.Millisecond))
 

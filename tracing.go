@@ -22,7 +22,8 @@ import (
 //   - With [Config.TracerProvider] set, the publisher makes each send a producer span,
 //     linked to the stored context of every event it sends. A link, not a parent: the send
 //     happens later, in another process perhaps, and one batch send carries the events of
-//     many traces.
+//     many traces. A batch of more than 128 events gets one span per 128 events: an SDK
+//     keeps 128 links per span by default and drops the rest.
 //
 // Only the W3C propagator is used, never the process's global propagator or tracer
 // provider: importing or configuring this package changes nothing process-wide.
@@ -37,7 +38,8 @@ const (
 	// maxTraceState is the trace_state column's width. A longer tracestate loses its last
 	// entries, as W3C Trace Context allows a vendor to drop entries to fit its limits.
 	maxTraceState = 256
-	// maxSendLinks bounds the links of one batch send span (an SDK keeps 128 by default).
+	// maxSendLinks is how many events one send span covers and links to: an SDK keeps 128
+	// links per span by default (SpanLimits.LinkCountLimit) and drops the rest.
 	maxSendLinks = 128
 	// tracerName is the instrumentation scope of the send spans.
 	tracerName = "github.com/go-outbox/outbox"
@@ -147,37 +149,62 @@ func newSendTracing(tp trace.TracerProvider, info SenderInfo) *sendTracing {
 	return t
 }
 
-// start starts the span of one send of evs (one event, or a batch), as a producer span
-// linked to the stored trace context of each event (of the first maxSendLinks that have
-// one). It returns ctx and a nil span when tracing is off.
-func (t *sendTracing) start(ctx context.Context, evs ...Event) (context.Context, trace.Span) {
+// sendSpans are the spans of one send: a producer span for each run of at most
+// maxSendLinks of its events, in order, so that every event's stored trace context is
+// linked from one. A send of one event, or of a batch of up to maxSendLinks, has one span.
+// Nil when tracing is off.
+type sendSpans []trace.Span
+
+// start starts the spans of one send of evs (one event, or a batch), each a producer span
+// linked to the stored trace context of each of its events that has one. The spans of a
+// longer batch are siblings, timed alike, told apart by outbox.send.part (1 to
+// outbox.send.parts); messaging.batch.message_count is the events of the span. It returns
+// ctx with the first span, or ctx and nil when tracing is off.
+func (t *sendTracing) start(ctx context.Context, evs ...Event) (context.Context, sendSpans) {
 	if t == nil {
 		return ctx, nil
 	}
-	links := make([]trace.Link, 0, min(len(evs), maxSendLinks))
-	for i := range evs {
-		if len(links) == maxSendLinks {
-			break
+	parts := max(1, (len(evs)+maxSendLinks-1)/maxSendLinks)
+	spans := make(sendSpans, 0, parts)
+	sendCtx := ctx
+	for part := range parts {
+		chunk := evs[part*maxSendLinks : min((part+1)*maxSendLinks, len(evs))]
+		links := make([]trace.Link, 0, len(chunk))
+		for i := range chunk {
+			if sc := storedSpanContext(&chunk[i]); sc.IsValid() {
+				links = append(links, trace.Link{SpanContext: sc})
+			}
 		}
-		if sc := storedSpanContext(&evs[i]); sc.IsValid() {
-			links = append(links, trace.Link{SpanContext: sc})
+		attrs := append(t.attrs[:len(t.attrs):len(t.attrs)], attribute.Int("messaging.batch.message_count", len(chunk)))
+		if len(evs) == 1 {
+			attrs = append(attrs, attribute.String("outbox.event.id", evs[0].EventID),
+				attribute.String("outbox.event.type", evs[0].EventType))
 		}
+		if parts > 1 {
+			attrs = append(attrs, attribute.Int("outbox.send.part", part+1), attribute.Int("outbox.send.parts", parts))
+		}
+		spanCtx, span := t.tracer.Start(ctx, t.name, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithLinks(links...), trace.WithAttributes(attrs...))
+		if part == 0 {
+			sendCtx = spanCtx
+		}
+		spans = append(spans, span)
 	}
-	attrs := append(t.attrs[:len(t.attrs):len(t.attrs)], attribute.Int("messaging.batch.message_count", len(evs)))
-	if len(evs) == 1 {
-		attrs = append(attrs, attribute.String("outbox.event.id", evs[0].EventID),
-			attribute.String("outbox.event.type", evs[0].EventType))
-	}
-	return t.tracer.Start(ctx, t.name, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	return sendCtx, spans
 }
 
-// endSendSpan ends a span from sendTracing.start with the send's outcome: an error status
-// if any event failed, saying how many. A nil span is ignored.
-func endSendSpan(span trace.Span, errs ...error) {
-	if span == nil {
-		return
+// endSendSpan ends the spans from sendTracing.start with the send's outcome, errs[i] being
+// the i-th event's: each span gets an error status if any of its events failed, saying how
+// many. Nil spans are ignored.
+func endSendSpan(spans sendSpans, errs ...error) {
+	for part, span := range spans {
+		lo, hi := min(part*maxSendLinks, len(errs)), min((part+1)*maxSendLinks, len(errs))
+		endSpan(span, errs[lo:hi])
 	}
+}
+
+// endSpan ends one send span with the outcome of its events.
+func endSpan(span trace.Span, errs []error) {
 	var first error
 	failed := 0
 	for _, err := range errs {

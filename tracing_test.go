@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -269,6 +270,126 @@ func (f *failingFor) Send(_ context.Context, ev outbox.Event) error {
 		return errors.New("refused by the test")
 	}
 	return nil
+}
+
+// A batch of more than 128 events, claimed and sent at once, gets one send span per 128 of
+// its events: an SDK keeps 128 links per span and drops the rest, so one span for the batch
+// would leave most of its events' traces unlinked. Every event's trace is linked from
+// exactly one span, no span has more than 128 links or dropped any, and (with the fake
+// sender) a failed event marks only its own span. Through a fake batch sender and through
+// the real broker.
+func TestSendSpansLinkEveryEventOfALargeBatch(t *testing.T) {
+	t.Parallel()
+	const events, parts = 300, 3 // 128 + 128 + 44
+	for _, real := range []bool{false, true} {
+		name := "fake batch sender"
+		if real {
+			name = "rocketmq"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			tp, rec := newTracing(t)
+			api := tp.Tracer("order-api")
+			ctx := context.Background()
+
+			// Each event in a trace of its own, all committed in one transaction.
+			tx, err := b.store.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			traceOf := map[int64]trace.TraceID{}
+			var failing int64
+			for i := range events {
+				spanCtx, span := api.Start(ctx, "create order")
+				bizNo := fmt.Sprintf("ORD-B%03d", i)
+				id, err := tx.InsertEvent(spanCtx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte(`{}`)})
+				span.End()
+				require.NoError(t, err)
+				traceOf[id] = span.SpanContext().TraceID()
+				if i == 200 {
+					failing = id
+				}
+			}
+			require.NoError(t, tx.Commit())
+			require.Len(t, traceOf, events)
+
+			var sender outbox.Sender = batchFailingFor{&failingFor{id: failing}}
+			if real {
+				sender = newFastRocketMQSender(t, testsvc.NewTopic(t, "OUTBOX_TRACE_BATCH"))
+			}
+			cfg := fastConfig("order-trace-batch", &logSink{})
+			cfg.ClaimMode = outbox.ClaimBatch
+			cfg.BatchSize = events
+			cfg.TracerProvider = tp
+			p := newPublisher(t, b.store, sender, cfg)
+			outbox.SetClaimLimitForTest(p, events) // the whole batch in the first claim
+			stats, err := p.PublishPending(ctx)
+			require.NoError(t, err)
+			require.Equal(t, events, stats.Claimed, "one batch")
+			if real {
+				require.Equal(t, events, stats.Sent)
+			} else {
+				require.Equal(t, events-1, stats.Sent)
+				require.Equal(t, 1, stats.Retried)
+			}
+
+			var sends []sdktrace.ReadOnlySpan
+			for _, s := range rec.Ended() {
+				if s.SpanKind() == trace.SpanKindProducer {
+					sends = append(sends, s)
+				}
+			}
+			require.Len(t, sends, parts, "one span per 128 events of the batch")
+			linkedBy := map[trace.TraceID]int{}
+			seenParts := map[string]bool{}
+			covered, failedSpans := 0, 0
+			for _, s := range sends {
+				assert.LessOrEqual(t, len(s.Links()), 128)
+				assert.Zero(t, s.DroppedLinks(), "the SDK dropped links")
+				attrs := map[string]string{}
+				for _, kv := range s.Attributes() {
+					attrs[string(kv.Key)] = kv.Value.Emit()
+				}
+				assert.Equal(t, strconv.Itoa(parts), attrs["outbox.send.parts"])
+				seenParts[attrs["outbox.send.part"]] = true
+				n, err := strconv.Atoi(attrs["messaging.batch.message_count"])
+				require.NoError(t, err)
+				assert.Len(t, s.Links(), n, "a link for each of the span's events")
+				covered += n
+				spanTraces := map[trace.TraceID]bool{}
+				for _, l := range s.Links() {
+					linkedBy[l.SpanContext.TraceID()]++
+					spanTraces[l.SpanContext.TraceID()] = true
+				}
+				if s.Status().Code == codes.Error {
+					failedSpans++
+					assert.True(t, spanTraces[traceOf[failing]], "the failed span is the failed event's")
+					assert.Equal(t, "1", attrs["outbox.send.failed"])
+				}
+			}
+			assert.Equal(t, map[string]bool{"1": true, "2": true, "3": true}, seenParts)
+			assert.Equal(t, events, covered, "the spans cover the batch")
+			for id, tid := range traceOf {
+				assert.Equal(t, 1, linkedBy[tid], "event %d's trace is linked from one send span", id)
+			}
+			assert.Len(t, linkedBy, events, "nothing else is linked")
+			if real {
+				assert.Zero(t, failedSpans)
+			} else {
+				assert.Equal(t, 1, failedSpans, "only the failed event's span is an error")
+			}
+		})
+	}
+}
+
+// batchFailingFor is failingFor as a BatchSender: one call for the whole batch.
+type batchFailingFor struct{ *failingFor }
+
+func (f batchFailingFor) SendBatch(ctx context.Context, evs []outbox.Event) []error {
+	errs := make([]error, len(evs))
+	for i, ev := range evs {
+		errs[i] = f.Send(ctx, ev)
+	}
+	return errs
 }
 
 // The sender sets traceparent and tracestate only from well-formed stored values.

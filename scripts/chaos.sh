@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the chaos run (cmd/outbox-chaos): writers commit events while publisher processes
+# Runs the chaos run (tools/outbox-chaos): writers commit events while publisher processes
 # send them to RocketMQ and a consumer records every delivery; meanwhile publishers are
 # SIGKILLed, the broker and the database are restarted. Prints the table and exits non-zero
 # if an event was lost, dead-lettered or left SENDING, or a duplicate has no explanation.
@@ -16,5 +16,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin="${TMPDIR:-/tmp}/outbox-chaos-bin"
 mkdir -p "$bin"
-go build -o "$bin/outbox-chaos" ./cmd/outbox-chaos
+go -C tools build -o "$bin/outbox-chaos" ./outbox-chaos # a module of its own
 exec "$bin/outbox-chaos" -scripts scripts "$@"

@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 dsn="$(bash scripts/mariadb.sh start)"
 rocketmq_env="$(bash scripts/rocketmq.sh start)" # a failed start ends the script here
 eval "$rocketmq_env"                              # exports OUTBOX_TEST_ROCKETMQ_NAMESRV
-go run ./examples/order-service -dsn "$dsn" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV" "$@"
+go -C examples run ./order-service -dsn "$dsn" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV" "$@"

@@ -8,7 +8,7 @@
 //
 // With the services already running:
 //
-//	go run ./examples/order-service -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv 127.0.0.1:9876
+//	go -C examples run ./order-service -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv 127.0.0.1:9876
 //
 // -duplicate N makes the first publisher lose the acknowledgement of N sends (the broker got
 // the message, the publisher records a failure), so those events are sent twice: the consumer
@@ -38,8 +38,9 @@
 // span linked to it; the message carries it as the traceparent and tracestate properties;
 // and the points service extracts it and processes the message in a consumer span of the
 // same trace. The spans go to an in-memory exporter of the OpenTelemetry SDK (a service
-// would export them to its collector); the summary counts the traces that reached the points
-// service. Nothing is registered globally.
+// would export them to its collector); the summary counts the order API's request traces,
+// those a send span links to, and those the points service's span continues. Nothing is
+// registered globally.
 //
 // -ordered is per-key ordering. Each order then has a life of two or three events, each
 // committed in its own transaction as the order API changes the order: ORDER_CREATED, then
@@ -53,6 +54,9 @@
 // order", 0 when ordering holds) and the orders whose final status is not the one the order
 // API gave them. A repeated event (a lost acknowledgement's resend) is a duplicate, suppressed
 // on its eventId before the check; ordering promises that a repeat never reorders two events.
+//
+// -v logs every publisher event, and the RocketMQ client's own logs, which the example
+// otherwise discards.
 //
 // -metrics-addr 127.0.0.1:9464 serves the publishers' metrics at /metrics while the example
 // runs, in Prometheus's text format (see the README's "Metrics and health").
@@ -122,7 +126,7 @@ func main() {
 	flag.IntVar(&o.instances, "instances", 3, "publisher instances")
 	flag.IntVar(&o.duplicate, "duplicate", 5, "sends whose acknowledgement the first publisher loses, to show the consumer suppressing duplicates")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
-	flag.BoolVar(&o.verbose, "v", false, "log every publisher event")
+	flag.BoolVar(&o.verbose, "v", false, "log every publisher event, and the RocketMQ client's own logs (discarded without -v)")
 	flag.BoolVar(&o.ordered, "ordered", false, "per-key ordering: each order also gets ORDER_PAID and, one in five, ORDER_CANCELLED; the publishers keep each order's events in order, the consumer consumes orderly and counts events that arrive out of order")
 	flag.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the publishers' metrics at http://ADDR/metrics (a loopback address, e.g. 127.0.0.1:9464)")
 	flag.Parse()
@@ -141,15 +145,17 @@ func main() {
 	}
 }
 
-// routeClientLogs routes the RocketMQ client's logger into slog, keeping its warnings and
-// errors (everything when verbose). The logger is process-wide and logs routine events at
-// info: route it once, before any producer or consumer starts.
+// routeClientLogs routes the RocketMQ client's logs: with -v all of them, to stderr through
+// slog; without it, nowhere. The client warns as a matter of course while a consumer group
+// starts (it looks up the group's %RETRY% topic, and rebalances on it, before the broker has
+// created it), which would open the example's output with warnings about nothing wrong. The
+// client's logger is process-wide: route it once, before any producer or consumer starts.
 func routeClientLogs(verbose bool) {
-	level := slog.LevelWarn
-	if verbose {
-		level = slog.LevelDebug
+	if !verbose {
+		outbox.RouteRocketMQClientLogs(nil) // nil discards them
+		return
 	}
-	outbox.RouteRocketMQClientLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	outbox.RouteRocketMQClientLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 }
 
 const schema = `
@@ -221,8 +227,9 @@ type summary struct {
 	consumed, duplicates       int64 // deliveries of this run's events, and those suppressed
 	rejected                   int64 // messages recorded as unprocessable, whatever their run
 	lostAcks                   int64 // acknowledgements the first instance dropped on purpose
-	traced                     int   // orders whose trace reached the points service
-	linkedSends                int   // orders whose trace a send span links to
+	requests                   int   // the order API's requests: a trace each, with one event
+	traced                     int   // requests whose trace the points service's span is in
+	linkedSends                int   // requests whose trace a publisher's send span links to
 }
 
 // lost is how many orders got no points.
@@ -328,7 +335,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 			return sum, err
 		}
 	}
-	sum.traced, sum.linkedSends = followTraces(spans.GetSpans())
+	sum.requests, sum.traced, sum.linkedSends = followTraces(spans.GetSpans())
 	mode := ""
 	if o.ordered {
 		mode = ", in key order"
@@ -350,8 +357,9 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		fmt.Fprintf(o.out, "  out of order          %6d   (events that were not the next of their order's life)\n", sum.outOfOrder)
 		fmt.Fprintf(o.out, "  wrong final status    %6d\n", sum.wrongStatus)
 	}
-	fmt.Fprintf(o.out, "  traces to consumer    %6d   (order API span -> send span link -> points service span)\n", sum.traced)
-	fmt.Fprintf(o.out, "  traces linked by send %6d\n", sum.linkedSends)
+	fmt.Fprintf(o.out, "  request traces        %6d   (one per order API request, each wrote one event)\n", sum.requests)
+	fmt.Fprintf(o.out, "  linked by a send      %6d   (a publisher's send span links to the trace)\n", sum.linkedSends)
+	fmt.Fprintf(o.out, "  continued by consumer %6d   (the points service's span is in the trace)\n", sum.traced)
 	if published < wrote.events {
 		return sum, fmt.Errorf("%d events still unpublished after %s", wrote.events-published, o.timeout)
 	}
@@ -524,32 +532,32 @@ func finalStatus(i int) string {
 	return "PAID"
 }
 
-// followTraces counts, in a run's spans, the order API's traces that reached the points
-// service (a consumer span in the same trace) and those that a publisher's send span links
-// to.
-func followTraces(spans tracetest.SpanStubs) (traced, linked int) {
-	orders := map[trace.TraceID]bool{}
+// followTraces counts, in a run's spans, the order API's request traces, those that reached
+// the points service (a consumer span in the same trace) and those that a publisher's send
+// span links to.
+func followTraces(spans tracetest.SpanStubs) (requests, traced, linked int) {
+	api := map[trace.TraceID]bool{}
 	for _, s := range spans {
 		if s.SpanKind == trace.SpanKindServer {
-			orders[s.SpanContext.TraceID()] = true
+			api[s.SpanContext.TraceID()] = true
 		}
 	}
 	consumed, sent := map[trace.TraceID]bool{}, map[trace.TraceID]bool{}
 	for _, s := range spans {
 		switch s.SpanKind {
 		case trace.SpanKindConsumer:
-			if id := s.SpanContext.TraceID(); orders[id] {
+			if id := s.SpanContext.TraceID(); api[id] {
 				consumed[id] = true
 			}
 		case trace.SpanKindProducer:
 			for _, l := range s.Links {
-				if id := l.SpanContext.TraceID(); orders[id] {
+				if id := l.SpanContext.TraceID(); api[id] {
 					sent[id] = true
 				}
 			}
 		}
 	}
-	return len(consumed), len(sent)
+	return len(api), len(consumed), len(sent)
 }
 
 // orderCreated is the ORDER_CREATED event's payload.

@@ -128,9 +128,11 @@ func TestRecreatedOutboxTableDropsNothing(t *testing.T) {
 		"every suppressed delivery was a second delivery of an event that was awarded")
 	assert.GreaterOrEqual(t, second.duplicates, second.lostAcks, "every resend was suppressed")
 	assert.Equal(t, int64(o.duplicate), second.lostAcks)
-	assert.Equal(t, o.orders, second.traced, "every order's trace ran from the order API to the points service")
-	assert.Equal(t, o.orders, second.linkedSends, "every order's trace is linked from a send span")
+	assert.Equal(t, o.orders, second.requests, "a trace per order API request")
+	assert.Equal(t, o.orders, second.traced, "every request's trace ran from the order API to the points service")
+	assert.Equal(t, o.orders, second.linkedSends, "every request's trace is linked from a send span")
 	assert.Equal(t, o.orders, first.traced)
+	assert.Equal(t, o.orders, first.linkedSends)
 }
 
 // The example with -ordered: each order's life (created, paid a few requests later, one in
@@ -161,7 +163,7 @@ func TestOrderedLivesArriveInOrder(t *testing.T) {
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	t.Logf("go run ./examples/order-service %s:\n%s", strings.Join(cmd.Args[1:], " "), stdout.String())
+	t.Logf("go -C examples run ./order-service %s:\n%s", strings.Join(cmd.Args[1:], " "), stdout.String())
 	ids := testsvc.EventIDs(t, db, o.table)
 	var prefix string
 	if len(ids) > 0 {
@@ -215,7 +217,9 @@ func TestOrderedLivesArriveInOrder(t *testing.T) {
 	assert.Equal(t, sum["messages consumed"]-events, sum["duplicates suppressed"],
 		"every suppressed delivery was a second delivery of an event that was processed")
 	assert.Zero(t, sum["messages rejected"])
-	assert.Equal(t, events, sum["traces to consumer"], "every request's trace reached the points service")
+	assert.Equal(t, events, sum["request traces"], "a trace per order API request")
+	assert.Equal(t, events, sum["linked by a send"], "every request's trace is linked from a send span")
+	assert.Equal(t, events, sum["continued by consumer"], "every request's trace reached the points service")
 }
 
 // buildExample builds the example, without the race detector, into t's temporary directory.
@@ -227,7 +231,7 @@ func buildExample(t *testing.T) string {
 		goCmd = "go"
 	}
 	out, err := exec.Command(goCmd, "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build ./examples/order-service: %s", out)
+	require.NoError(t, err, "go -C examples build ./order-service: %s", out)
 	return bin
 }
 

@@ -2,7 +2,7 @@
 // events with three publishers, printing each send. It needs only a MySQL or MariaDB server:
 //
 //	bash scripts/mariadb.sh start
-//	go run ./examples/quickstart -dsn "$(bash scripts/mariadb.sh dsn)"
+//	go -C examples run ./quickstart -dsn "$(bash scripts/mariadb.sh dsn)"
 package main
 
 import (

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/go-outbox/outbox/internal/bench"
 	"github.com/go-outbox/outbox/internal/testsvc"
+	"github.com/go-outbox/outbox/tools/internal/bench"
 )
 
 // TestSteady runs a short steady state with three instances, eager and coalescing: every

@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/internal/bench"
 	"github.com/go-outbox/outbox/internal/testsvc"
+	"github.com/go-outbox/outbox/tools/internal/bench"
 )
 
 // BenchmarkDrain drains 5,000 (batch) or 1,000 (per-row) pre-inserted events per op with a
 // no-op sender, in each claim mode, with 1, 3 and 8 instances, side by side; batch mode also
 // with concurrent claims (MySQLConfig.ConcurrentClaims), the baseline for its claim turns:
 //
-//	OUTBOX_TEST_MYSQL_DSN=... go test -run '^$' -bench Drain ./internal/bench
+//	OUTBOX_TEST_MYSQL_DSN=... go -C tools test -run '^$' -bench Drain ./internal/bench
 func BenchmarkDrain(b *testing.B) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(b)}
 	variants := []struct {
@@ -73,7 +73,7 @@ func BenchmarkCommitToSend(b *testing.B) {
 // statement counters, less the writers' statements) and the commit-to-send latency. The
 // counters are global: run it against a server nothing else uses.
 //
-//	OUTBOX_TEST_MYSQL_DSN=... go test -run '^$' -bench Steady ./internal/bench
+//	OUTBOX_TEST_MYSQL_DSN=... go -C tools test -run '^$' -bench Steady ./internal/bench
 func BenchmarkSteady(b *testing.B) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(b)}
 	for _, rate := range []int{100, 1000, 5000} {

@@ -9,7 +9,7 @@
 // large backlog drains.
 //
 //	bash scripts/mariadb.sh start && eval "$(bash scripts/rocketmq.sh start)"
-//	go run ./cmd/outbox-bench -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV"
+//	go -C tools run ./outbox-bench -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV"
 //
 // Three more sections, each skippable, measure the steady state rather than a backlog: the
 // steady-state rows (-steady-rates, -steady-instances: writers committing one event per
@@ -24,7 +24,7 @@
 //
 //	OUTBOX_MARIADB_DIR=/tmp/bench-mariadb OUTBOX_MARIADB_PORT=3427 \
 //	  OUTBOX_MARIADB_ARGS=--innodb-flush-log-at-trx-commit=1 bash scripts/mariadb.sh start
-//	go run ./cmd/outbox-bench -dsn 'root@tcp(127.0.0.1:3427)/outbox_test?parseTime=true'
+//	go -C tools run ./outbox-bench -dsn 'root@tcp(127.0.0.1:3427)/outbox_test?parseTime=true'
 package main
 
 import (
@@ -42,7 +42,7 @@ import (
 	"time"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/internal/bench"
+	"github.com/go-outbox/outbox/tools/internal/bench"
 )
 
 func main() {

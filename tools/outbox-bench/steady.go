@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/internal/bench"
+	"github.com/go-outbox/outbox/tools/internal/bench"
 )
 
 // flushNote names the server's innodb_flush_log_at_trx_commit, and says so when it is not

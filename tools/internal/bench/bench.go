@@ -3,7 +3,7 @@
 // steady commit rate rather than from a backlog, what publishing costs the service's
 // database (Steady), what the event's INSERT and each outbox index cost the business
 // transaction (WritePath), and what publishing takes from the writers' throughput (Service).
-// The benchmark program (cmd/outbox-bench) prints its results as tables; the package's go
+// The benchmark program (tools/outbox-bench) prints its results as tables; the package's go
 // test benchmarks run the same code.
 package bench
 
