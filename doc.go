@@ -5,22 +5,34 @@
 //
 //	tx, err := store.BeginTx(ctx, nil)
 //	// ... INSERT INTO orders ... through tx ...
-//	_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: body})
+//	eventID, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: body})
 //	err = tx.Commit()
 //
 // If the transaction rolls back, so does the event; once it commits, the event can no longer
-// be lost. A [Publisher], started with [Publisher.Run] in every instance of the service, scans
-// the outbox table and sends each event through a [Sender].
+// be lost. A [Publisher], started with [Publisher.Run] in every instance of the service and
+// ended with [Publisher.Close], scans the outbox table and sends each event through a
+// [Sender]:
+//
+//	publisher, err := outbox.NewPublisher(store, sender, outbox.Config{})
+//	defer publisher.Close() // stops Run, waits for its last sends, closes the sender
+//	go publisher.Run(ctx)
+//
+// Consumers deduplicate on the eventId message property, the event id InsertEvent returned.
+//
+// Three audiences, three parts of the API: business code meets [MySQLStore.BeginTx],
+// [MySQLStore.WrapTx] and [Tx.InsertEvent]; a publisher calls the [Store] methods, which
+// a store for another database implements (package outboxtest checks it); operators use
+// [Admin] (and the outboxctl command) to look at and repair events.
 //
 // # Ownership
 //
 // Several instances scan the same table, and an instance owns a row only when its own claim
-// changed it. In the default batch mode ([ClaimBatch]) one short transaction locks up to
-// [Config.BatchSize] due rows with SELECT ... FOR UPDATE SKIP LOCKED, skipping rows other
-// instances are claiming, and claims exactly those. (The instances' locking SELECTs take
-// turns on a named lock, which orders them and protects nothing: see
-// [MySQLConfig.ConcurrentClaims].) In the design article's per-row mode ([ClaimPerRow]) a
-// lock-free SELECT finds candidates, and the conditional claim
+// changed it. By default one short transaction locks up to [Tuning.BatchSize] due rows with
+// SELECT ... FOR UPDATE SKIP LOCKED, skipping rows other instances are claiming, and claims
+// exactly those. (The instances' locking SELECTs take turns on a named lock, which orders
+// them and protects nothing: see [MySQLConfig.ConcurrentClaims].) In the design article's
+// per-row mode ([Tuning.ClaimPerRow]) a lock-free SELECT finds candidates, and the
+// conditional claim
 //
 //	UPDATE ... SET status = 'SENDING', claim_owner = ? ... WHERE id = ? AND status = 'WAIT'
 //
@@ -28,13 +40,13 @@
 // letter) is conditioned on status = 'SENDING' AND claim_owner = the claimer, so an instance
 // that lost its lease can never overwrite the state another instance wrote. A claim whose
 // holder died is a lease: the reclaim loop returns SENDING rows whose claimed_at is older
-// than [Config.Lease] to WAIT.
+// than [Tuning.Lease] to WAIT.
 //
 // # Guarantee
 //
 // Delivery is at least once. An event whose transaction committed is sent, unless it is
 // dead-lettered after [Config.MaxAttempts] attempts, or as a poison event after
-// [Config.MaxReclaims] reclaims (and then [Config.OnDeadLetter] is told). A fault alone
+// [Tuning.MaxReclaims] reclaims (and then [Config.OnDeadLetter] is told). A fault alone
 // never dead-letters: a send that fails because the broker is unavailable ([Unavailable])
 // spends no retry, and the publisher pauses its claims and probes until the broker answers.
 // In normal operation it is sent once; after a crash, or a send that outlives the lease, it
@@ -44,6 +56,15 @@
 // id is no substitute: it is unique in one table only, and repeats when the table is
 // recreated or truncated, a backup is restored, or two tables or services publish to one
 // topic, and a consumer keyed on it would drop new events as duplicates of old ones.
+//
+// # Sharing
+//
+// A *sql.DB and a [MySQLStore] may serve any number of goroutines, business transactions
+// and publishers in a process. A [Sender] belongs to the one publisher it is given to:
+// [Publisher.Close] closes it. Every publisher of a table needs an InstanceID of its own
+// ([DefaultInstanceID] makes a new one on each call, the default), and every store of a
+// table the same [MySQLConfig.Ordering]. A [Tx] is one transaction: one goroutine at a
+// time, as a *sql.Tx.
 //
 // # Clocks
 //

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"log/slog"
 	"os"
 	"time"
 
@@ -15,21 +14,52 @@ import (
 	"github.com/go-outbox/outbox"
 )
 
-// The whole life of an event: written with the order in one transaction, then published by
-// a Publisher running in every instance of the service.
+// The whole life of an event: the order and its event are written in one transaction, and
+// a Publisher, running in every instance of the service, sends the event once the
+// transaction commits.
 func Example() {
-	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:3306)/shop?parseTime=true")
+	// Test plumbing: the examples run against the server the tests use.
+	dsn := os.Getenv("OUTBOX_TEST_MYSQL_DSN")
+	if dsn == "" {
+		log.Fatal("set OUTBOX_TEST_MYSQL_DSN to a MySQL DSN, e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true")
+	}
+	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{})
-	if err != nil {
-		log.Fatal(err)
-	}
+	defer db.Close()
 	ctx := context.Background()
+
+	// A table of its own, so that runs never collide; a service keeps the default name.
+	suffix := time.Now().UnixNano()
+	orders, events := fmt.Sprintf("orders_%d", suffix), fmt.Sprintf("events_%d", suffix)
+	if _, err := db.ExecContext(ctx, "CREATE TABLE "+orders+" (order_no VARCHAR(64) PRIMARY KEY)"); err != nil {
+		log.Fatal(err)
+	}
+	defer db.ExecContext(ctx, "DROP TABLE "+orders) //nolint:errcheck // the example's own tables
+	defer db.ExecContext(ctx, "DROP TABLE "+events) //nolint:errcheck
+
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: events})
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := store.CreateSchema(ctx); err != nil {
 		log.Fatal(err)
 	}
+
+	// At startup: publish until the service shuts down.
+	sent := make(chan struct{}, 1)
+	sender := outbox.SenderFunc(func(ctx context.Context, ev outbox.Event) error {
+		fmt.Println("sent", ev.EventType, ev.BizNo) // a RocketMQSender in production
+		sent <- struct{}{}
+		return nil
+	})
+	publisher, err := outbox.NewPublisher(store, sender, outbox.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer publisher.Close() // stops Run, waits for its last sends, closes the sender
+	go publisher.Run(ctx)   //nolint:errcheck // Run returns nil once it is stopped
 
 	// In the order API: the order and its event commit or roll back together.
 	tx, err := store.BeginTx(ctx, nil)
@@ -37,35 +67,31 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (order_no, user_id) VALUES (?, ?)", "ORD-1", 42); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+orders+" (order_no) VALUES (?)", "ORD-1"); err != nil {
 		log.Fatal(err)
 	}
 	if _, err := tx.InsertEvent(ctx, outbox.EventInput{
-		BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"orderNo":"ORD-1","userId":42}`),
+		BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"orderNo":"ORD-1"}`),
 	}); err != nil {
 		log.Fatal(err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(); err != nil { // wakes the publisher
 		log.Fatal(err)
 	}
 
-	// At startup: publish until the service shuts down.
-	sender := outbox.SenderFunc(func(ctx context.Context, ev outbox.Event) error {
-		fmt.Println("send", ev.ID, ev.EventType) // a RocketMQ sender in production
-		return nil
-	})
-	publisher, err := outbox.NewPublisher(store, sender, outbox.Config{
-		Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil)),
-		OnDeadLetter: func(ctx context.Context, ev outbox.Event, cause error) {
-			log.Printf("ALERT: event %d (%s) dead-lettered: %v", ev.ID, ev.BizNo, cause)
-		},
-	})
-	if err != nil {
+	// At shutdown: Close returns once the outcome of the last send is recorded.
+	<-sent
+	if err := publisher.Close(); err != nil {
 		log.Fatal(err)
 	}
-	if err := publisher.Run(ctx); err != nil {
+	var status string
+	if err := db.QueryRowContext(ctx, "SELECT status FROM "+events+" WHERE biz_no = ?", "ORD-1").Scan(&status); err != nil {
 		log.Fatal(err)
 	}
+	fmt.Println("ORD-1", status)
+	// Output:
+	// sent ORDER_CREATED ORD-1
+	// ORD-1 SUCCESS
 }
 
 func ExampleDefaultBackoff() {

@@ -96,6 +96,17 @@ func (s *statsCounter) Stats(ctx context.Context, opts outbox.StatsOptions) (out
 	return s.MySQLStore.Stats(ctx, opts)
 }
 
+// noStatsStore is a store whose Stats is unsupported, counting the calls.
+type noStatsStore struct {
+	outbox.Store
+	calls atomic.Int64
+}
+
+func (s *noStatsStore) Stats(context.Context, outbox.StatsOptions) (outbox.TableStats, error) {
+	s.calls.Add(1)
+	return outbox.TableStats{}, errors.ErrUnsupported
+}
+
 // A known sequence through a running publisher, then every instrument checked exactly:
 // three events sent, one retried once and then sent, one refused for good, one reclaimed
 // from a dead instance and sent, one poison event dead-lettered by the reclaim.
@@ -108,7 +119,7 @@ func TestMetricsKnownSequence(t *testing.T) {
 	insert := func(eventType string) int64 {
 		tx, err := b.store.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-" + eventType, EventType: eventType, Payload: []byte("{}")})
+		id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: "ORD-" + eventType, EventType: eventType, Payload: []byte("{}")})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
 		return id
@@ -144,8 +155,8 @@ func TestMetricsKnownSequence(t *testing.T) {
 	logs := &logSink{}
 	cfg := fastConfig("order-1", logs)
 	cfg.MeterProvider = provider
-	cfg.Backoff = outbox.ConstantBackoff(10 * time.Millisecond)
-	cfg.StatsInterval = time.Hour // one read, at the first collection
+	cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	cfg.Tuning.StatsInterval = time.Hour // one read, at the first collection
 	p := newPublisher(t, store, rec, cfg)
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -169,10 +180,15 @@ func TestMetricsKnownSequence(t *testing.T) {
 	assert.Nil(t, c.values["outbox.leases.lost"])
 	assert.Nil(t, c.values["outbox.broker.outages"])
 	assert.Equal(t, map[string]float64{"": 0}, c.values["outbox.broker.unavailable"])
-	assert.Equal(t, map[string]float64{"": float64(b.store.LockRetries())}, c.values["outbox.store.lock_retries"])
-	// Seven send calls (one event each: the recorder is no BatchSender): five accepted, two
-	// refused.
-	assert.Equal(t, map[string]uint64{"outcome=sent": 5, "outcome=failed": 2}, c.counts["outbox.send.duration"])
+	assert.Equal(t, map[string]float64{"": float64(outbox.LockRetriesForTest(b.store))}, c.values["outbox.store.lock_retries"])
+	// One record per send call. Per row, seven calls of one event each: five accepted, two
+	// refused. In batches, three: the first claim's five events (two refused: the call
+	// failed), then the reclaimed event (a reclaimed event is claimed alone) and the retry.
+	calls := map[string]uint64{"outcome=sent": 2, "outcome=failed": 1}
+	if testPerRow {
+		calls = map[string]uint64{"outcome=sent": 5, "outcome=failed": 2}
+	}
+	assert.Equal(t, calls, c.counts["outbox.send.duration"])
 	assert.Equal(t, map[string]uint64{
 		"event_type=ORDER_CREATED": 3, "event_type=ORDER_SHIPPED": 1, "event_type=ORDER_CANCELLED": 1,
 	}, c.counts["outbox.commit_to_send.duration"])
@@ -216,9 +232,9 @@ func TestMetricsTableGauges(t *testing.T) {
 	t.Cleanup(func() { _ = provider.Shutdown(ctx) })
 	cfg := fastConfig("order-1", &logSink{})
 	cfg.MeterProvider = provider
-	cfg.PollInterval, cfg.ReclaimInterval = time.Hour, time.Hour // one round, one reclaim, at the start
-	cfg.Lease = 10 * time.Minute
-	cfg.StatsInterval = 50 * time.Millisecond
+	cfg.PollInterval, cfg.Tuning.ReclaimInterval = time.Hour, time.Hour // one round, one reclaim, at the start
+	cfg.Tuning.Lease = 10 * time.Minute
+	cfg.Tuning.StatsInterval = 50 * time.Millisecond
 	p := newPublisher(t, store, newRecorder(), cfg)
 
 	c := collect(t, reader)
@@ -260,8 +276,9 @@ func TestMetricsTableGauges(t *testing.T) {
 	assert.Equal(t, calls, store.calls.Load(), "no Stats call once Run has returned")
 }
 
-// A store without Stats has no table gauges, and a publisher without a MeterProvider records
-// nothing anywhere.
+// A store whose Stats is unsupported (errors.ErrUnsupported) has no table gauges, one that
+// counts no lock retries no lock-retry counter, and a publisher without a MeterProvider
+// records nothing anywhere.
 func TestMetricsOptional(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -271,7 +288,7 @@ func TestMetricsOptional(t *testing.T) {
 	t.Cleanup(func() { _ = provider.Shutdown(ctx) })
 	cfg := fastConfig("order-1", &logSink{})
 	cfg.MeterProvider = provider
-	store, _ := signalRounds(b.store) // a Store, and nothing more
+	store := &noStatsStore{Store: b.store} // a Store, and nothing more
 	p := newPublisher(t, store, newRecorder(), cfg)
 	b.insert(t, 2)
 	runCtx, cancel := context.WithCancel(ctx)
@@ -285,8 +302,9 @@ func TestMetricsOptional(t *testing.T) {
 	assert.Nil(t, c.values["outbox.table.backlog"])
 	assert.Nil(t, c.values["outbox.store.lock_retries"])
 	assert.Equal(t, map[string]float64{"": 0}, c.values["outbox.broker.unavailable"])
+	assert.Equal(t, int64(1), store.calls.Load(), "the gauges asked the store, which cannot tell")
 
-	_, err := outbox.NewPublisher(b.store, newRecorder(), outbox.Config{StatsInterval: -time.Second})
+	_, err := outbox.NewPublisher(b.store, newRecorder(), outbox.Config{Tuning: outbox.Tuning{StatsInterval: -time.Second}})
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	require.ErrorContains(t, err, "StatsInterval")
 }

@@ -125,7 +125,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		won, err := s.Claim(ctx, evs[0], owner)
 		require.NoError(t, err)
 		require.True(t, won)
-		ok, err = s.MarkSuccess(ctx, id, owner)
+		ok, err = markOne(ctx, s, id, owner)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, want, b.get(t, id).EventID, "after success")
@@ -200,7 +200,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		t.Parallel()
 		s, b := h.new(t)
 		ev := claimed(t, s, b)
-		ok, err := s.MarkSuccess(ctx, ev.ID, owner)
+		ok, err := markOne(ctx, s, ev.ID, owner)
 		require.NoError(t, err)
 		assert.True(t, ok)
 		got := b.get(t, ev.ID)
@@ -212,7 +212,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		t.Parallel()
 		s, b := h.new(t)
 		ev := claimed(t, s, b)
-		ok, err := s.MarkSuccess(ctx, ev.ID, other)
+		ok, err := markOne(ctx, s, ev.ID, other)
 		require.NoError(t, err)
 		assert.False(t, ok)
 		got := b.get(t, ev.ID)
@@ -225,10 +225,10 @@ func storeConformance(t *testing.T, h storeHarness) {
 		t.Parallel()
 		s, b := h.new(t)
 		ev := claimed(t, s, b)
-		ok, err := s.MarkSuccess(ctx, ev.ID, strings.ToUpper(owner))
+		ok, err := markOne(ctx, s, ev.ID, strings.ToUpper(owner))
 		require.NoError(t, err)
 		assert.False(t, ok)
-		n, err := s.MarkSuccessBatch(ctx, []int64{ev.ID}, strings.ToUpper(owner))
+		n, err := s.MarkSuccess(ctx, []int64{ev.ID}, strings.ToUpper(owner))
 		require.NoError(t, err)
 		assert.Zero(t, n)
 		ok, err = s.ReleaseForRetry(ctx, ev.ID, strings.ToUpper(owner), 1, 0, "boom")
@@ -241,7 +241,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		t.Parallel()
 		s, b := h.new(t)
 		ids := b.insert(t, 1)
-		ok, err := s.MarkSuccess(ctx, ids[0], owner)
+		ok, err := markOne(ctx, s, ids[0], owner)
 		require.NoError(t, err)
 		assert.False(t, ok)
 		assert.Equal(t, outbox.StatusWait, b.get(t, ids[0]).Status)
@@ -404,13 +404,13 @@ func storeConformance(t *testing.T, h storeHarness) {
 		require.NoError(t, err)
 		theirs, _, err := claimDue(ctx, s, other, 1, 1<<20)
 		require.NoError(t, err)
-		n, err := s.MarkSuccessBatch(ctx, []int64{mine[0].ID, mine[1].ID, theirs[0].ID}, owner)
+		n, err := s.MarkSuccess(ctx, []int64{mine[0].ID, mine[1].ID, theirs[0].ID}, owner)
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), n)
 		assert.Equal(t, outbox.StatusSuccess, b.get(t, mine[0].ID).Status)
 		assert.Equal(t, outbox.StatusSuccess, b.get(t, mine[1].ID).Status)
 		assert.Equal(t, outbox.StatusSending, b.get(t, theirs[0].ID).Status, "another owner's lease is left alone")
-		n, err = s.MarkSuccessBatch(ctx, nil, owner)
+		n, err = s.MarkSuccess(ctx, nil, owner)
 		require.NoError(t, err)
 		assert.Zero(t, n)
 	})
@@ -454,7 +454,7 @@ func storeConformance(t *testing.T, h storeHarness) {
 		assert.Equal(t, outbox.StatusWait, b.get(t, ids[3]).Status)
 
 		// The reclaimed row is a candidate again, and the old owner can no longer ack it.
-		ok, err := s.MarkSuccess(ctx, ids[1], owner)
+		ok, err := markOne(ctx, s, ids[1], owner)
 		require.NoError(t, err)
 		assert.False(t, ok)
 	})
@@ -818,4 +818,10 @@ func TestMySQLStoreBatchClaimCancelledWhileWaiting(t *testing.T) {
 	for _, id := range ids {
 		assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "the cancelled claim claimed nothing")
 	}
+}
+
+// markOne marks one event SUCCESS and reports whether it changed the row.
+func markOne(ctx context.Context, s outbox.Store, id int64, owner string) (bool, error) {
+	n, err := s.MarkSuccess(ctx, []int64{id}, owner)
+	return n == 1, err
 }

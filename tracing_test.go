@@ -56,7 +56,7 @@ func (b *bundle) insertIn(t *testing.T, ctx context.Context, bizNo string) int64
 	t.Helper()
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte(`{"order":"` + bizNo + `"}`)})
+	id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte(`{"order":"` + bizNo + `"}`)})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 	return id
@@ -129,7 +129,7 @@ func TestTraceContextTravelsThroughTheBroker(t *testing.T) {
 	b.exec(t, "UPDATE {t} SET trace_parent = ?, trace_state = 'not a tracestate' WHERE id = ?", goodParent, badState)
 
 	cfg := fastConfig("order-trace", &logSink{})
-	cfg.ClaimMode = outbox.ClaimBatch // one batch, one span; TestSendSpanPerEvent covers per-row
+	cfg.Tuning.ClaimPerRow = false // one batch, one span; TestSendSpanPerEvent covers per-row
 	cfg.TracerProvider = tp
 	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), cfg)
 	stats, err := p.PublishPending(context.Background())
@@ -217,7 +217,7 @@ func TestSendSpanPerEvent(t *testing.T) {
 
 	sender := &failingFor{id: failing}
 	cfg := fastConfig("order-span", &logSink{})
-	cfg.ClaimMode = outbox.ClaimPerRow
+	cfg.Tuning.ClaimPerRow = true
 	cfg.TracerProvider = tp
 	p := newPublisher(t, b.store, sender, cfg)
 	stats, err := p.PublishPending(context.Background())
@@ -262,15 +262,21 @@ func TestSendSpanPerEvent(t *testing.T) {
 	assert.Len(t, rec.Ended(), before+1, "only the insert span")
 }
 
-// failingFor fails the send of one event, by row id, and accepts the others.
+// failingFor fails the send of one event, by row id, and accepts the others, in one call for
+// the whole batch. It names no topic.
 type failingFor struct{ id int64 }
 
-func (f *failingFor) Send(_ context.Context, ev outbox.Event) error {
-	if ev.ID == f.id {
-		return errors.New("refused by the test")
+func (f *failingFor) Send(_ context.Context, evs []outbox.Event, _ bool) []error {
+	errs := make([]error, len(evs))
+	for i, ev := range evs {
+		if ev.ID == f.id {
+			errs[i] = errors.New("refused by the test")
+		}
 	}
-	return nil
+	return errs
 }
+
+func (f *failingFor) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
 // A batch of more than 128 events, claimed and sent at once, gets one send span per 128 of
 // its events: an SDK keeps 128 links per span and drops the rest, so one span for the batch
@@ -301,7 +307,7 @@ func TestSendSpansLinkEveryEventOfALargeBatch(t *testing.T) {
 			for i := range events {
 				spanCtx, span := api.Start(ctx, "create order")
 				bizNo := fmt.Sprintf("ORD-B%03d", i)
-				id, err := tx.InsertEvent(spanCtx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte(`{}`)})
+				id, err := outbox.InsertForTest(spanCtx, tx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte(`{}`)})
 				span.End()
 				require.NoError(t, err)
 				traceOf[id] = span.SpanContext().TraceID()
@@ -312,13 +318,13 @@ func TestSendSpansLinkEveryEventOfALargeBatch(t *testing.T) {
 			require.NoError(t, tx.Commit())
 			require.Len(t, traceOf, events)
 
-			var sender outbox.Sender = batchFailingFor{&failingFor{id: failing}}
+			var sender outbox.Sender = &failingFor{id: failing}
 			if real {
 				sender = newFastRocketMQSender(t, testsvc.NewTopic(t, "OUTBOX_TRACE_BATCH"))
 			}
 			cfg := fastConfig("order-trace-batch", &logSink{})
-			cfg.ClaimMode = outbox.ClaimBatch
-			cfg.BatchSize = events
+			cfg.Tuning.ClaimPerRow = false
+			cfg.Tuning.BatchSize = events
 			cfg.TracerProvider = tp
 			p := newPublisher(t, b.store, sender, cfg)
 			outbox.SetClaimLimitForTest(p, events) // the whole batch in the first claim
@@ -381,21 +387,10 @@ func TestSendSpansLinkEveryEventOfALargeBatch(t *testing.T) {
 	}
 }
 
-// batchFailingFor is failingFor as a BatchSender: one call for the whole batch.
-type batchFailingFor struct{ *failingFor }
-
-func (f batchFailingFor) SendBatch(ctx context.Context, evs []outbox.Event) []error {
-	errs := make([]error, len(evs))
-	for i, ev := range evs {
-		errs[i] = f.Send(ctx, ev)
-	}
-	return errs
-}
-
 // The sender sets traceparent and tracestate only from well-formed stored values.
 func TestRocketMQMessageTraceProperties(t *testing.T) {
 	t.Parallel()
-	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: &fakeProducer{}, Topic: "T"})
+	s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T"}, &fakeProducer{})
 	require.NoError(t, err)
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, tc := range []struct {
@@ -412,8 +407,8 @@ func TestRocketMQMessageTraceProperties(t *testing.T) {
 		{"garbage", "hello", "vendor=abc", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := s.Message(outbox.Event{EventID: "e", BizNo: "b", EventType: "E", Payload: []byte("x"),
-				TraceParent: tc.parent, TraceState: tc.state})
+			m := outbox.MessageForTest(s, outbox.Event{EventID: "e", BizNo: "b", EventType: "E", Payload: []byte("x"),
+				TraceParent: tc.parent, TraceState: tc.state}, false)
 			assert.Equal(t, tc.wantParent, m.GetProperty(outbox.PropertyTraceParent))
 			assert.Equal(t, tc.wantState, m.GetProperty(outbox.PropertyTraceState))
 			_, has := m.GetProperties()[outbox.PropertyTraceParent]
@@ -438,7 +433,7 @@ func TestTableWithoutTraceColumnsNamesTheUpgrade(t *testing.T) {
 	assert.Contains(t, err.Error(), "Upgrading")
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED"})
+	_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`)})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no trace_parent column")
 	assert.Contains(t, err.Error(), "Upgrading")
