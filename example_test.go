@@ -57,7 +57,7 @@ func Example() {
 	publisher, err := outbox.NewPublisher(store, sender, outbox.Config{
 		Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil)),
 		OnDeadLetter: func(ctx context.Context, ev outbox.Event, cause error) {
-			log.Printf("ALERT: event %d (%s) dead-lettered: %v", ev.ID, ev.BizNo, cause)
+			log.Printf("ALERT: dead letter id=%d event_id=%s biz_no=%s: %v", ev.ID, ev.EventID, ev.BizNo, cause)
 		},
 	})
 	if err != nil {

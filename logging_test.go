@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,7 +155,8 @@ func TestNilLoggerLogsDeadLettersToSlogDefault(t *testing.T) {
 	assert.Equal(t, slog.LevelError, lines[0].level)
 	assert.Contains(t, lines[0].msg, "dead-lettered")
 	assert.Equal(t, "nil-logger", lines[0].attrs["instance"], "with the publisher's attributes")
-	assert.Equal(t, fmt.Sprint(deadID), lines[0].attrs["event_id"])
+	assert.Equal(t, fmt.Sprint(deadID), lines[0].attrs["id"], "id is the row id")
+	assert.Equal(t, b.get(t, deadID).EventID, lines[0].attrs["event_id"], "event_id is the UUID consumers see")
 	assert.Contains(t, lines[0].attrs["error"], "refused for good")
 
 	// A discard logger silences it.
@@ -164,6 +167,62 @@ func TestNilLoggerLogsDeadLettersToSlogDefault(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, outbox.StatusFail, b.get(t, dead.Load()).Status)
 	assert.Len(t, sink.all(), 1, "a discard logger keeps the dead letter out of slog.Default()")
+}
+
+// Log lines name the row id "id" and the UUID consumers see "event_id", never the other way
+// round: a retry, a send and a dead letter each carry both.
+func TestLogLinesNameIDAndEventID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	retried := b.insertPayload(t, "ORD-RETRY", []byte(`{}`))
+	dead := b.insertPayload(t, "ORD-DEAD", []byte(`{}`))
+	var failedOnce atomic.Bool
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		switch {
+		case ev.ID == dead:
+			return outbox.Permanent(errors.New("refused for good"))
+		case ev.ID == retried && failedOnce.CompareAndSwap(false, true):
+			return errors.New("broker busy")
+		}
+		return nil
+	})
+	sink := newLineSink()
+	p, err := outbox.NewPublisher(b.store, sender, outbox.Config{ClaimMode: outbox.ClaimPerRow, InstanceID: "ids",
+		Logger: slog.New(sink), Backoff: func(int) time.Duration { return time.Millisecond }})
+	require.NoError(t, err)
+	_, err = p.PublishPending(ctx)
+	require.NoError(t, err)
+	b.makeDue(t, retried)
+	_, err = p.PublishPending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusSuccess, b.get(t, retried).Status)
+
+	eventIDs := b.eventIDs(t)
+	seen := map[string]bool{}
+	for _, l := range sink.all() {
+		for key, v := range l.attrs {
+			switch key {
+			case "event_id":
+				assert.Len(t, v, 36, "%q: event_id %q is a UUID", l.msg, v)
+			case "id", "first_id", "last_id":
+				_, err := strconv.ParseInt(v, 10, 64)
+				assert.NoError(t, err, "%q: %s %q is a row id", l.msg, key, v)
+			}
+		}
+		id, err := strconv.ParseInt(l.attrs["id"], 10, 64)
+		if err != nil {
+			continue
+		}
+		assert.Equal(t, eventIDs[id], l.attrs["event_id"], "%q: the event_id of row %d", l.msg, id)
+		switch {
+		case strings.Contains(l.msg, "will retry") && id == retried,
+			strings.Contains(l.msg, "event sent") && id == retried,
+			strings.Contains(l.msg, "dead-lettered") && id == dead:
+			seen[l.msg] = true
+		}
+	}
+	assert.Len(t, seen, 3, "the retry, the send and the dead letter each logged with both ids: %v", seen)
 }
 
 // The publisher takes its SendTimeout from a sender that has one, so it is typed once; a
