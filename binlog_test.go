@@ -44,7 +44,7 @@ func TestBatchClaimUnderStatementBinlogNamesTheFix(t *testing.T) {
 	_, err = db.Exec("SET GLOBAL binlog_format = 'MIXED'")
 	require.NoError(t, err)
 	fresh := srv.OpenDB(t) // sessions take the global format when they connect
-	b = &bundle{db: fresh, store: testsvc.NewStoreOn(t, fresh, b.store.Table())}
+	b = &bundle{db: fresh, store: testsvc.NewStoreOn(t, fresh, outbox.TableForTest(b.store))}
 	second := b.insertPayload(t, "ORD-2", []byte(`{}`))
 	cfg.ClaimMode = outbox.ClaimBatch
 	stats, err = newPublisher(t, b.store, newRecorder(), cfg).PublishPending(ctx)

@@ -280,7 +280,7 @@ func TestClaimSessionNeverReachesThePool(t *testing.T) {
 	// A small pool.
 	small := testsvc.OpenDB(t)
 	small.SetMaxOpenConns(3)
-	store := testsvc.NewStoreOn(t, small, b.store.Table())
+	store := testsvc.NewStoreOn(t, small, outbox.TableForTest(b.store))
 	b.insert(t, 1)
 	res, err = store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "small", Limit: 10, MaxBytes: 1 << 20})
 	require.NoError(t, err)

@@ -208,11 +208,11 @@ type Config struct {
 	RetentionInterval time.Duration
 
 	// RetentionBatch is how many rows one retention DELETE removes at most. Defaults to
-	// [PurgeBatchDefault] (500).
+	// 500.
 	RetentionBatch int
 
 	// RetentionPause is the pause between two retention DELETEs. Defaults to
-	// [PurgePauseDefault] (100 ms).
+	// 100 ms.
 	RetentionPause time.Duration
 
 	// OnDeadLetter, if set, is called once for each event the publisher dead-letters, with the
@@ -256,8 +256,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.SendTimeout = cmp.Or(c.SendTimeout, SendTimeoutDefault)
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, StoreTimeoutDefault)
 	c.RetentionInterval = cmp.Or(c.RetentionInterval, RetentionIntervalDefault)
-	c.RetentionBatch = cmp.Or(c.RetentionBatch, PurgeBatchDefault)
-	c.RetentionPause = cmp.Or(c.RetentionPause, PurgePauseDefault)
+	c.RetentionBatch = cmp.Or(c.RetentionBatch, purgeBatchDefault)
+	c.RetentionPause = cmp.Or(c.RetentionPause, purgePauseDefault)
 	c.StatsInterval = cmp.Or(c.StatsInterval, StatsIntervalDefault)
 	c.CoalesceDelay = cmp.Or(c.CoalesceDelay, CoalesceDelayDefault)
 	if c.Backoff == nil {

@@ -71,3 +71,6 @@ func ClaimSessionOpenForTest(s *MySQLStore) bool {
 func WrapProducerForTest(s *RocketMQSender, wrap func(rocketmq.Producer) rocketmq.Producer) {
 	s.producer = wrap(s.producer)
 }
+
+// TableForTest returns the name of s's table.
+func TableForTest(s *MySQLStore) string { return s.table }

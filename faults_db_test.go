@@ -33,7 +33,7 @@ func getLockSession(t *testing.T, b *bundle) int64 {
 	var id int64
 	require.Eventually(t, func() bool {
 		err := b.db.QueryRow("SELECT ID FROM information_schema.PROCESSLIST "+
-			"WHERE INFO LIKE 'SELECT GET_LOCK(%' AND INFO LIKE CONCAT('%', ?, '%')", b.store.Table()).Scan(&id)
+			"WHERE INFO LIKE 'SELECT GET_LOCK(%' AND INFO LIKE CONCAT('%', ?, '%')", outbox.TableForTest(b.store)).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false
 		}
@@ -307,7 +307,7 @@ func TestMySQLStoreBatchClaimGoesAheadWhenGetLockIsRefused(t *testing.T) {
 				return nil
 			}}
 			db := openFaulty(t, refuser)
-			store := testsvc.NewStoreOn(t, db, b.store.Table())
+			store := testsvc.NewStoreOn(t, db, outbox.TableForTest(b.store))
 			b.insert(t, 3)
 
 			evs, _, err := claimDue(context.Background(), store, "owner-a", 10, 1<<20)
@@ -351,7 +351,7 @@ func runUnknownOutcome(t *testing.T, c *faultyConnector, fired *atomic.Bool, sto
 	t.Helper()
 	b := setup(t)
 	ids := b.insert(t, 5)
-	storeCfg.Table = b.store.Table()
+	storeCfg.Table = outbox.TableForTest(b.store)
 	store, err := outbox.NewMySQLStore(openFaulty(t, c), storeCfg)
 	require.NoError(t, err)
 	rec := newRecorder()
@@ -483,7 +483,7 @@ func (f *faultPublisher) firstSendAfter(t time.Time) (time.Time, bool) {
 // newDBFaultRun starts n publishers on store's table, each on the pool openPool returns,
 // and two writers on store itself.
 func newDBFaultRun(t *testing.T, store *outbox.MySQLStore, db *sql.DB, n int, openPool func() *sql.DB) *dbFaultRun {
-	r := &dbFaultRun{t: t, table: store.Table(), check: db, writer: store, logs: &logSink{}, rec: newRecorder()}
+	r := &dbFaultRun{t: t, table: outbox.TableForTest(store), check: db, writer: store, logs: &logSink{}, rec: newRecorder()}
 	pubCtx, stopPub := context.WithCancel(context.Background())
 	r.stopPub = stopPub
 	t.Cleanup(r.stopPublishers)

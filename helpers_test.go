@@ -127,12 +127,15 @@ func (b *bundle) insertPayload(t testing.TB, bizNo string, payload []byte) int64
 // eventIDs returns every row's event id, by row id.
 func (b *bundle) eventIDs(t testing.TB) map[int64]string {
 	t.Helper()
-	return testsvc.EventIDs(t, b.db, b.store.Table())
+	return testsvc.EventIDs(t, b.db, outbox.TableForTest(b.store))
 }
+
+// admin returns the operator's calls on the bundle's table.
+func (b *bundle) admin() *outbox.Admin { return outbox.NewAdmin(b.store) }
 
 func (b *bundle) get(t testing.TB, id int64) outbox.Event {
 	t.Helper()
-	ev, err := b.store.Get(context.Background(), id)
+	ev, err := b.admin().Get(context.Background(), id)
 	require.NoError(t, err)
 	return ev
 }
@@ -140,7 +143,7 @@ func (b *bundle) get(t testing.TB, id int64) outbox.Event {
 // exec runs a statement on the bundle's table; {t} stands for the table name.
 func (b *bundle) exec(t testing.TB, query string, args ...any) {
 	t.Helper()
-	_, err := b.db.Exec(strings.ReplaceAll(query, "{t}", "`"+b.store.Table()+"`"), args...)
+	_, err := b.db.Exec(strings.ReplaceAll(query, "{t}", "`"+outbox.TableForTest(b.store)+"`"), args...)
 	require.NoError(t, err)
 }
 
@@ -162,7 +165,7 @@ func (b *bundle) secondsFromNow(t testing.TB, id int64, column string) float64 {
 	var us int64
 	err := b.db.QueryRow(strings.ReplaceAll(
 		"SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), "+column+") FROM {t} WHERE id = ?",
-		"{t}", "`"+b.store.Table()+"`"), id).Scan(&us)
+		"{t}", "`"+outbox.TableForTest(b.store)+"`"), id).Scan(&us)
 	require.NoError(t, err)
 	return float64(us) / 1e6
 }
@@ -170,7 +173,7 @@ func (b *bundle) secondsFromNow(t testing.TB, id int64, column string) float64 {
 func (b *bundle) countStatus(t testing.TB, status outbox.Status) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE status = ?", string(status)).Scan(&n))
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE status = ?", string(status)).Scan(&n))
 	return n
 }
 

@@ -244,7 +244,7 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	// start starts the i-th publisher and returns what stops it.
 	start := func(i int) (stop func()) {
-		own := testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
+		own := testsvc.NewStoreOn(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
 		var store outbox.Store = own
 		if i == 0 {
 			lossy = &lostAckStore{MySQLStore: own, victims: victims}

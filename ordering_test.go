@@ -107,7 +107,7 @@ func TestKeyOrderThreePublishers(t *testing.T) {
 				cfg.Ordering = ordering
 				cfg.MaxRetry = outbox.RetryForever
 				cfg.Backoff = outbox.ConstantBackoff(5 * time.Millisecond)
-				store := testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
+				store := testsvc.NewStoreOn(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
 				runPublisher(t, newPublisher(t, store, sender, cfg))
 			}
 			total := 0
@@ -168,7 +168,7 @@ func TestKeyOrderDeadLetter(t *testing.T) {
 			for _, id := range behind {
 				assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "blocked behind the dead letter")
 			}
-			require.NoError(t, b.store.Skip(ctx, poison))
+			require.NoError(t, b.admin().Skip(ctx, poison))
 			require.Eventually(t, func() bool {
 				return b.get(t, behind[0]).Status == outbox.StatusSuccess && b.get(t, behind[1]).Status == outbox.StatusSuccess
 			}, 20*time.Second, 10*time.Millisecond)

@@ -31,7 +31,7 @@ func TestInsertEventRollbackLeavesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback())
 
-	_, err = b.store.Get(ctx, id)
+	_, err = b.admin().Get(ctx, id)
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 	evs, err := b.store.Candidates(ctx, 10)
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestInsertEventCommitMakesItPublishable(t *testing.T) {
 	b.exec(t, "CREATE TABLE `"+orders+"` (order_no VARCHAR(64) PRIMARY KEY)")
 	t.Cleanup(func() { b.exec(t, "DROP TABLE `"+orders+"`") })
 
-	other, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: b.store.Table()})
+	other, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: outbox.TableForTest(b.store)})
 	require.NoError(t, err)
 
 	tx, err := b.store.BeginTx(ctx, nil)
@@ -84,7 +84,7 @@ func TestWrapTxUsesCallersTransaction(t *testing.T) {
 	id, err := b.store.WrapTx(sqlTx).InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-2", EventType: "ORDER_PAID"})
 	require.NoError(t, err)
 	require.NoError(t, sqlTx.Rollback())
-	_, err = b.store.Get(ctx, id)
+	_, err = b.admin().Get(ctx, id)
 	require.ErrorIs(t, err, outbox.ErrNotFound, "rolled back with the caller's transaction")
 
 	sqlTx, err = b.db.BeginTx(ctx, nil)
@@ -136,7 +136,7 @@ func TestInsertEventRefusesInvalidInput(t *testing.T) {
 	_, err = tx.InsertEvent(ctx, atLimit)
 	require.NoError(t, err)
 	var n int
-	require.NoError(t, tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+store.Table()+"`").Scan(&n))
+	require.NoError(t, tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+outbox.TableForTest(store)+"`").Scan(&n))
 	assert.Equal(t, 1, n)
 }
 
@@ -169,7 +169,7 @@ func TestNewMySQLStoreRejectsBadConfig(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		s, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{})
 		require.NoError(t, err)
-		assert.Equal(t, "t_event_record", s.Table())
+		assert.Equal(t, "t_event_record", outbox.TableForTest(s))
 	})
 }
 
@@ -358,9 +358,7 @@ func TestFailedSendBacksOffThenDeadLetters(t *testing.T) {
 	stats, err = p.PublishPending(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, stats.Candidates)
-	ok, err := b.store.Requeue(ctx, id)
-	require.NoError(t, err)
-	require.True(t, ok)
+	require.NoError(t, b.admin().Requeue(ctx, id))
 	p2 := newPublisher(t, b.store, newRecorder(), fastConfig("p2", logs))
 	stats, err = p2.PublishPending(ctx)
 	require.NoError(t, err)
@@ -638,7 +636,7 @@ func TestBatchClaimShrinksToWhatCanBeSentInTime(t *testing.T) {
 	assert.Equal(t, first.Candidates, first.Sent+first.Released)
 	assert.Zero(t, b.countStatus(t, outbox.StatusSending))
 	var retried int
-	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE retry_count > 0").Scan(&retried))
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE retry_count > 0").Scan(&retried))
 	assert.Zero(t, retried, "a release for lack of time is not a failed attempt")
 
 	second, err := p.PublishPending(context.Background())
@@ -690,8 +688,8 @@ func TestReclaimLogsAtWarn(t *testing.T) {
 func TestSessionTimeZonesDoNotSkewLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	east := testsvc.NewStoreOn(t, testsvc.OpenDB(t, "time_zone='+08:00'"), b.store.Table())
-	west := testsvc.NewStoreOn(t, testsvc.OpenDB(t, "time_zone='-07:00'"), b.store.Table())
+	east := testsvc.NewStoreOn(t, testsvc.OpenDB(t, "time_zone='+08:00'"), outbox.TableForTest(b.store))
+	west := testsvc.NewStoreOn(t, testsvc.OpenDB(t, "time_zone='-07:00'"), outbox.TableForTest(b.store))
 	ids := b.insert(t, 2)
 
 	// East claims and is sending; west's reclaim with a 10-minute lease must not see it as old.
@@ -933,7 +931,7 @@ func drainExactlyOnce(t *testing.T, instances, events int) {
 	start := time.Now()
 	for i := range instances {
 		recs[i] = newRecorder()
-		stores[i] = testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
+		stores[i] = testsvc.NewStoreOn(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
 		logs[i] = &logSink{}
 		cfg := fastConfig(fmt.Sprintf("order-%d", i), logs[i])
 		cfg.PollInterval = time.Millisecond
@@ -952,7 +950,7 @@ func drainExactlyOnce(t *testing.T, instances, events int) {
 		instances, testClaimMode, events, time.Since(start).Round(time.Millisecond), retries)
 
 	owners := map[string]int{}
-	rows, err := b.db.Query("SELECT id, claim_owner FROM `" + b.store.Table() + "`")
+	rows, err := b.db.Query("SELECT id, claim_owner FROM `" + outbox.TableForTest(b.store) + "`")
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {

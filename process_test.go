@@ -97,7 +97,7 @@ func runChild() int {
 		go func() { done <- p.Run(ctx) }()
 		for ctx.Err() == nil {
 			var left int
-			if err := db.QueryRow("SELECT COUNT(*) FROM `" + store.Table() + "` WHERE status IN ('WAIT', 'SENDING')").Scan(&left); err == nil && left == 0 {
+			if err := db.QueryRow("SELECT COUNT(*) FROM `" + outbox.TableForTest(store) + "` WHERE status IN ('WAIT', 'SENDING')").Scan(&left); err == nil && left == 0 {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -140,7 +140,7 @@ func TestProcessKilledMidSendIsReclaimedByAnother(t *testing.T) {
 	b := setup(t)
 	ids := b.insert(t, 5)
 
-	hang := childCmd(t, "hang", "proc-a", b.store.Table())
+	hang := childCmd(t, "hang", "proc-a", outbox.TableForTest(b.store))
 	stdout, err := hang.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, hang.Start())
@@ -159,7 +159,7 @@ func TestProcessKilledMidSendIsReclaimedByAnother(t *testing.T) {
 	require.Equal(t, outbox.StatusSending, got.Status, "the killed process leaves its claim behind")
 	require.Equal(t, "proc-a", got.ClaimOwner)
 
-	drain := childCmd(t, "drain", "proc-b", b.store.Table())
+	drain := childCmd(t, "drain", "proc-b", outbox.TableForTest(b.store))
 	out, err := drain.StdoutPipe()
 	require.NoError(t, err)
 	start := time.Now()
@@ -192,7 +192,7 @@ func TestPoisonEventIsDeadLetteredAfterMaxReclaims(t *testing.T) {
 	var sent []int64
 	for run := 1; ; run++ {
 		require.LessOrEqual(t, run, 8, "the poison event never ended")
-		cmd := childCmd(t, "poison", fmt.Sprintf("proc-%d", run), b.store.Table())
+		cmd := childCmd(t, "poison", fmt.Sprintf("proc-%d", run), outbox.TableForTest(b.store))
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())

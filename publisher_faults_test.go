@@ -60,7 +60,7 @@ func runPublisher(t *testing.T, p *outbox.Publisher) (stop func()) {
 func (b *bundle) retried(t testing.TB) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE retry_count > 0").Scan(&n))
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE retry_count > 0").Scan(&n))
 	return n
 }
 

@@ -113,7 +113,7 @@ func TestRocketMQThreePublishersDeliverEachEventOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range instances {
-		store := testsvc.NewStoreOn(t, testsvc.OpenDB(t), b.store.Table())
+		store := testsvc.NewStoreOn(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
 		cfg := fastConfig(fmt.Sprintf("order-%d", i), &logSink{})
 		cfg.PollInterval = time.Millisecond
 		p := newPublisher(t, store, newFastRocketMQSender(t, topic), cfg)

@@ -58,7 +58,7 @@ func TestSteadyClaimStartsAtItsFloor(t *testing.T) {
 	assert.Equal(t, []int64{behind}, ids)
 
 	// With NoSteadyScan every claim reads from the start.
-	plain := newStoreLike(t, b, outbox.MySQLConfig{Table: b.store.Table(), NoSteadyScan: true})
+	plain := newStoreLike(t, b, outbox.MySQLConfig{Table: outbox.TableForTest(b.store), NoSteadyScan: true})
 	outbox.SetFullScanEveryForTest(plain, time.Hour)
 	again := b.insert(t, 1)[0]
 	ids, _ = claimIDs(t, plain, 10)
@@ -68,7 +68,7 @@ func TestSteadyClaimStartsAtItsFloor(t *testing.T) {
 	assert.Equal(t, []int64{again}, ids)
 
 	// And a claim from the start comes on its own at least every so often.
-	timed := newStoreLike(t, b, outbox.MySQLConfig{Table: b.store.Table()})
+	timed := newStoreLike(t, b, outbox.MySQLConfig{Table: outbox.TableForTest(b.store)})
 	outbox.SetFullScanEveryForTest(timed, 200*time.Millisecond)
 	last := b.insert(t, 1)[0]
 	ids, _ = claimIDs(t, timed, 10)
@@ -160,7 +160,7 @@ func TestSteadyClaimCountsRowsHeldByOthers(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = held.Rollback() }()
 	var id int64
-	require.NoError(t, held.QueryRowContext(ctx, "SELECT id FROM `"+b.store.Table()+"` WHERE id = ? FOR UPDATE", ids[0]).Scan(&id))
+	require.NoError(t, held.QueryRowContext(ctx, "SELECT id FROM `"+outbox.TableForTest(b.store)+"` WHERE id = ? FOR UPDATE", ids[0]).Scan(&id))
 
 	got, more := claimIDs(t, b.store, 2)
 	assert.Equal(t, ids[1:2], got, "the first is held, and counted")
@@ -188,7 +188,7 @@ func TestSteadyClaimPassesTheEntriesOfTakenRows(t *testing.T) {
 	steady := testsvc.NewStore(t, db, outbox.MySQLConfig{})
 	outbox.SetFullScanEveryForTest(steady, time.Hour)
 	b := &bundle{db: db, store: steady}
-	plain := newStoreLike(t, b, outbox.MySQLConfig{Table: steady.Table(), NoSteadyScan: true})
+	plain := newStoreLike(t, b, outbox.MySQLConfig{Table: outbox.TableForTest(steady), NoSteadyScan: true})
 
 	snapshot, err := db.Conn(ctx)
 	require.NoError(t, err)
@@ -276,7 +276,7 @@ func TestFailedClaimResetsTheFloor(t *testing.T) {
 		tx, err := db.BeginTx(context.Background(), nil)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback() }()
-		rows, err := tx.Query("SELECT id FROM `"+b.store.Table()+"` WHERE id IN (?, ?) FOR UPDATE NOWAIT", behind, locked)
+		rows, err := tx.Query("SELECT id FROM `"+outbox.TableForTest(b.store)+"` WHERE id IN (?, ?) FOR UPDATE NOWAIT", behind, locked)
 		if err != nil {
 			return false
 		}

@@ -168,9 +168,6 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 	return s, nil
 }
 
-// Table is the outbox table's name.
-func (s *MySQLStore) Table() string { return s.table }
-
 // CreateSchema creates the outbox table and its indexes (schema.sql) if the table is missing.
 // A table that exists is left as it is, but one made before event ids (without the event_id
 // column) is reported, so that a service finds out at startup rather than in its first

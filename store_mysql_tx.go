@@ -61,7 +61,7 @@ func (s *MySQLStore) WrapTx(tx *sql.Tx) *Tx {
 // InsertEvent writes ev as a WAIT event due now, in the transaction, and returns its row id.
 // If the transaction rolls back, so does the event; once it commits, the publisher will send
 // it. The event also gets its [Event.EventID] here, a new UUIDv7, which every send of it
-// carries; [MySQLStore.Get] shows it. If ctx carries an OpenTelemetry span, its W3C trace
+// carries; [Admin.Get] shows it. If ctx carries an OpenTelemetry span, its W3C trace
 // context is stored with the event and sent with it (see [PropertyTraceParent]). An invalid
 // event is refused with an error wrapping [ErrInvalidEvent] and nothing is written.
 func (t *Tx) InsertEvent(ctx context.Context, ev EventInput) (int64, error) {

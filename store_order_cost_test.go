@@ -81,7 +81,7 @@ func TestOrderedClaimNeverReadsHistory(t *testing.T) {
 	measure := func(success int) (cands, claim map[string]int64) {
 		b := orderedSetup(t)
 		fillHistory(t, b, keys, success)
-		db, s := onePool(t, testsvc.OpenDB(t), b.store.Table())
+		db, s := onePool(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
 		ctx := context.Background()
 		cands = handlerDelta(t, db, func() {
 			evs, err := s.OrderedCandidates(ctx, limit, outbox.KeyOrder)
@@ -155,7 +155,7 @@ func TestOrderedClaimMillion(t *testing.T) {
 	b.exec(t, "ANALYZE TABLE {t}")
 	purged()
 	var total int
-	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"`").Scan(&total))
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"`").Scan(&total))
 	t.Logf("table of %d rows built in %s", total, time.Since(start).Round(time.Millisecond))
 	require.Equal(t, 1100000, total)
 
@@ -172,7 +172,7 @@ func TestOrderedClaimMillion(t *testing.T) {
 		b.exec(t, q)
 		purged()
 	}
-	one, s := onePool(t, srv.OpenDB(t), b.store.Table())
+	one, s := onePool(t, srv.OpenDB(t), outbox.TableForTest(b.store))
 	reset := func() {
 		update("UPDATE {t} SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01' WHERE status = 'SENDING'")
 	}

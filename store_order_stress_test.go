@@ -132,7 +132,7 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 	}
 
 	checkTable := func() {
-		rows, err := b.db.QueryContext(ctx, "SELECT biz_no FROM `"+b.store.Table()+
+		rows, err := b.db.QueryContext(ctx, "SELECT biz_no FROM `"+outbox.TableForTest(b.store)+
 			"` WHERE status = 'SENDING' GROUP BY biz_no HAVING COUNT(DISTINCT claim_owner) > 1")
 		if err != nil {
 			return // ctx done
@@ -156,7 +156,7 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 		)
 		for w := range workers {
 			db := testsvc.OpenDB(t)
-			store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: b.store.Table()})
+			store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store)})
 			require.NoError(t, err)
 			owner := fmt.Sprintf("w%d", w)
 			wg.Go(func() {
@@ -185,12 +185,12 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 		for id := range blockedBehind {
 			assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "KeyOrder: behind the dead letter, nothing moves")
 		}
-		blocked, err := b.store.Blocked(ctx, 0)
+		blocked, err := b.admin().Blocked(ctx, 0)
 		require.NoError(t, err)
 		require.Len(t, blocked, 1)
 		assert.Equal(t, dead, blocked[0].ID)
 		assert.Equal(t, int64(len(blockedBehind)), blocked[0].Waiting)
-		require.NoError(t, b.store.Skip(ctx, dead))
+		require.NoError(t, b.admin().Skip(ctx, dead))
 		want += len(blockedBehind)
 		runUntil(func() bool { return sentCount() >= want })
 		require.Empty(t, watch.violations)
@@ -202,7 +202,7 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 		assert.Equal(t, exp, watch.sent[k], "key %s sent in id order, each once", k)
 	}
 	var open int
-	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+b.store.Table()+"` WHERE status IN ('WAIT', 'SENDING')").Scan(&open))
+	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"` WHERE status IN ('WAIT', 'SENDING')").Scan(&open))
 	assert.Zero(t, open)
 }
 

@@ -88,7 +88,7 @@ func byKey(evs []outbox.Event) map[string][]int64 {
 func indexColumns(t testing.TB, b *bundle) map[string]string {
 	t.Helper()
 	rows, err := b.db.Query(`SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ',')
-	FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? GROUP BY INDEX_NAME`, b.store.Table())
+	FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? GROUP BY INDEX_NAME`, outbox.TableForTest(b.store))
 	require.NoError(t, err)
 	defer rows.Close()
 	m := map[string]string{}
@@ -138,7 +138,7 @@ func TestOrderedSchema(t *testing.T) {
 	idx = indexColumns(t, b)
 	assert.Equal(t, "biz_no", idx["idx_biz_no"], "schema.sql keeps idx_biz_no")
 	assert.NotContains(t, idx, "idx_biz_no_status")
-	tbl := "`" + b.store.Table() + "`"
+	tbl := "`" + outbox.TableForTest(b.store) + "`"
 	err := b.store.CheckOrdering(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no index idx_biz_no_status (biz_no, status, id)")
@@ -146,7 +146,7 @@ func TestOrderedSchema(t *testing.T) {
 	assert.NotContains(t, err.Error(), "SKIPPED", "schema.sql has SKIPPED")
 
 	// CreateSchema with KeyOrderIndex on an existing plain table says what it lacks.
-	again, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: b.store.Table(), KeyOrderIndex: true})
+	again, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store), KeyOrderIndex: true})
 	require.NoError(t, err)
 	err = again.CreateSchema(ctx)
 	require.Error(t, err)
@@ -166,7 +166,7 @@ func TestOrderedSchema(t *testing.T) {
 	ok, err := b.store.MarkFail(ctx, id, "o", 1, "boom")
 	require.NoError(t, err)
 	require.True(t, ok)
-	err = b.store.Skip(ctx, id)
+	err = b.admin().Skip(ctx, id)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "MODIFY status ENUM(")
 	assert.Equal(t, outbox.StatusFail, b.get(t, id).Status, "nothing changed")
@@ -182,7 +182,7 @@ func TestOrderedSchema(t *testing.T) {
 	idx = indexColumns(t, b)
 	assert.Equal(t, "biz_no,status,id", idx["idx_biz_no_status"])
 	assert.NotContains(t, idx, "idx_biz_no")
-	require.NoError(t, b.store.Skip(ctx, id))
+	require.NoError(t, b.admin().Skip(ctx, id))
 	assert.Equal(t, outbox.StatusSkipped, b.get(t, id).Status)
 
 	// An index of that name on other columns is named as such.
@@ -307,7 +307,7 @@ func TestOrderedDeadLetter(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, ok)
 
-			blocked, err := b.store.Blocked(ctx, 0)
+			blocked, err := b.admin().Blocked(ctx, 0)
 			require.NoError(t, err)
 			require.Len(t, blocked, 1)
 			assert.Equal(t, ids["K"][0], blocked[0].ID)
@@ -326,13 +326,13 @@ func TestOrderedDeadLetter(t *testing.T) {
 			require.NoError(t, err)
 			assert.False(t, won)
 
-			require.ErrorIs(t, b.store.Skip(ctx, ids["L"][0]), outbox.ErrNotDeadLetter)
-			require.ErrorIs(t, b.store.Skip(ctx, 1<<40), outbox.ErrNotFound)
-			require.ErrorIs(t, b.store.Skip(ctx, 0), outbox.ErrInvalidInput)
-			require.NoError(t, b.store.Skip(ctx, ids["K"][0]))
-			require.ErrorIs(t, b.store.Skip(ctx, ids["K"][0]), outbox.ErrNotDeadLetter, "only once")
+			require.ErrorIs(t, b.admin().Skip(ctx, ids["L"][0]), outbox.ErrNotDeadLetter)
+			require.ErrorIs(t, b.admin().Skip(ctx, 1<<40), outbox.ErrNotFound)
+			require.ErrorIs(t, b.admin().Skip(ctx, 0), outbox.ErrInvalidInput)
+			require.NoError(t, b.admin().Skip(ctx, ids["K"][0]))
+			require.ErrorIs(t, b.admin().Skip(ctx, ids["K"][0]), outbox.ErrNotDeadLetter, "only once")
 			assert.Equal(t, outbox.StatusSkipped, b.get(t, ids["K"][0]).Status)
-			blocked, err = b.store.Blocked(ctx, 0)
+			blocked, err = b.admin().Blocked(ctx, 0)
 			require.NoError(t, err)
 			assert.Empty(t, blocked)
 			res = orderedClaim(t, b.store, "one", o, 100, ids["L"]...)
@@ -352,9 +352,7 @@ func TestOrderedRequeuedDeadLetterFirst(t *testing.T) {
 	ok, err := b.store.MarkFail(ctx, ids[0], "one", 5, "poison")
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = b.store.Requeue(ctx, ids[0])
-	require.NoError(t, err)
-	require.True(t, ok)
+	require.NoError(t, b.admin().Requeue(ctx, ids[0]))
 	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 100)
 	assert.Equal(t, ids[:1], idsOf(res.Events), "the requeued event alone: its followers were due before it")
 	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 100, ids[0])
@@ -369,8 +367,8 @@ func TestSkippedIsHistory(t *testing.T) {
 	b := orderedSetup(t)
 	ids := b.insert(t, 4)
 	b.exec(t, "UPDATE {t} SET status = 'FAIL' WHERE id IN (?, ?, ?)", ids[0], ids[1], ids[2])
-	require.NoError(t, b.store.Skip(ctx, ids[0]))
-	require.NoError(t, b.store.Skip(ctx, ids[1]))
+	require.NoError(t, b.admin().Skip(ctx, ids[0]))
+	require.NoError(t, b.admin().Skip(ctx, ids[1]))
 	b.exec(t, "UPDATE {t} SET status = 'SUCCESS' WHERE id = ?", ids[3])
 	b.exec(t, "UPDATE {t} SET claimed_at = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 2 DAY), update_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 2 DAY) WHERE id IN (?, ?, ?)",
 		ids[0], ids[2], ids[3])
@@ -380,18 +378,19 @@ func TestSkippedIsHistory(t *testing.T) {
 	assert.Equal(t, int64(2), st.Skipped)
 	assert.Equal(t, int64(1), st.Success)
 	assert.Equal(t, int64(1), st.Fail)
-	listed, err := b.store.List(ctx, outbox.Filter{Status: outbox.StatusSkipped})
+	listed, err := b.admin().List(ctx, outbox.Filter{Status: outbox.StatusSkipped})
 	require.NoError(t, err)
 	assert.Len(t, listed, 2)
 
-	n, err := b.store.CountPurgeable(ctx, 24*time.Hour)
+	n, err := b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), n)
+	assert.Equal(t, outbox.StatusSkipped, b.get(t, ids[0]).Status, "a dry run deletes nothing")
 	n, err = b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), n, "the old SUCCESS and the old SKIPPED row")
 	for _, id := range []int64{ids[0], ids[3]} {
-		_, err := b.store.Get(ctx, id)
+		_, err := b.admin().Get(ctx, id)
 		require.ErrorIs(t, err, outbox.ErrNotFound)
 	}
 	assert.Equal(t, outbox.StatusSkipped, b.get(t, ids[1]).Status, "a recent SKIPPED row stays")

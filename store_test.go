@@ -460,30 +460,10 @@ func storeConformance(t *testing.T, h storeHarness) {
 	})
 }
 
-func TestMySQLStoreRequeueDeadLetter(t *testing.T) {
+func TestAdminGetNotFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	ids := b.insert(t, 2)
-	b.exec(t, "UPDATE {t} SET status = 'FAIL', retry_count = 4, next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", ids[0])
-
-	ok, err := b.store.Requeue(ctx, ids[0])
-	require.NoError(t, err)
-	assert.True(t, ok)
-	got := b.get(t, ids[0])
-	assert.Equal(t, outbox.StatusWait, got.Status)
-	assert.Equal(t, 0, got.RetryCount)
-	assert.LessOrEqual(t, b.secondsFromNow(t, ids[0], "next_retry_time"), 0.0, "due now")
-
-	ok, err = b.store.Requeue(ctx, ids[1])
-	require.NoError(t, err)
-	assert.False(t, ok, "only FAIL rows are requeued")
-}
-
-func TestMySQLStoreGetNotFound(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	_, err := b.store.Get(context.Background(), 424242)
+	_, err := b.admin().Get(context.Background(), 424242)
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 }
 
@@ -537,8 +517,8 @@ func TestMySQLStoreEventIDsNeverRepeatAcrossTablesOrRecreation(t *testing.T) {
 	}
 
 	// uk_event_id: a row that repeats an event id, a copy say, is refused.
-	_, err := a.db.Exec("INSERT INTO `"+a.store.Table()+"` (event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time) "+
-		"SELECT event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time FROM `"+a.store.Table()+"` WHERE id = ?", rowIDs[0])
+	_, err := a.db.Exec("INSERT INTO `"+outbox.TableForTest(a.store)+"` (event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time) "+
+		"SELECT event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time FROM `"+outbox.TableForTest(a.store)+"` WHERE id = ?", rowIDs[0])
 	var me *mysql.MySQLError
 	require.ErrorAs(t, err, &me)
 	assert.Equal(t, uint16(1062), me.Number, "duplicate key")
@@ -605,7 +585,7 @@ func TestMySQLStoreCreateSchemaIsIdempotentAndIndexed(t *testing.T) {
 	require.NoError(t, b.store.CreateSchema(context.Background()), "a second CreateSchema is a no-op")
 
 	rows, err := b.db.Query("SELECT index_name, column_name, seq_in_index FROM information_schema.statistics "+
-		"WHERE table_schema = DATABASE() AND table_name = ? ORDER BY index_name, seq_in_index", b.store.Table())
+		"WHERE table_schema = DATABASE() AND table_name = ? ORDER BY index_name, seq_in_index", outbox.TableForTest(b.store))
 	require.NoError(t, err)
 	defer rows.Close()
 	got := map[string][]string{}
@@ -621,23 +601,23 @@ func TestMySQLStoreCreateSchemaIsIdempotentAndIndexed(t *testing.T) {
 	assert.Equal(t, []string{"event_id"}, got["uk_event_id"])
 	var nonUnique int
 	require.NoError(t, b.db.QueryRow("SELECT MIN(non_unique) FROM information_schema.statistics "+
-		"WHERE table_schema = DATABASE() AND table_name = ? AND index_name = 'uk_event_id'", b.store.Table()).Scan(&nonUnique))
+		"WHERE table_schema = DATABASE() AND table_name = ? AND index_name = 'uk_event_id'", outbox.TableForTest(b.store)).Scan(&nonUnique))
 	assert.Zero(t, nonUnique, "uk_event_id is unique")
 	var position int
 	require.NoError(t, b.db.QueryRow("SELECT ordinal_position FROM information_schema.columns "+
-		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'event_id'", b.store.Table()).Scan(&position))
+		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'event_id'", outbox.TableForTest(b.store)).Scan(&position))
 	assert.Equal(t, 2, position, "event_id comes right after id")
 
 	var precision int
 	require.NoError(t, b.db.QueryRow("SELECT datetime_precision FROM information_schema.columns "+
-		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'claimed_at'", b.store.Table()).Scan(&precision))
+		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'claimed_at'", outbox.TableForTest(b.store)).Scan(&precision))
 	assert.Equal(t, 3, precision, "millisecond time columns")
 
 	// The columns a claim writes are fixed-width and never NULL, so a claim rewrites its row
 	// in place (schema.sql says why).
 	columns := map[string]string{}
 	rows, err = b.db.Query("SELECT column_name, column_type, is_nullable, COALESCE(collation_name, '') FROM information_schema.columns "+
-		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN ('status', 'claim_owner', 'claimed_at', 'event_id')", b.store.Table())
+		"WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN ('status', 'claim_owner', 'claimed_at', 'event_id')", outbox.TableForTest(b.store))
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
@@ -708,7 +688,7 @@ func waitingForTurn(t *testing.T, b *bundle) bool {
 	t.Helper()
 	var n int
 	require.NoError(t, b.db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
-		"WHERE INFO LIKE 'SELECT GET_LOCK(%' AND INFO LIKE CONCAT('%', ?, '%')", b.store.Table()).Scan(&n))
+		"WHERE INFO LIKE 'SELECT GET_LOCK(%' AND INFO LIKE CONCAT('%', ?, '%')", outbox.TableForTest(b.store)).Scan(&n))
 	return n > 0
 }
 
@@ -770,7 +750,7 @@ func TestMySQLStoreConcurrentClaimsSkipTheTurn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.insert(t, 3)
-	store, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: b.store.Table(), ConcurrentClaims: true})
+	store, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store), ConcurrentClaims: true})
 	require.NoError(t, err)
 	outbox.SetClaimTurnWaitForTest(store, time.Minute)
 	holdClaimTurn(t, b) // held for the whole test

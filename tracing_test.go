@@ -81,7 +81,7 @@ func TestInsertEventStoresTheTraceContext(t *testing.T) {
 	assert.Empty(t, ev.TraceParent)
 	assert.Empty(t, ev.TraceState)
 	var parent, state string
-	require.NoError(t, b.db.QueryRow("SELECT trace_parent, trace_state FROM `"+b.store.Table()+"` WHERE id = ?", plain).Scan(&parent, &state))
+	require.NoError(t, b.db.QueryRow("SELECT trace_parent, trace_state FROM `"+outbox.TableForTest(b.store)+"` WHERE id = ?", plain).Scan(&parent, &state))
 	assert.Equal(t, "", parent)
 	assert.Equal(t, "", state)
 
