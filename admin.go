@@ -12,19 +12,24 @@ import (
 // or changed.
 var ErrInvalidInput = errors.New("outbox: invalid input")
 
+// ErrNotDeadLetter is wrapped by the error of [Admin.Requeue] and [Admin.Skip] for an event
+// that is not a dead letter (FAIL): only those can be requeued or skipped, and nothing was
+// changed.
+var ErrNotDeadLetter = errors.New("outbox: the event is not a dead letter (FAIL)")
+
 // ErrPurgeBusy is returned by [MySQLStore.Purge] with [PurgeOptions.Exclusive] when another
 // session is purging the same table: this purge did nothing, and the other one does the work.
 var ErrPurgeBusy = errors.New("outbox: another purge of this table is running")
 
-// Limits of the administrative operations.
+// Limits of the administrative operations, as the field docs give them.
 const (
-	// ListLimitDefault is how many rows [MySQLStore.List] returns when Filter.Limit is 0.
-	ListLimitDefault = 100
-	// ListLimitMax is the most rows one List returns: a page for a person or a script,
-	// never the table.
-	ListLimitMax = 10000
-	// RequeueBatchDefault is how many rows one requeue statement changes at most.
-	RequeueBatchDefault = 500
+	// listLimitDefault is how many rows Admin.List and Admin.Blocked return when asked for 0.
+	listLimitDefault = 100
+	// listLimitMax is the most rows one List or Blocked returns: a page for a person or a
+	// script, never the table.
+	listLimitMax = 10000
+	// requeueBatchDefault is how many rows one requeue statement changes at most.
+	requeueBatchDefault = 500
 	// purgeBatchDefault is how many rows one purge DELETE removes at most.
 	purgeBatchDefault = 500
 	// purgePauseDefault is the pause between two purge DELETEs.
@@ -34,8 +39,30 @@ const (
 	maxAdminBatch = 10000
 )
 
-// Filter selects events for [MySQLStore.List], [MySQLStore.CountFailed] and
-// [MySQLStore.RequeueFailed]. Zero fields select everything; set fields are ANDed.
+// Admin is what a person (or a script) runs against a [MySQLStore]'s table: reading
+// events, returning dead letters to WAIT, skipping them, and finding the keys they hold
+// back. Its calls run short autocommit statements on the store's pool; they are safe for
+// concurrent use and beside running publishers, and a call that makes events due wakes the
+// publishers of this process that use the store (see [MySQLStore.Notify]). Purging and the
+// table's statistics are the store's own ([MySQLStore.Purge], [MySQLStore.Stats]): a
+// publisher runs them too.
+//
+// Everywhere here, id is the row's AUTO_INCREMENT id ([Event.ID]) and event_id the UUID
+// consumers see ([Event.EventID]).
+type Admin struct {
+	s *MySQLStore
+}
+
+// NewAdmin returns the operator's calls on store's table. It panics if store is nil.
+func NewAdmin(store *MySQLStore) *Admin {
+	if store == nil {
+		panic("outbox: NewAdmin: nil store")
+	}
+	return &Admin{s: store}
+}
+
+// Filter selects events for [Admin.List] and [Admin.RequeueFailed]. Zero fields select
+// everything; set fields are ANDed.
 type Filter struct {
 	// Status keeps events in this status only; "" keeps all.
 	Status Status
@@ -49,9 +76,9 @@ type Filter struct {
 	// CreatedSince and CreatedUntil bound create_time (UTC, by the database clock):
 	// CreatedSince inclusive, CreatedUntil exclusive. The zero time means no bound.
 	CreatedSince, CreatedUntil time.Time
-	// Limit is how many rows List returns at most, newest id first: 0 takes
-	// [ListLimitDefault], at most [ListLimitMax]. It also bounds how many rows a requeue
-	// changes in all when set; 0 there means every matching row.
+	// Limit is how many rows List returns at most, newest id first: 0 means 100, and it is
+	// at most 10000. It also bounds how many rows a requeue changes in all when set; 0 there
+	// means every matching row.
 	Limit int
 }
 
@@ -80,8 +107,8 @@ func (f Filter) validate() error {
 		return fmt.Errorf("%w: created-since %s is not before created-until %s", ErrInvalidInput,
 			f.CreatedSince.UTC().Format(time.RFC3339), f.CreatedUntil.UTC().Format(time.RFC3339))
 	}
-	if f.Limit < 0 || f.Limit > ListLimitMax {
-		return fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidInput, ListLimitMax, f.Limit)
+	if f.Limit < 0 || f.Limit > listLimitMax {
+		return fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidInput, listLimitMax, f.Limit)
 	}
 	if len(f.EventType) > 4*maxKeyLen || len(f.BizNo) > 4*maxKeyLen {
 		return fmt.Errorf("%w: event type and biz no are at most %d characters", ErrInvalidInput, maxKeyLen)
@@ -89,38 +116,36 @@ func (f Filter) validate() error {
 	return nil
 }
 
-// ListedEvent is an event as [MySQLStore.List] returns it: every column but the payload,
-// whose length PayloadSize gives.
+// ListedEvent is an event as [Admin.List] returns it: every column but the payload, whose
+// length PayloadSize gives.
 type ListedEvent struct {
 	Event
 	PayloadSize int
 }
 
-// RequeueBatch describes one statement of [MySQLStore.RequeueFailed]: the ids it was given
-// and how many of them it returned to WAIT (fewer when a row stopped being FAIL meanwhile).
-type RequeueBatch struct {
-	IDs      []int64
-	Requeued int64
-}
-
-// RequeueOptions tunes [MySQLStore.RequeueFailed].
+// RequeueOptions tunes [Admin.RequeueFailed].
 type RequeueOptions struct {
-	// BatchRows is how many rows one statement changes at most. Defaults to
-	// [RequeueBatchDefault], at most 10000.
+	// BatchRows is how many rows one statement changes at most: 0 means 500, and it is at
+	// most 10000.
 	BatchRows int
-	// OnBatch, if set, is called after each statement, e.g. to log it.
-	OnBatch func(RequeueBatch)
+	// DryRun only counts the FAIL events the filter selects (at most Filter.Limit, when
+	// set) and changes nothing: what the same call without DryRun would requeue now, for a
+	// person to confirm first. OnBatch is not called.
+	DryRun bool
+	// OnBatch, if set, is called after each statement with the ids it was given and how
+	// many of them it returned to WAIT (fewer when a row stopped being FAIL meanwhile),
+	// e.g. to log it.
+	OnBatch func(ids []int64, requeued int64)
 }
 
 // PurgeOptions tunes [MySQLStore.Purge]. A purge deletes in small batches with a pause
 // between them so that it never holds many row locks, never fills the redo log in one
 // statement, and leaves replicas and the publishers' claims room between its statements.
 type PurgeOptions struct {
-	// BatchRows is how many rows one DELETE removes at most. Defaults to
-	// [purgeBatchDefault], at most 10000.
+	// BatchRows is how many rows one DELETE removes at most: 0 means 500, and it is at most
+	// 10000.
 	BatchRows int
-	// Pause is the wait between two DELETEs. Defaults to [purgePauseDefault]; a negative
-	// Pause means none.
+	// Pause is the wait between two DELETEs: 0 means 100 ms; a negative Pause means none.
 	Pause time.Duration
 	// Limit stops the purge once it has deleted this many rows; 0 means no limit.
 	Limit int64
@@ -128,6 +153,10 @@ type PurgeOptions struct {
 	// while it runs, and return [ErrPurgeBusy] at once if another session holds it, so that
 	// several instances purging on a timer never purge side by side.
 	Exclusive bool
+	// DryRun only counts the rows the purge would delete now (at most Limit, when set),
+	// through the same index, and deletes nothing: for a person to confirm first. It takes
+	// no lock (Exclusive does not apply) and calls no OnBatch.
+	DryRun bool
 	// OnBatch, if set, is called after each DELETE with the rows it removed.
 	OnBatch func(deleted int64)
 }
@@ -145,7 +174,3 @@ func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
 	}
 	return o, nil
 }
-
-// ValidateFilter reports what makes f unusable, as [MySQLStore.List] would, wrapping
-// [ErrInvalidInput], without asking the database: for a tool that checks its input first.
-func ValidateFilter(f Filter) error { return f.validate() }

@@ -42,6 +42,25 @@ func (b *bundle) setState(t testing.TB, id int64, status outbox.Status, age time
 		string(status), owner, age.Microseconds(), age.Microseconds(), id)
 }
 
+// snapshot is every column of every row but the payload, to check that a call changed
+// nothing.
+func (b *bundle) snapshot(t testing.TB) string {
+	t.Helper()
+	rows, err := b.db.Query("SELECT CONCAT_WS('|', id, event_id, biz_no, event_type, OCTET_LENGTH(payload), status, retry_count," +
+		" reclaim_count, next_retry_time, claim_owner, claimed_at, last_error, create_time, update_time) FROM `" +
+		outbox.TableForTest(b.store) + "` ORDER BY id")
+	require.NoError(t, err)
+	defer rows.Close()
+	var out strings.Builder
+	for rows.Next() {
+		var row string
+		require.NoError(t, rows.Scan(&row))
+		out.WriteString(row + "\n")
+	}
+	require.NoError(t, rows.Err())
+	return out.String()
+}
+
 func ids(evs []outbox.ListedEvent) []int64 {
 	out := make([]int64, len(evs))
 	for i, ev := range evs {
@@ -50,7 +69,7 @@ func ids(evs []outbox.ListedEvent) []int64 {
 	return out
 }
 
-func TestMySQLStoreListFilters(t *testing.T) {
+func TestAdminListFilters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -64,7 +83,7 @@ func TestMySQLStoreListFilters(t *testing.T) {
 
 	list := func(f outbox.Filter) []int64 {
 		t.Helper()
-		evs, err := b.store.List(ctx, f)
+		evs, err := b.admin().List(ctx, f)
 		require.NoError(t, err)
 		return ids(evs)
 	}
@@ -81,7 +100,7 @@ func TestMySQLStoreListFilters(t *testing.T) {
 	assert.Equal(t, []int64{b2, b1}, list(outbox.Filter{Limit: 2}))
 	assert.Empty(t, list(outbox.Filter{EventType: "C"}))
 
-	evs, err := b.store.List(ctx, outbox.Filter{IDs: []int64{a2}})
+	evs, err := b.admin().List(ctx, outbox.Filter{IDs: []int64{a2}})
 	require.NoError(t, err)
 	require.Len(t, evs, 1)
 	ev := evs[0]
@@ -99,16 +118,16 @@ func TestMySQLStoreListFilters(t *testing.T) {
 		"empty range":    {MinID: 5, MaxID: 4},
 		"negative id":    {MinID: -1},
 		"negative limit": {Limit: -1},
-		"huge limit":     {Limit: outbox.ListLimitMax + 1},
+		"huge limit":     {Limit: 10001},
 		"empty period":   {CreatedSince: time.Now(), CreatedUntil: time.Now().Add(-time.Hour)},
 		"zero id":        {IDs: []int64{0}},
 	} {
-		_, err := b.store.List(ctx, f)
+		_, err := b.admin().List(ctx, f)
 		assert.ErrorIs(t, err, outbox.ErrInvalidInput, name)
 	}
 }
 
-func TestMySQLStoreRequeueFailedInBatches(t *testing.T) {
+func TestAdminRequeueFailedInBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -130,29 +149,52 @@ func TestMySQLStoreRequeueFailedInBatches(t *testing.T) {
 		before[id] = b.get(t, id)
 	}
 
-	n, err := b.store.CountFailed(ctx, outbox.Filter{EventType: "A"})
-	require.NoError(t, err)
-	assert.EqualValues(t, 7, n)
+	admin := b.admin()
+	// A dry run counts what the requeue would change, and changes nothing.
+	snapshot := b.snapshot(t)
+	dry := func(f outbox.Filter) int64 {
+		t.Helper()
+		n, err := admin.RequeueFailed(ctx, f, outbox.RequeueOptions{DryRun: true, BatchRows: 2,
+			OnBatch: func([]int64, int64) { t.Error("a dry run has no batches") }})
+		require.NoError(t, err)
+		return n
+	}
+	assert.EqualValues(t, 7, dry(outbox.Filter{EventType: "A"}))
+	assert.EqualValues(t, 8, dry(outbox.Filter{}))
+	assert.EqualValues(t, 5, dry(outbox.Filter{EventType: "A", Limit: 5}), "at most Limit")
+	assert.EqualValues(t, 1, dry(outbox.Filter{Status: outbox.StatusFail, EventType: "B"}))
+	assert.Zero(t, dry(outbox.Filter{IDs: others}), "rows that are not FAIL are not counted")
+	assert.Equal(t, snapshot, b.snapshot(t), "a dry run changes nothing")
 
-	_, err = b.store.RequeueFailed(ctx, outbox.Filter{Status: outbox.StatusWait}, outbox.RequeueOptions{})
-	require.ErrorIs(t, err, outbox.ErrInvalidInput, "only FAIL rows are requeued")
-	_, err = b.store.CountFailed(ctx, outbox.Filter{Status: "BOGUS"})
-	require.ErrorIs(t, err, outbox.ErrInvalidInput)
-	assert.Equal(t, 8, b.countStatus(t, outbox.StatusFail), "nothing changed")
+	for _, dryRun := range []bool{true, false} {
+		_, err := admin.RequeueFailed(ctx, outbox.Filter{Status: outbox.StatusWait}, outbox.RequeueOptions{DryRun: dryRun})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput, "only FAIL rows are requeued")
+		_, err = admin.RequeueFailed(ctx, outbox.Filter{Status: "BOGUS"}, outbox.RequeueOptions{DryRun: dryRun})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput)
+		_, err = admin.RequeueFailed(ctx, outbox.Filter{MinID: 5, MaxID: 4}, outbox.RequeueOptions{DryRun: dryRun})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput)
+		_, err = admin.RequeueFailed(ctx, outbox.Filter{}, outbox.RequeueOptions{DryRun: dryRun, BatchRows: 10001})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	}
+	assert.Equal(t, snapshot, b.snapshot(t), "nothing changed")
 
-	var batches []outbox.RequeueBatch
-	n, err = b.store.RequeueFailed(ctx, outbox.Filter{EventType: "A"}, outbox.RequeueOptions{
+	type batch struct {
+		ids      []int64
+		requeued int64
+	}
+	var batches []batch
+	n, err := admin.RequeueFailed(ctx, outbox.Filter{EventType: "A"}, outbox.RequeueOptions{
 		BatchRows: 3,
-		OnBatch:   func(rb outbox.RequeueBatch) { batches = append(batches, rb) },
+		OnBatch:   func(ids []int64, requeued int64) { batches = append(batches, batch{ids, requeued}) },
 	})
 	require.NoError(t, err)
 	assert.EqualValues(t, 7, n)
 	require.Len(t, batches, 3)
-	assert.Equal(t, failedA[:3], batches[0].IDs)
-	assert.Equal(t, failedA[3:6], batches[1].IDs)
-	assert.Equal(t, failedA[6:], batches[2].IDs)
-	assert.EqualValues(t, 3, batches[0].Requeued)
-	assert.EqualValues(t, 1, batches[2].Requeued)
+	assert.Equal(t, failedA[:3], batches[0].ids)
+	assert.Equal(t, failedA[3:6], batches[1].ids)
+	assert.Equal(t, failedA[6:], batches[2].ids)
+	assert.EqualValues(t, 3, batches[0].requeued)
+	assert.EqualValues(t, 1, batches[2].requeued)
 
 	for _, id := range failedA {
 		ev := b.get(t, id)
@@ -170,18 +212,88 @@ func TestMySQLStoreRequeueFailedInBatches(t *testing.T) {
 	}
 
 	// Nothing matches any more: a no-op, not an error, for the library (the CLI says so).
-	n, err = b.store.RequeueFailed(ctx, outbox.Filter{EventType: "A"}, outbox.RequeueOptions{})
+	n, err = admin.RequeueFailed(ctx, outbox.Filter{EventType: "A"}, outbox.RequeueOptions{})
 	require.NoError(t, err)
 	assert.Zero(t, n)
 
 	// Requeue by hand clears the claim too.
-	ok, err := b.store.Requeue(ctx, failedB)
-	require.NoError(t, err)
-	require.True(t, ok)
+	require.NoError(t, admin.Requeue(ctx, failedB))
 	ev := b.get(t, failedB)
 	assert.Empty(t, ev.ClaimOwner)
 	assert.True(t, ev.ClaimedAt.IsZero())
 	assert.Zero(t, ev.ReclaimCount)
+}
+
+// Requeue returns a dead letter to WAIT, due now, and refuses every other id, changing
+// nothing: a missing one with ErrNotFound, a row in any other status with ErrNotDeadLetter.
+func TestAdminRequeue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	admin := b.admin()
+	failed := b.insertTyped(t, "A", "ORD-F")
+	b.setState(t, failed, outbox.StatusFail, time.Hour)
+	b.exec(t, "UPDATE {t} SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", failed)
+	other := map[outbox.Status]int64{}
+	for _, st := range []outbox.Status{outbox.StatusWait, outbox.StatusSending, outbox.StatusSuccess, outbox.StatusSkipped} {
+		other[st] = b.insertTyped(t, "A", "ORD-"+string(st))
+		b.setState(t, other[st], st, time.Hour)
+	}
+	missing := failed + 1000
+	snapshot := b.snapshot(t)
+
+	err := admin.Requeue(ctx, missing)
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+	assert.NotErrorIs(t, err, outbox.ErrNotDeadLetter)
+	assert.Contains(t, err.Error(), fmt.Sprintf("id %d", missing))
+	for st, id := range other {
+		err := admin.Requeue(ctx, id)
+		require.ErrorIs(t, err, outbox.ErrNotDeadLetter, "%s", st)
+		assert.NotErrorIs(t, err, outbox.ErrNotFound)
+		assert.Contains(t, err.Error(), fmt.Sprintf("id %d is %s", id, st))
+	}
+	require.ErrorIs(t, admin.Requeue(ctx, 0), outbox.ErrInvalidInput)
+	require.ErrorIs(t, admin.Requeue(ctx, -1), outbox.ErrInvalidInput)
+	assert.Equal(t, snapshot, b.snapshot(t), "a refused requeue changes nothing")
+
+	// Requeue wakes this process's publishers, as a commit does.
+	wake, unsubscribe := b.store.Subscribe()
+	defer unsubscribe()
+	require.NoError(t, admin.Requeue(ctx, failed))
+	select {
+	case <-wake:
+	default:
+		t.Error("the requeue woke no subscriber")
+	}
+	got := b.get(t, failed)
+	assert.Equal(t, outbox.StatusWait, got.Status)
+	assert.Zero(t, got.RetryCount)
+	assert.Zero(t, got.ReclaimCount)
+	assert.Empty(t, got.ClaimOwner)
+	assert.True(t, got.ClaimedAt.IsZero())
+	assert.LessOrEqual(t, b.secondsFromNow(t, failed, "next_retry_time"), 0.0, "due now")
+	for st, id := range other {
+		assert.Equal(t, st, b.get(t, id).Status, "untouched")
+	}
+
+	// Once WAIT, it is no dead letter any more.
+	require.ErrorIs(t, admin.Requeue(ctx, failed), outbox.ErrNotDeadLetter)
+	select {
+	case <-wake:
+		t.Error("a refused requeue woke a subscriber")
+	default:
+	}
+
+	// RequeueFailed wakes them too, when it changes rows.
+	b.setState(t, failed, outbox.StatusFail, time.Hour)
+	n, err := admin.RequeueFailed(ctx, outbox.Filter{}, outbox.RequeueOptions{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+	select {
+	case <-wake:
+	default:
+		t.Error("RequeueFailed woke no subscriber")
+	}
 }
 
 func TestMySQLStorePurgeOnlyOldSuccess(t *testing.T) {
@@ -208,10 +320,35 @@ func TestMySQLStorePurgeOnlyOldSuccess(t *testing.T) {
 		keep = append(keep, id)
 	}
 
-	_, err := b.store.Purge(ctx, 0, outbox.PurgeOptions{})
-	require.ErrorIs(t, err, outbox.ErrInvalidInput)
-	_, err = b.store.Purge(ctx, time.Hour, outbox.PurgeOptions{BatchRows: -1})
-	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	for _, dryRun := range []bool{true, false} {
+		_, err := b.store.Purge(ctx, 0, outbox.PurgeOptions{DryRun: dryRun})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput)
+		_, err = b.store.Purge(ctx, time.Hour, outbox.PurgeOptions{BatchRows: -1, DryRun: dryRun})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput)
+		_, err = b.store.Purge(ctx, time.Hour, outbox.PurgeOptions{Limit: -1, DryRun: dryRun})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	}
+
+	// A dry run counts what the purge would delete, and deletes nothing.
+	snapshot := b.snapshot(t)
+	for _, c := range []struct {
+		olderThan time.Duration
+		opts      outbox.PurgeOptions
+		want      int64
+	}{
+		{24 * time.Hour, outbox.PurgeOptions{DryRun: true}, 11},
+		{24 * time.Hour, outbox.PurgeOptions{DryRun: true, Limit: 4}, 4},
+		{24 * time.Hour, outbox.PurgeOptions{DryRun: true, Exclusive: true, BatchRows: 2}, 11},
+		{30 * time.Minute, outbox.PurgeOptions{DryRun: true}, 12},
+		{72 * time.Hour, outbox.PurgeOptions{DryRun: true}, 0},
+	} {
+		opts := c.opts
+		opts.OnBatch = func(int64) { t.Error("a dry run has no batches") }
+		n, err := b.store.Purge(ctx, c.olderThan, opts)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, n, "older than %s, %+v", c.olderThan, c.opts)
+	}
+	assert.Equal(t, snapshot, b.snapshot(t), "a dry run deletes nothing")
 
 	var batches []int64
 	n, err := b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{BatchRows: 4, Pause: time.Millisecond,
@@ -220,11 +357,11 @@ func TestMySQLStorePurgeOnlyOldSuccess(t *testing.T) {
 	assert.EqualValues(t, 11, n)
 	assert.Equal(t, []int64{4, 4, 3}, batches, "at most BatchRows per DELETE")
 	for _, id := range old {
-		_, err := b.store.Get(ctx, id)
+		_, err := b.admin().Get(ctx, id)
 		assert.ErrorIs(t, err, outbox.ErrNotFound)
 	}
 	for _, id := range keep {
-		_, err := b.store.Get(ctx, id)
+		_, err := b.admin().Get(ctx, id)
 		assert.NoError(t, err, "row %d kept", id)
 	}
 
@@ -261,7 +398,7 @@ func TestMySQLStorePurgeExclusive(t *testing.T) {
 	require.Equal(t, 1, got)
 	_, err = b.store.Purge(ctx, time.Hour, outbox.PurgeOptions{Exclusive: true})
 	require.ErrorIs(t, err, outbox.ErrPurgeBusy)
-	_, err = b.store.Get(ctx, id)
+	_, err = b.admin().Get(ctx, id)
 	require.NoError(t, err, "nothing purged while another holds the lock")
 
 	// A plain purge ignores the lock; once it is free, an exclusive one runs and lets it go.

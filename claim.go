@@ -342,7 +342,7 @@ func (p *Publisher) outcomeSafe(ctx context.Context, stats *RoundStats, ev Event
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.ErrorContext(ctx, "outbox: panic while publishing event",
-				slog.Int64("event_id", ev.ID), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+				slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID), slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
 			stats.add(outcomeError)
 			o = outcomeError
 		}
@@ -370,14 +370,15 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 		p.health.storeReached(err, ctx.Err() != nil)
 		if ctx.Err() == nil {
 			p.log.ErrorContext(ctx, "outbox: could not claim an event; trying again next round",
-				slog.Int64("event_id", ev.ID), slog.Any("error", err))
+				slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID), slog.Any("error", err))
 		}
 		stats.add(outcomeClaimFailed)
 		return outcomeClaimFailed
 	}
 	if !won {
 		// Normal with several instances: the SELECT only found a candidate.
-		p.log.DebugContext(ctx, "outbox: event taken by another instance, skip", slog.Int64("event_id", ev.ID))
+		p.log.DebugContext(ctx, "outbox: event taken by another instance, skip", slog.Int64("id", ev.ID),
+			slog.String("event_id", ev.EventID))
 		stats.add(outcomeLost)
 		p.m.claimLost(ctx)
 		return outcomeLost

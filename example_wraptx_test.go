@@ -57,6 +57,7 @@ func ExampleMySQLStore_WrapTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// ... the business statements, through sqlTx ...
 	tx := store.WrapTx(sqlTx)
 	if _, err := tx.InsertEvent(ctx, outbox.EventInput{
 		BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"orderNo":"ORD-1"}`),
@@ -74,6 +75,7 @@ func ExampleMySQLStore_WrapTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// ... the ORM's statements ...
 	if _, err := store.WrapTx(sqlTx).InsertEvent(ctx, outbox.EventInput{
 		BizNo: "ORD-1", EventType: "ORDER_PAID", Payload: []byte(`{"orderNo":"ORD-1"}`),
 	}); err != nil {

@@ -110,7 +110,7 @@ func FuzzInsertEvent(f *testing.F) {
 			return
 		}
 		require.NoError(t, insertErr, "a documented-valid event is accepted")
-		got, err := store.Get(ctx, id)
+		got, err := outbox.NewAdmin(store).Get(ctx, id)
 		require.NoError(t, err)
 		_, err = db.Exec("DELETE FROM "+table+" WHERE id = ?", id)
 		require.NoError(t, err)
@@ -513,7 +513,7 @@ func FuzzMySQLConfig(f *testing.F) {
 		n, err := store.MarkSuccessBatch(ctx, []int64{id}, "fuzz")
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
-		got, err := store.Get(ctx, id)
+		got, err := outbox.NewAdmin(store).Get(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, outbox.StatusSuccess, got.Status)
 		assert.Equal(t, payload, got.Payload)

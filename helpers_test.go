@@ -130,9 +130,12 @@ func (b *bundle) eventIDs(t testing.TB) map[int64]string {
 	return testsvc.EventIDs(t, b.db, outbox.TableForTest(b.store))
 }
 
+// admin returns the operator's calls on the bundle's table.
+func (b *bundle) admin() *outbox.Admin { return outbox.NewAdmin(b.store) }
+
 func (b *bundle) get(t testing.TB, id int64) outbox.Event {
 	t.Helper()
-	ev, err := b.store.Get(context.Background(), id)
+	ev, err := b.admin().Get(context.Background(), id)
 	require.NoError(t, err)
 	return ev
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -139,7 +141,7 @@ func TestNilLoggerLogsDeadLettersToSlogDefault(t *testing.T) {
 		}
 		return nil
 	})
-	p, err := outbox.NewPublisher(b.store, sender, outbox.Config{ClaimMode: testClaimMode, InstanceID: "nil-logger"})
+	p, err := outbox.NewPublisher(b.store, sender, outbox.Config{InstanceID: "nil-logger", Tuning: outbox.Tuning{ClaimPerRow: testPerRow}})
 	require.NoError(t, err)
 
 	sink := captureDefault(t) // after NewPublisher: the default is read when a line is logged
@@ -153,11 +155,12 @@ func TestNilLoggerLogsDeadLettersToSlogDefault(t *testing.T) {
 	assert.Equal(t, slog.LevelError, lines[0].level)
 	assert.Contains(t, lines[0].msg, "dead-lettered")
 	assert.Equal(t, "nil-logger", lines[0].attrs["instance"], "with the publisher's attributes")
-	assert.Equal(t, fmt.Sprint(deadID), lines[0].attrs["event_id"])
+	assert.Equal(t, fmt.Sprint(deadID), lines[0].attrs["id"], "id is the row id")
+	assert.Equal(t, b.get(t, deadID).EventID, lines[0].attrs["event_id"], "event_id is the UUID consumers see")
 	assert.Contains(t, lines[0].attrs["error"], "refused for good")
 
 	// A discard logger silences it.
-	quiet, err := outbox.NewPublisher(b.store, sender, outbox.Config{ClaimMode: testClaimMode, Logger: slog.New(slog.DiscardHandler)})
+	quiet, err := outbox.NewPublisher(b.store, sender, outbox.Config{Logger: slog.New(slog.DiscardHandler), Tuning: outbox.Tuning{ClaimPerRow: testPerRow}})
 	require.NoError(t, err)
 	dead.Store(b.insertPayload(t, "ORD-DEAD2", []byte(`{}`)))
 	_, err = quiet.PublishPending(ctx)
@@ -166,37 +169,93 @@ func TestNilLoggerLogsDeadLettersToSlogDefault(t *testing.T) {
 	assert.Len(t, sink.all(), 1, "a discard logger keeps the dead letter out of slog.Default()")
 }
 
-// The publisher takes its SendTimeout from a sender that has one, so it is typed once; a
-// different value set on both is refused.
+// Log lines name the row id "id" and the UUID consumers see "event_id", never the other way
+// round: a retry, a send and a dead letter each carry both.
+func TestLogLinesNameIDAndEventID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	retried := b.insertPayload(t, "ORD-RETRY", []byte(`{}`))
+	dead := b.insertPayload(t, "ORD-DEAD", []byte(`{}`))
+	var failedOnce atomic.Bool
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		switch {
+		case ev.ID == dead:
+			return outbox.Permanent(errors.New("refused for good"))
+		case ev.ID == retried && failedOnce.CompareAndSwap(false, true):
+			return errors.New("broker busy")
+		}
+		return nil
+	})
+	sink := newLineSink()
+	p, err := outbox.NewPublisher(b.store, sender, outbox.Config{ClaimMode: outbox.ClaimPerRow, InstanceID: "ids",
+		Logger: slog.New(sink), Backoff: func(int) time.Duration { return time.Millisecond }})
+	require.NoError(t, err)
+	_, err = p.PublishPending(ctx)
+	require.NoError(t, err)
+	b.makeDue(t, retried)
+	_, err = p.PublishPending(ctx)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusSuccess, b.get(t, retried).Status)
+
+	eventIDs := b.eventIDs(t)
+	seen := map[string]bool{}
+	for _, l := range sink.all() {
+		for key, v := range l.attrs {
+			switch key {
+			case "event_id":
+				assert.Len(t, v, 36, "%q: event_id %q is a UUID", l.msg, v)
+			case "id", "first_id", "last_id":
+				_, err := strconv.ParseInt(v, 10, 64)
+				assert.NoError(t, err, "%q: %s %q is a row id", l.msg, key, v)
+			}
+		}
+		id, err := strconv.ParseInt(l.attrs["id"], 10, 64)
+		if err != nil {
+			continue
+		}
+		assert.Equal(t, eventIDs[id], l.attrs["event_id"], "%q: the event_id of row %d", l.msg, id)
+		switch {
+		case strings.Contains(l.msg, "will retry") && id == retried,
+			strings.Contains(l.msg, "event sent") && id == retried,
+			strings.Contains(l.msg, "dead-lettered") && id == dead:
+			seen[l.msg] = true
+		}
+	}
+	assert.Len(t, seen, 3, "the retry, the send and the dead letter each logged with both ids: %v", seen)
+}
+
+// The publisher takes its send timeout from a sender that has one (SenderInfo.SendTimeout),
+// so it is typed once; a different value set on both is refused.
 func TestSendTimeoutComesFromTheSender(t *testing.T) {
 	t.Parallel()
 	store := testsvc.NewStore(t, testsvc.NewDatabase(t), outbox.MySQLConfig{})
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: &fakeProducer{}, SendTimeout: 7 * time.Second})
+	sender, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{SendTimeout: 7 * time.Second}, &fakeProducer{})
 	require.NoError(t, err)
-	require.Equal(t, 7*time.Second, sender.SendTimeout())
+	require.Equal(t, 7*time.Second, sender.Info().SendTimeout)
 
 	p, err := outbox.NewPublisher(store, sender, outbox.Config{})
 	require.NoError(t, err)
-	assert.Equal(t, 7*time.Second, outbox.ConfigForTest(p).SendTimeout, "a zero SendTimeout is the sender's")
+	assert.Equal(t, 7*time.Second, outbox.ConfigForTest(p).Tuning.SendTimeout, "a zero SendTimeout is the sender's")
 
-	p, err = outbox.NewPublisher(store, sender, outbox.Config{SendTimeout: 7 * time.Second})
+	p, err = outbox.NewPublisher(store, sender, outbox.Config{Tuning: outbox.Tuning{SendTimeout: 7 * time.Second}})
 	require.NoError(t, err, "the same value on both is accepted")
-	assert.Equal(t, 7*time.Second, outbox.ConfigForTest(p).SendTimeout)
+	assert.Equal(t, 7*time.Second, outbox.ConfigForTest(p).Tuning.SendTimeout)
 
 	for _, d := range []time.Duration{time.Second, 20 * time.Second} {
-		_, err = outbox.NewPublisher(store, sender, outbox.Config{SendTimeout: d})
+		_, err = outbox.NewPublisher(store, sender, outbox.Config{Tuning: outbox.Tuning{SendTimeout: d}})
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig, "SendTimeout %s against the sender's 7s", d)
-		assert.Contains(t, err.Error(), fmt.Sprintf("SendTimeout (%s) differs from the sender's own (7s)", d))
-		assert.Contains(t, err.Error(), "leave Config.SendTimeout zero")
+		assert.Contains(t, err.Error(), fmt.Sprintf("Tuning.SendTimeout (%s) differs from the sender's own (7s)", d))
+		assert.Contains(t, err.Error(), "leave it zero")
 	}
 
 	// The sender's own bound is checked against the lease like any other.
-	_, err = outbox.NewPublisher(store, sender, outbox.Config{Lease: time.Minute})
+	_, err = outbox.NewPublisher(store, sender, outbox.Config{Tuning: outbox.Tuning{Lease: time.Minute}})
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "SendTimeout (7s) must be at most a tenth of Lease (1m0s)")
+	assert.Contains(t, err.Error(), "send timeout (7s) must be at most a tenth of Tuning.Lease (1m0s)")
 
-	// A sender without a SendTimeout method leaves the default.
+	// A sender whose Info gives no send timeout leaves the default, 3 s.
 	p, err = outbox.NewPublisher(store, outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), outbox.Config{})
 	require.NoError(t, err)
-	assert.Equal(t, outbox.SendTimeoutDefault, outbox.ConfigForTest(p).SendTimeout)
+	assert.Equal(t, 3*time.Second, outbox.ConfigForTest(p).Tuning.SendTimeout)
 }

@@ -174,7 +174,7 @@ func TestKeyOrderDeadLetter(t *testing.T) {
 			for _, id := range behind {
 				assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "blocked behind the dead letter")
 			}
-			require.NoError(t, b.store.Skip(ctx, poison))
+			require.NoError(t, b.admin().Skip(ctx, poison))
 			require.Eventually(t, func() bool {
 				return b.get(t, behind[0]).Status == outbox.StatusSuccess && b.get(t, behind[1]).Status == outbox.StatusSuccess
 			}, 20*time.Second, 10*time.Millisecond)

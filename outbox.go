@@ -23,7 +23,7 @@ const (
 	// StatusSuccess: sent; final.
 	StatusSuccess Status = "SUCCESS"
 	// StatusFail: dead letter after the last retry, or an error no retry can fix. Automatic
-	// sending has stopped; a person decides (see [Admin.Requeue]).
+	// sending has stopped; a person decides (see [Admin.Requeue] and [Admin.Skip]).
 	StatusFail Status = "FAIL"
 )
 

@@ -31,7 +31,7 @@ func TestInsertEventRollbackLeavesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback())
 
-	_, err = b.store.Get(ctx, id)
+	_, err = b.admin().Get(ctx, id)
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 	evs, err := b.store.Candidates(ctx, 10)
 	require.NoError(t, err)
@@ -84,7 +84,7 @@ func TestWrapTxUsesCallersTransaction(t *testing.T) {
 	id, err := outbox.InsertForTest(ctx, b.store.WrapTx(sqlTx), outbox.EventInput{BizNo: "ORD-2", EventType: "ORDER_PAID", Payload: []byte("{}")})
 	require.NoError(t, err)
 	require.NoError(t, sqlTx.Rollback())
-	_, err = b.store.Get(ctx, id)
+	_, err = b.admin().Get(ctx, id)
 	require.ErrorIs(t, err, outbox.ErrNotFound, "rolled back with the caller's transaction")
 
 	sqlTx, err = b.db.BeginTx(ctx, nil)
@@ -359,9 +359,7 @@ func TestFailedSendBacksOffThenDeadLetters(t *testing.T) {
 	stats, err = p.PublishPending(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, stats.Candidates)
-	ok, err := b.store.Requeue(ctx, id)
-	require.NoError(t, err)
-	require.True(t, ok)
+	require.NoError(t, b.admin().Requeue(ctx, id))
 	p2 := newPublisher(t, b.store, newRecorder(), fastConfig("p2", logs))
 	stats, err = p2.PublishPending(ctx)
 	require.NoError(t, err)

@@ -68,7 +68,7 @@ func (p *Publisher) recorded(ctx context.Context, stats *RoundStats, w write, ch
 		stats.LeaseLost += int(lost)
 		p.m.leaseLost(ctx, lost)
 		p.log.WarnContext(ctx, "outbox: lease lost before recording "+w.what+"; the rows keep their new owner's state",
-			slog.Int64("count", lost), slog.Int64("first_event_id", w.ids[0]))
+			slog.Int64("count", lost), slog.Int64("first_id", w.ids[0]))
 	}
 	w.done(ctx, changed, stats)
 	if changed == 0 {
@@ -81,7 +81,7 @@ func (p *Publisher) recorded(ctx context.Context, stats *RoundStats, w write, ch
 func (p *Publisher) keep(ctx context.Context, w write, err error) {
 	p.health.storeReached(err, false)
 	p.log.ErrorContext(ctx, "outbox: could not record "+w.what+"; will try again before the next claim",
-		slog.Int("count", len(w.ids)), slog.Int64("first_event_id", w.ids[0]), slog.Any("error", err))
+		slog.Int("count", len(w.ids)), slog.Int64("first_id", w.ids[0]), slog.Any("error", err))
 	if len(p.pending) >= maxPending {
 		old := p.pending[0]
 		p.pending = p.pending[1:]
@@ -177,11 +177,12 @@ func (p *Publisher) successWrite(evs []Event) write {
 			switch {
 			case n == 0:
 			case p.cfg.Tuning.ClaimPerRow:
-				p.log.InfoContext(ctx, "outbox: event sent", slog.Int64("event_id", evs[0].ID),
-					slog.String("biz_no", evs[0].BizNo), slog.String("event_type", evs[0].EventType))
+				p.log.InfoContext(ctx, "outbox: event sent", slog.Int64("id", evs[0].ID),
+					slog.String("event_id", evs[0].EventID), slog.String("biz_no", evs[0].BizNo),
+					slog.String("event_type", evs[0].EventType))
 			default:
 				p.log.InfoContext(ctx, "outbox: events sent", slog.Int64("count", n),
-					slog.Int64("first_event_id", ids[0]), slog.Int64("last_event_id", ids[len(ids)-1]))
+					slog.Int64("first_id", ids[0]), slog.Int64("last_id", ids[len(ids)-1]))
 			}
 		},
 	}
@@ -225,7 +226,7 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 			stats.Retried++
 			p.m.retry(ctx, ev)
 			p.log.WarnContext(ctx, "outbox: send failed, will retry",
-				slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo),
+				slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID), slog.String("biz_no", ev.BizNo),
 				slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
 		},
 	}
@@ -246,7 +247,8 @@ func (p *Publisher) releaseWrite(ev Event, reason string, o outcome) write {
 				return
 			}
 			stats.add(o)
-			p.log.DebugContext(ctx, "outbox: claimed event released unsent", slog.Int64("event_id", ev.ID), slog.String("reason", reason))
+			p.log.DebugContext(ctx, "outbox: claimed event released unsent", slog.Int64("id", ev.ID),
+				slog.String("event_id", ev.EventID), slog.String("reason", reason))
 		},
 	}
 }
@@ -254,8 +256,8 @@ func (p *Publisher) releaseWrite(ev Event, reason string, o outcome) write {
 // deadLettered tells the logs and OnDeadLetter about an event now FAIL.
 func (p *Publisher) deadLettered(ctx context.Context, ev Event, cause error) {
 	p.log.ErrorContext(ctx, "outbox: event dead-lettered; it needs a person",
-		slog.Int64("event_id", ev.ID), slog.String("biz_no", ev.BizNo), slog.String("event_type", ev.EventType),
-		slog.Int("retry_count", ev.RetryCount), slog.Int("reclaim_count", ev.ReclaimCount),
+		slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID), slog.String("biz_no", ev.BizNo),
+		slog.String("event_type", ev.EventType), slog.Int("retry_count", ev.RetryCount), slog.Int("reclaim_count", ev.ReclaimCount),
 		slog.Bool("permanent", IsPermanent(cause)), slog.Any("error", cause))
 	if p.cfg.OnDeadLetter != nil {
 		p.cfg.OnDeadLetter(ctx, ev, cause)

@@ -117,9 +117,7 @@ func faultConformance(t *testing.T, h storeHarness) {
 		assert.Empty(t, dead)
 
 		// A person's requeue is a fresh start for reclaims too.
-		ok, err := b.store.Requeue(ctx, ids[0])
-		require.NoError(t, err)
-		require.True(t, ok)
+		require.NoError(t, b.admin().Requeue(ctx, ids[0]))
 		assert.Equal(t, 0, b.get(t, ids[0]).ReclaimCount)
 	})
 

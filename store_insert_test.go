@@ -45,7 +45,7 @@ func TestInsertEventIsOneStatement(t *testing.T) {
 			assert.Equal(t, c.prepared, after["Com_stmt_prepare"]-before["Com_stmt_prepare"], "statements prepared")
 			assert.Equal(t, int64(1), after["Com_insert"]-before["Com_insert"], "INSERTs, prepared or not")
 
-			got, err := store.Get(ctx, id)
+			got, err := outbox.NewAdmin(store).Get(ctx, id)
 			require.NoError(t, err)
 			assert.Equal(t, in.BizNo, got.BizNo)
 			assert.Equal(t, in.EventType, got.EventType)

@@ -19,8 +19,12 @@ func noLease(t time.Time) bool {
 	return y == 1970 && m == time.January && d == 1 && h == 0 && mi == 0 && sec == 0 && t.Nanosecond() == 0
 }
 
-// Get returns the event with the given id, or an error wrapping [ErrNotFound].
-func (s *MySQLStore) Get(ctx context.Context, id int64) (Event, error) {
+// Get returns the event whose row id is id, payload and all, or an error wrapping
+// [ErrNotFound].
+func (a *Admin) Get(ctx context.Context, id int64) (Event, error) { return a.s.get(ctx, id) }
+
+// get reads the row with the given id whole.
+func (s *MySQLStore) get(ctx context.Context, id int64) (Event, error) {
 	var (
 		ev                 Event
 		owner, lastErr     sql.NullString
@@ -45,11 +49,42 @@ func (s *MySQLStore) Get(ctx context.Context, id int64) (Event, error) {
 	return ev, nil
 }
 
-// Requeue returns a dead-lettered (FAIL) event to WAIT with its retry count reset, for a
-// person who has fixed the cause and wants it sent again. It reports false if the event is
-// not FAIL.
-func (s *MySQLStore) Requeue(ctx context.Context, id int64) (bool, error) {
-	return s.execOne(ctx, "requeue", s.q.requeue, id)
+// Requeue returns a dead-lettered (FAIL) event to WAIT, for a person who has fixed the
+// cause and wants it sent again: retry and reclaim counts reset, due now, claim columns
+// cleared, and this process's publishers woken. Only a FAIL event changes: an event in any
+// other status is refused with an error wrapping [ErrNotDeadLetter], a missing id with
+// [ErrNotFound], and nothing changes.
+func (a *Admin) Requeue(ctx context.Context, id int64) error {
+	if err := a.deadLetterOnly(ctx, "requeue", a.s.q.requeue, id); err != nil {
+		return err
+	}
+	a.s.Notify()
+	return nil
+}
+
+// deadLetterOnly runs query, an UPDATE of the row id guarded by status = 'FAIL', and when it
+// changes nothing tells why: the row is missing ([ErrNotFound]) or not FAIL
+// ([ErrNotDeadLetter]). The guard is the statement's, so a row that is not FAIL is never
+// changed, whatever happens between the statement and the read; a row that became FAIL in
+// between (a publisher dead-lettered it) is tried again.
+func (a *Admin) deadLetterOnly(ctx context.Context, op, query string, id int64) error {
+	if id <= 0 {
+		return fmt.Errorf("%w: ids are positive, got %d", ErrInvalidInput, id)
+	}
+	for range 3 {
+		changed, err := a.s.execOne(ctx, op, query, id)
+		if err != nil || changed {
+			return err
+		}
+		ev, err := a.s.get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if ev.Status != StatusFail {
+			return fmt.Errorf("%w: id %d is %s", ErrNotDeadLetter, id, ev.Status)
+		}
+	}
+	return fmt.Errorf("%w: id %d keeps changing status (FAIL when read, not when changed); nothing changed", ErrNotDeadLetter, id)
 }
 
 // purgeLockName is the SQL expression naming the purge lock of table in the session's
@@ -101,17 +136,18 @@ func (f Filter) where() (string, []any) {
 
 func sqlTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") }
 
-// List returns the events f selects, newest id first, at most f.Limit of them
-// ([ListLimitDefault] when 0). Payload is left empty (PayloadSize says how long it is): a
-// listing is for finding rows; [MySQLStore.Get] reads one whole. A filter that cannot be run
-// (an unknown status, an empty id range) is an error wrapping [ErrInvalidInput].
-func (s *MySQLStore) List(ctx context.Context, f Filter) ([]ListedEvent, error) {
+// List returns the events f selects, newest id first, at most f.Limit of them (100 when
+// 0). Payload is left empty (PayloadSize says how long it is): a listing is for finding
+// rows; [Admin.Get] reads one whole. A filter that cannot be run (an unknown status, an
+// empty id range) is an error wrapping [ErrInvalidInput].
+func (a *Admin) List(ctx context.Context, f Filter) ([]ListedEvent, error) {
 	if err := f.validate(); err != nil {
 		return nil, err
 	}
+	s := a.s
 	cond, args := f.where()
 	q := "SELECT " + adminColumns + " FROM `" + s.table + "` WHERE " + cond + " ORDER BY id DESC LIMIT ?"
-	rows, err := s.db.QueryContext(ctx, q, append(args, cmp.Or(f.Limit, ListLimitDefault))...)
+	rows, err := s.db.QueryContext(ctx, q, append(args, cmp.Or(f.Limit, listLimitDefault))...)
 	if err != nil {
 		return nil, s.wrap("list events", err)
 	}
@@ -148,16 +184,12 @@ func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
 	return nil
 }
 
-// CountFailed reports how many FAIL events f selects: what [MySQLStore.RequeueFailed] with
-// the same filter would change, for a person to confirm first. f.Status must be "" or FAIL.
-func (s *MySQLStore) CountFailed(ctx context.Context, f Filter) (int64, error) {
-	f, err := failedOnly(f)
-	if err != nil {
-		return 0, err
-	}
+// countFailed reports how many FAIL events f (already through failedOnly) selects, at most
+// f.Limit when set.
+func (s *MySQLStore) countFailed(ctx context.Context, f Filter) (int64, error) {
 	cond, args := f.where()
 	var n int64
-	err = s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+s.table+"` WHERE "+cond, args...).Scan(&n)
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+s.table+"` WHERE "+cond, args...).Scan(&n)
 	if err != nil {
 		return 0, s.wrap("count dead letters", err)
 	}
@@ -175,19 +207,26 @@ func failedOnly(f Filter) (Filter, error) {
 	return f, f.validate()
 }
 
-// RequeueFailed returns every FAIL event f selects to WAIT, as [MySQLStore.Requeue] does one:
+// RequeueFailed returns every FAIL event f selects to WAIT, as [Admin.Requeue] does one:
 // retry and reclaim counts reset, due now, claim columns cleared. It changes at most
 // opts.BatchRows rows per statement, in id order, and each statement changes its batch
-// whole or not at all; opts.OnBatch hears of each. Rows that are not FAIL are never touched,
-// whatever f says. It reports how many events it requeued.
-func (s *MySQLStore) RequeueFailed(ctx context.Context, f Filter, opts RequeueOptions) (int64, error) {
+// whole or not at all; opts.OnBatch hears of each, and each batch that changed rows wakes
+// this process's publishers. Rows that are not FAIL are never touched, whatever f says
+// (f.Status must be "" or FAIL). It reports how many events it requeued, or with
+// opts.DryRun how many it would requeue, changing nothing. A filter or batch size that
+// cannot be run is an error wrapping [ErrInvalidInput], DryRun or not.
+func (a *Admin) RequeueFailed(ctx context.Context, f Filter, opts RequeueOptions) (int64, error) {
 	f, err := failedOnly(f)
 	if err != nil {
 		return 0, err
 	}
-	batch := cmp.Or(opts.BatchRows, RequeueBatchDefault)
+	batch := cmp.Or(opts.BatchRows, requeueBatchDefault)
 	if batch < 0 || batch > maxAdminBatch {
 		return 0, fmt.Errorf("%w: requeue batch must be between 1 and %d rows, got %d", ErrInvalidInput, maxAdminBatch, batch)
+	}
+	s := a.s
+	if opts.DryRun {
+		return s.countFailed(ctx, f)
 	}
 	cond, args := f.where()
 	sel := "SELECT id FROM `" + s.table + "` WHERE " + cond + " AND id > ? ORDER BY id LIMIT ?"
@@ -208,8 +247,11 @@ func (s *MySQLStore) RequeueFailed(ctx context.Context, f Filter, opts RequeueOp
 			return total, err
 		}
 		total += changed
+		if changed > 0 {
+			s.Notify()
+		}
 		if opts.OnBatch != nil {
-			opts.OnBatch(RequeueBatch{IDs: ids, Requeued: changed})
+			opts.OnBatch(ids, changed)
 		}
 		if len(ids) < n {
 			break
@@ -227,7 +269,8 @@ func (s *MySQLStore) RequeueFailed(ctx context.Context, f Filter, opts RequeueOp
 // notice it; it stops when no old row is left, at opts.Limit, or when ctx ends.
 //
 // With opts.Exclusive it runs only if no other session is purging the table (see
-// [PurgeOptions]), and returns [ErrPurgeBusy] otherwise.
+// [PurgeOptions]), and returns [ErrPurgeBusy] otherwise. With opts.DryRun it deletes nothing
+// and reports how many rows it would delete now.
 func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts PurgeOptions) (int64, error) {
 	if olderThan <= 0 {
 		return 0, fmt.Errorf("%w: purge age must be positive, got %s", ErrInvalidInput, olderThan)
@@ -238,6 +281,9 @@ func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts Pu
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return 0, err
+	}
+	if opts.DryRun {
+		return s.countPurgeable(ctx, olderThan, opts.Limit)
 	}
 	if opts.Exclusive {
 		release, err := s.takePurgeLock(ctx)
@@ -323,16 +369,16 @@ func (s *MySQLStore) takePurgeLock(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-// CountPurgeable reports how many SUCCESS and SKIPPED events [MySQLStore.Purge] with olderThan would
-// delete now, for a person to confirm first. It counts through the same index as the purge.
-func (s *MySQLStore) CountPurgeable(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if olderThan <= 0 {
-		return 0, fmt.Errorf("%w: purge age must be positive, got %s", ErrInvalidInput, olderThan)
-	}
+// countPurgeable reports how many SUCCESS and SKIPPED rows a purge with olderThan would
+// delete now, at most limit when positive. It counts through the same index as the purge.
+func (s *MySQLStore) countPurgeable(ctx context.Context, olderThan time.Duration, limit int64) (int64, error) {
 	age := olderThan.Microseconds()
 	var n int64
 	if err := s.db.QueryRowContext(ctx, s.q.countPurgeable, age, age).Scan(&n); err != nil {
 		return 0, s.wrap("count purgeable events", err)
+	}
+	if limit > 0 {
+		n = min(n, limit)
 	}
 	return n, nil
 }

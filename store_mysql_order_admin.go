@@ -9,10 +9,6 @@ import (
 	"strings"
 )
 
-// ErrNotDeadLetter is wrapped by [MySQLStore.Skip]'s error for an event that is not a dead
-// letter (FAIL): only those can be skipped, and nothing was changed.
-var ErrNotDeadLetter = errors.New("outbox: the event is not a dead letter (FAIL)")
-
 // The index lines of schema.sql: the unordered one, and what an ordered table has instead.
 const (
 	bizNoIndexLine   = "KEY idx_biz_no (biz_no)"
@@ -125,14 +121,16 @@ func (s *MySQLStore) hasSkipped(ctx context.Context) (bool, error) {
 
 // Skip marks a dead letter (FAIL) SKIPPED: a person decided it is never to be sent. SKIPPED
 // is final and counts as done for ordering, so under [KeyOrder] the events of its biz no
-// behind it go on; [MySQLStore.Requeue] is the other way to unblock a key (the event is
-// sent after all). Only a FAIL event changes: an event in any other status is refused with
-// an error wrapping [ErrNotDeadLetter], a missing one with [ErrNotFound]. A table whose
-// status column does not allow SKIPPED yet is refused with the ALTER TABLE to run.
-func (s *MySQLStore) Skip(ctx context.Context, id int64) error {
+// behind it go on, and this process's publishers are woken; [Admin.Requeue] is the other way
+// to unblock a key (the event is sent after all). Only a FAIL event changes: an event in any
+// other status is refused with an error wrapping [ErrNotDeadLetter], a missing id with
+// [ErrNotFound]. A table whose status column does not allow SKIPPED yet is refused with the
+// ALTER TABLE to run.
+func (a *Admin) Skip(ctx context.Context, id int64) error {
 	if id <= 0 {
 		return fmt.Errorf("%w: ids are positive, got %d", ErrInvalidInput, id)
 	}
+	s := a.s
 	ok, err := s.hasSkipped(ctx)
 	if err != nil {
 		return err
@@ -141,19 +139,15 @@ func (s *MySQLStore) Skip(ctx context.Context, id int64) error {
 		return fmt.Errorf("outbox: skip: table %s's status column does not allow 'SKIPPED'; run: %s; (see the README's \"Per-key ordering\")",
 			s.table, strings.ReplaceAll(alterSkipped, "t_event_record", "`"+s.table+"`"))
 	}
-	changed, err := s.execOne(ctx, "skip", s.oq.skip, id)
-	if err != nil || changed {
+	if err := a.deadLetterOnly(ctx, "skip", s.oq.skip, id); err != nil {
 		return err
 	}
-	ev, err := s.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: event %d is %s", ErrNotDeadLetter, id, ev.Status)
+	s.Notify()
+	return nil
 }
 
 // BlockedKey is a dead letter with events of its biz no waiting behind it, as
-// [MySQLStore.Blocked] lists it. Under [KeyOrder] those events are held back until a person
+// [Admin.Blocked] lists it. Under [KeyOrder] those events are held back until a person
 // requeues or skips the dead letter.
 type BlockedKey struct {
 	// ListedEvent is the dead letter (FAIL), without its payload.
@@ -164,16 +158,17 @@ type BlockedKey struct {
 
 // Blocked lists dead letters (FAIL) that have WAIT events of the same biz no after them,
 // oldest id first, with how many wait behind each: under [KeyOrder], the keys that stand
-// still until a person requeues ([MySQLStore.Requeue]) or skips ([MySQLStore.Skip]) their
-// dead letter. At most limit of them ([ListLimitDefault] when 0, at most [ListLimitMax]).
+// still until a person requeues ([Admin.Requeue]) or skips ([Admin.Skip]) their dead
+// letter. At most limit of them: 0 means 100, and limit is at most 10000.
 // It reads every FAIL row and, for each, on an ordered table, one range of
 // idx_biz_no_status that holds only the key's WAIT events, never a SUCCESS row; on an
 // unordered table (idx_biz_no) it reads every event of each dead letter's biz no.
-func (s *MySQLStore) Blocked(ctx context.Context, limit int) ([]BlockedKey, error) {
-	if limit < 0 || limit > ListLimitMax {
-		return nil, fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidInput, ListLimitMax, limit)
+func (a *Admin) Blocked(ctx context.Context, limit int) ([]BlockedKey, error) {
+	if limit < 0 || limit > listLimitMax {
+		return nil, fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidInput, listLimitMax, limit)
 	}
-	rows, err := s.db.QueryContext(ctx, s.oq.blocked, cmp.Or(limit, ListLimitDefault))
+	s := a.s
+	rows, err := s.db.QueryContext(ctx, s.oq.blocked, cmp.Or(limit, listLimitDefault))
 	if err != nil {
 		return nil, s.wrap("list blocked keys", err)
 	}

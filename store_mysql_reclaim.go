@@ -42,7 +42,7 @@ func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration, ma
 				return requeued, dead, err
 			}
 			for _, id := range poison {
-				ev, err := s.Get(ctx, id)
+				ev, err := s.get(ctx, id)
 				if err != nil {
 					return requeued, dead, err
 				}

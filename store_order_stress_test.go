@@ -185,12 +185,12 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 		for id := range blockedBehind {
 			assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "KeyOrder: behind the dead letter, nothing moves")
 		}
-		blocked, err := b.store.Blocked(ctx, 0)
+		blocked, err := b.admin().Blocked(ctx, 0)
 		require.NoError(t, err)
 		require.Len(t, blocked, 1)
 		assert.Equal(t, dead, blocked[0].ID)
 		assert.Equal(t, int64(len(blockedBehind)), blocked[0].Waiting)
-		require.NoError(t, b.store.Skip(ctx, dead))
+		require.NoError(t, b.admin().Skip(ctx, dead))
 		want += len(blockedBehind)
 		runUntil(func() bool { return sentCount() >= want })
 		require.Empty(t, watch.violations)

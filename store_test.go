@@ -460,30 +460,10 @@ func storeConformance(t *testing.T, h storeHarness) {
 	})
 }
 
-func TestMySQLStoreRequeueDeadLetter(t *testing.T) {
+func TestAdminGetNotFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
-	ids := b.insert(t, 2)
-	b.exec(t, "UPDATE {t} SET status = 'FAIL', retry_count = 4, next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", ids[0])
-
-	ok, err := b.store.Requeue(ctx, ids[0])
-	require.NoError(t, err)
-	assert.True(t, ok)
-	got := b.get(t, ids[0])
-	assert.Equal(t, outbox.StatusWait, got.Status)
-	assert.Equal(t, 0, got.RetryCount)
-	assert.LessOrEqual(t, b.secondsFromNow(t, ids[0], "next_retry_time"), 0.0, "due now")
-
-	ok, err = b.store.Requeue(ctx, ids[1])
-	require.NoError(t, err)
-	assert.False(t, ok, "only FAIL rows are requeued")
-}
-
-func TestMySQLStoreGetNotFound(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	_, err := b.store.Get(context.Background(), 424242)
+	_, err := b.admin().Get(context.Background(), 424242)
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 }
 

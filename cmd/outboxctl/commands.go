@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/go-outbox/outbox"
 )
 
@@ -26,7 +28,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 		"Counts events by status, and reports the due backlog, the oldest due event's age (the\n"+
 			"publish lag), SENDING events past half their lease, and dead letters by event type.\n"+
 			"Counting SUCCESS rows reads their whole index range, so it is left out unless asked.")
-	lease := fs.Duration("lease", outbox.LeaseDefault, "the publishers' Config.Lease, to judge SENDING rows by")
+	lease := fs.Duration("lease", 10*time.Minute, "the publishers' Config.Tuning.Lease, to judge SENDING rows by")
 	countSuccess := fs.Bool("count-success", false, "also count SUCCESS rows (slow on a large table)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
@@ -121,7 +123,7 @@ func (ff *filterFlags) register(fs *flag.FlagSet, withStatus bool, limitHelp str
 	}
 	fs.StringVar(&ff.eventType, "type", "", "event type, exactly")
 	fs.StringVar(&ff.bizNo, "biz-no", "", "business key, exactly")
-	fs.Int64Var(&ff.minID, "min-id", 0, "smallest id, inclusive")
+	fs.Int64Var(&ff.minID, "min-id", 0, "smallest id (the row's, not the event_id), inclusive")
 	fs.Int64Var(&ff.maxID, "max-id", 0, "largest id, inclusive")
 	fs.StringVar(&ff.since, "since", "", "created at or after: RFC 3339 or YYYY-MM-DD[ HH:MM:SS] in UTC, or a duration ago (24h)")
 	fs.StringVar(&ff.until, "until", "", "created before: as --since")
@@ -202,7 +204,7 @@ func (a *app) list(ctx context.Context, args []string) error {
 	fs := a.newFlags("list", "list [--status S] [--type T] [--biz-no B] [--min-id N] [--max-id N] [--since T] [--until T] [--limit N] [--json]",
 		"Lists events, newest id first, without their payloads (see show). Exits 1 when none match.")
 	var ff filterFlags
-	ff.register(fs, true, fmt.Sprintf("most rows to print (default %d, at most %d)", outbox.ListLimitDefault, outbox.ListLimitMax))
+	ff.register(fs, true, "most rows to print (default 100, at most 10000)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -215,13 +217,10 @@ func (a *app) list(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := validate(f); err != nil {
-		return err
-	}
 	if err := a.open(ctx); err != nil {
 		return err
 	}
-	evs, err := a.store.List(ctx, f)
+	evs, err := a.admin.List(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -235,7 +234,7 @@ func (a *app) list(ctx context.Context, args []string) error {
 		}
 	} else if len(evs) > 0 {
 		tw := table(a.stdout)
-		fmt.Fprintln(tw, "ID\tSTATUS\tEVENT TYPE\tBIZ NO\tRETRIES\tRECLAIMS\tBYTES\tCREATED (UTC)\tUPDATED (UTC)\tEVENT ID\tLAST ERROR")
+		fmt.Fprintln(tw, "ID\tSTATUS\tEVENT_TYPE\tBIZ_NO\tRETRIES\tRECLAIMS\tBYTES\tCREATED (UTC)\tUPDATED (UTC)\tEVENT_ID\tLAST_ERROR")
 		for _, ev := range evs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", ev.ID, ev.Status, cell(ev.EventType, 40),
 				cell(ev.BizNo, 40), ev.RetryCount, ev.ReclaimCount, ev.PayloadSize, stamp(ev.CreateTime), stamp(ev.UpdateTime),
@@ -251,33 +250,32 @@ func (a *app) list(ctx context.Context, args []string) error {
 	return nil
 }
 
-// validate checks a filter before connecting, so that bad input is reported as such even
-// when the database is down.
-func validate(f outbox.Filter) error {
-	return outbox.ValidateFilter(f)
-}
-
 // ---- show
 
 func (a *app) show(ctx context.Context, args []string) error {
-	fs := a.newFlags("show", "show ID [--json]",
-		"Prints one event whole. The payload is printed as text when it is valid UTF-8, else in hex.")
+	fs := a.newFlags("show", "show ID|EVENT_ID [--json]",
+		"Prints one event whole, named by its id (the row's) or its event_id (the UUID consumers see).\n"+
+			"The payload is printed as text when it is valid UTF-8, else in hex.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("show takes exactly one event id, got %d arguments", len(pos))
+		return usagef("show takes exactly one id or event_id, got %d arguments", len(pos))
 	}
-	id, err := parseID(pos[0])
+	r, err := parseRef(pos[0])
 	if err != nil {
 		return err
 	}
 	if err := a.open(ctx); err != nil {
 		return err
 	}
-	ev, err := a.store.Get(ctx, id)
+	ids, err := a.resolve(ctx, []ref{r})
+	if err != nil {
+		return err
+	}
+	ev, err := a.admin.Get(ctx, ids[0])
 	if err != nil {
 		return err
 	}
@@ -297,19 +295,19 @@ func (a *app) show(ctx context.Context, args []string) error {
 	tw := table(a.stdout)
 	for _, kv := range [][2]string{
 		{"id", strconv.FormatInt(ev.ID, 10)},
-		{"event id", ev.EventID},
+		{"event_id", ev.EventID},
 		{"status", string(ev.Status)},
-		{"event type", ev.EventType},
-		{"biz no", ev.BizNo},
-		{"retry count", strconv.Itoa(ev.RetryCount)},
-		{"reclaim count", strconv.Itoa(ev.ReclaimCount)},
-		{"next retry (UTC)", stamp(ev.NextRetryTime)},
-		{"claim owner", cmpOr(ev.ClaimOwner, "-")},
-		{"claimed at (UTC)", claimed},
-		{"created (UTC)", stamp(ev.CreateTime)},
-		{"updated (UTC)", stamp(ev.UpdateTime)},
-		{"last error", cmpOr(ev.LastError, "-")},
-		{"payload bytes", strconv.Itoa(len(ev.Payload))},
+		{"event_type", ev.EventType},
+		{"biz_no", ev.BizNo},
+		{"retry_count", strconv.Itoa(ev.RetryCount)},
+		{"reclaim_count", strconv.Itoa(ev.ReclaimCount)},
+		{"next_retry_time (UTC)", stamp(ev.NextRetryTime)},
+		{"claim_owner", cmpOr(ev.ClaimOwner, "-")},
+		{"claimed_at (UTC)", claimed},
+		{"create_time (UTC)", stamp(ev.CreateTime)},
+		{"update_time (UTC)", stamp(ev.UpdateTime)},
+		{"last_error", cmpOr(ev.LastError, "-")},
+		{"payload_size", strconv.Itoa(len(ev.Payload))},
 	} {
 		fmt.Fprintf(tw, "%s:\t%s\n", kv[0], oneLine(kv[1]))
 	}
@@ -320,27 +318,96 @@ func (a *app) show(ctx context.Context, args []string) error {
 	return nil
 }
 
-func parseID(s string) (int64, error) {
+// ref is an event as a command's argument names it: by id, or by event_id.
+type ref struct {
+	id      int64
+	eventID string // canonical, as the table holds it
+}
+
+// parseRef reads an argument that names an event: a UUID is an event_id, a positive
+// integer an id.
+func parseRef(s string) (ref, error) {
+	if u, err := uuid.Parse(s); err == nil {
+		return ref{eventID: u.String()}, nil
+	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id <= 0 {
-		return 0, usagef("%q is not an event id (a positive integer)", s)
+		return ref{}, usagef("%q is neither an id (a positive integer) nor an event_id (a UUID)", s)
 	}
-	return id, nil
+	return ref{id: id}, nil
+}
+
+func parseRefs(args []string) ([]ref, error) {
+	refs := make([]ref, len(args))
+	for i, s := range args {
+		var err error
+		if refs[i], err = parseRef(s); err != nil {
+			return nil, err
+		}
+	}
+	return refs, nil
+}
+
+// resolve returns the id of each event refs name, looking event_ids up (through the
+// table's unique key on event_id); an event_id no row has is an error.
+func (a *app) resolve(ctx context.Context, refs []ref) ([]int64, error) {
+	var eventIDs []any
+	for _, r := range refs {
+		if r.eventID != "" {
+			eventIDs = append(eventIDs, r.eventID)
+		}
+	}
+	byEventID := map[string]int64{}
+	if len(eventIDs) > 0 {
+		q := "SELECT event_id, id FROM `" + a.table + "` WHERE event_id IN (" +
+			strings.TrimSuffix(strings.Repeat("?,", len(eventIDs)), ",") + ")"
+		rows, err := a.db.QueryContext(ctx, q, eventIDs...)
+		if err != nil {
+			return nil, fmt.Errorf("look up event_ids: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				eventID string
+				id      int64
+			)
+			if err := rows.Scan(&eventID, &id); err != nil {
+				return nil, fmt.Errorf("look up event_ids: %w", err)
+			}
+			byEventID[eventID] = id
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("look up event_ids: %w", err)
+		}
+	}
+	ids := make([]int64, len(refs))
+	for i, r := range refs {
+		if r.eventID == "" {
+			ids[i] = r.id
+			continue
+		}
+		id, ok := byEventID[r.eventID]
+		if !ok {
+			return nil, fmt.Errorf("%w: event_id %s", outbox.ErrNotFound, r.eventID)
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
 
 // ---- requeue
 
 func (a *app) requeue(ctx context.Context, args []string) error {
-	fs := a.newFlags("requeue", "requeue ID... | requeue [filter flags] (--yes | dry run) [--batch N] [--json]",
+	fs := a.newFlags("requeue", "requeue ID|EVENT_ID... | requeue [filter flags] (--yes | dry run) [--batch N] [--json]",
 		"Returns dead letters (FAIL) to WAIT: retry and reclaim counts reset, due now, claim cleared.\n"+
-			"By id: every id must be a FAIL event, or nothing changes. By filter (at least one filter\n"+
+			"By id or event_id: every one must be a FAIL event, or nothing changes. By filter (at least one filter\n"+
 			"flag, or --all): prints how many FAIL events match, and requeues them only with --yes,\n"+
 			"in batches, each logged. Only FAIL rows are ever changed.")
 	var ff filterFlags
 	ff.register(fs, false, "requeue at most this many (default: all that match)")
 	all := fs.Bool("all", false, "select every FAIL event (instead of a filter)")
 	yes := fs.Bool("yes", false, "requeue; without it, a filter only reports what it would change")
-	batch := fs.Int("batch", outbox.RequeueBatchDefault, "rows per statement")
+	batch := fs.Int("batch", 500, "rows per statement")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -356,30 +423,32 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 	byID := len(pos) > 0
 	switch {
 	case byID && (ff.set() || *all):
-		return usagef("give event ids or a filter, not both")
+		return usagef("give ids (or event_ids) or a filter, not both")
 	case !byID && !ff.set() && !*all:
 		return usagef("say which events: ids, a filter (--type, --biz-no, --min-id, --max-id, --since, --until) or --all")
 	}
-	for _, s := range pos {
-		id, err := parseID(s)
-		if err != nil {
-			return err
-		}
-		f.IDs = append(f.IDs, id)
-	}
-	f.Status = outbox.StatusFail
-	if err := validate(f); err != nil {
+	refs, err := parseRefs(pos)
+	if err != nil {
 		return err
 	}
+	if len(refs) > 10000 {
+		return usagef("at most 10000 ids at once, got %d", len(refs))
+	}
+	f.Status = outbox.StatusFail
 	if err := a.open(ctx); err != nil {
 		return err
 	}
+	opts := outbox.RequeueOptions{BatchRows: *batch}
 	if byID {
+		if f.IDs, err = a.resolve(ctx, refs); err != nil {
+			return err
+		}
 		if err := a.checkFailed(ctx, f.IDs, "requeued"); err != nil {
 			return err
 		}
 	}
-	n, err := a.store.CountFailed(ctx, f)
+	opts.DryRun = true
+	n, err := a.admin.RequeueFailed(ctx, f, opts)
 	if err != nil {
 		return err
 	}
@@ -394,11 +463,13 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 		return nil
 	}
 	batches := 0
-	total, err := a.store.RequeueFailed(ctx, f, outbox.RequeueOptions{BatchRows: *batch, OnBatch: func(b outbox.RequeueBatch) {
+	opts.DryRun = false
+	opts.OnBatch = func(ids []int64, requeued int64) {
 		batches++
 		fmt.Fprintf(a.stderr, "%s requeue batch %d: ids %d..%d, %d given, %d requeued\n",
-			time.Now().UTC().Format(time.RFC3339), batches, b.IDs[0], b.IDs[len(b.IDs)-1], len(b.IDs), b.Requeued)
-	}})
+			time.Now().UTC().Format(time.RFC3339), batches, ids[0], ids[len(ids)-1], len(ids), requeued)
+	}
+	total, err := a.admin.RequeueFailed(ctx, f, opts)
 	if err != nil {
 		return fmt.Errorf("after %d requeued in %d whole batches: %w", total, batches, err)
 	}
@@ -412,7 +483,7 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 // checkFailed makes sure every id is a FAIL event, so that a requeue or skip by id changes
 // all of them or none; verb names what would have happened, for the error.
 func (a *app) checkFailed(ctx context.Context, ids []int64, verb string) error {
-	evs, err := a.store.List(ctx, outbox.Filter{IDs: ids, Limit: outbox.ListLimitMax})
+	evs, err := a.admin.List(ctx, outbox.Filter{IDs: ids, Limit: 10000})
 	if err != nil {
 		return err
 	}
@@ -424,13 +495,13 @@ func (a *app) checkFailed(ctx context.Context, ids []int64, verb string) error {
 	for _, id := range ids {
 		switch st, ok := status[id]; {
 		case !ok:
-			bad = append(bad, fmt.Sprintf("%d does not exist", id))
+			bad = append(bad, fmt.Sprintf("id %d does not exist", id))
 		case st != outbox.StatusFail:
-			bad = append(bad, fmt.Sprintf("%d is %s, not FAIL", id, st))
+			bad = append(bad, fmt.Sprintf("id %d is %s, not FAIL", id, st))
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("nothing %s: event %s", verb, strings.Join(bad, "; event "))
+		return fmt.Errorf("nothing %s: %s", verb, strings.Join(bad, "; "))
 	}
 	return nil
 }
@@ -444,8 +515,8 @@ func (a *app) purge(ctx context.Context, args []string) error {
 			"Without --yes it only reports how many it would delete. It refuses to run beside another\n"+
 			"purge of the table (a publisher's retention, say).")
 	olderThan := fs.String("older-than", "", "age, e.g. 720h (required)")
-	batch := fs.Int("batch", outbox.PurgeBatchDefault, "rows per DELETE, at most 10000")
-	pause := fs.Duration("pause", outbox.PurgePauseDefault, "pause between DELETEs")
+	batch := fs.Int("batch", 500, "rows per DELETE, at most 10000")
+	pause := fs.Duration("pause", 100*time.Millisecond, "pause between DELETEs")
 	limit := fs.Int64("limit", 0, "delete at most this many rows (0: all)")
 	yes := fs.Bool("yes", false, "delete; without it, only report how many would go")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -472,12 +543,10 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	if err := a.open(ctx); err != nil {
 		return err
 	}
-	n, err := a.store.CountPurgeable(ctx, age)
+	opts := outbox.PurgeOptions{BatchRows: *batch, Pause: cmpDur(*pause), Limit: *limit, DryRun: true}
+	n, err := a.store.Purge(ctx, age, opts)
 	if err != nil {
 		return err
-	}
-	if *limit > 0 {
-		n = min(n, *limit)
 	}
 	if !*yes {
 		if *asJSON {
@@ -487,11 +556,12 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		return nil
 	}
 	batches := 0
-	deleted, err := a.store.Purge(ctx, age, outbox.PurgeOptions{BatchRows: *batch, Pause: cmpDur(*pause), Limit: *limit,
-		Exclusive: true, OnBatch: func(d int64) {
-			batches++
-			fmt.Fprintf(a.stderr, "%s purge batch %d: %d deleted\n", time.Now().UTC().Format(time.RFC3339), batches, d)
-		}})
+	opts.DryRun, opts.Exclusive = false, true
+	opts.OnBatch = func(d int64) {
+		batches++
+		fmt.Fprintf(a.stderr, "%s purge batch %d: %d deleted\n", time.Now().UTC().Format(time.RFC3339), batches, d)
+	}
+	deleted, err := a.store.Purge(ctx, age, opts)
 	if err != nil {
 		return fmt.Errorf("after %d deleted in %d batches: %w", deleted, batches, err)
 	}

@@ -5,6 +5,10 @@
 //
 //	outboxctl [global flags] stats|list|show ID|requeue|purge|blocked|skip ID [flags]
 //
+// As everywhere in the outbox, id is the row's AUTO_INCREMENT id and event_id the UUID
+// consumers see (the eventId message property). Where a command takes an event, either
+// names it: a value that is a UUID is an event_id, a positive integer an id.
+//
 // The database and table come from -dsn and -table, or from OUTBOX_DSN and OUTBOX_TABLE.
 // Output is an aligned table, or JSON with --json. Anything that changes rows by filter
 // first says how many it would change and changes them only with --yes. Bad input exits
@@ -56,6 +60,7 @@ type app struct {
 	connectTimeout time.Duration
 	stdout, stderr io.Writer
 	store          *outbox.MySQLStore
+	admin          *outbox.Admin
 	db             *sql.DB
 }
 
@@ -67,10 +72,12 @@ Commands:
   stats          counts by status, the oldest due event's age, stale claims, dead letters by type
   list           rows by status, event type, biz no, id range and creation time
   show ID        one row whole, the payload as text (UTF-8) or hex
-  requeue        dead letters (FAIL) back to WAIT, by id or by filter
+  requeue        dead letters (FAIL) back to WAIT, by id (or event_id) or by filter
   purge          delete SUCCESS (and SKIPPED) rows older than a duration, in small batches
   blocked        dead letters holding back later events of their biz no (per-key ordering)
   skip ID...     dead letters (FAIL) to SKIPPED: never sent, their biz no's later events go on
+
+ID is the row's id (a positive integer) or its event_id (the UUID consumers see).
 
 Run 'outboxctl COMMAND --help' for a command's flags.
 
@@ -82,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outboxctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&a.dsn, "dsn", os.Getenv("OUTBOX_DSN"), "MySQL DSN, e.g. user:pass@tcp(127.0.0.1:3306)/app; defaults to $OUTBOX_DSN")
-	fs.StringVar(&a.table, "table", cmpOr(os.Getenv("OUTBOX_TABLE"), outbox.TableDefault), "outbox table; defaults to $OUTBOX_TABLE, else")
+	fs.StringVar(&a.table, "table", cmpOr(os.Getenv("OUTBOX_TABLE"), "t_event_record"), "outbox table; defaults to $OUTBOX_TABLE, else")
 	fs.DurationVar(&a.connectTimeout, "connect-timeout", 5*time.Second, "how long to wait for the database to answer")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, globalUsage)
@@ -212,7 +219,7 @@ func (a *app) open(ctx context.Context) error {
 		_ = db.Close()
 		return fmt.Errorf("table %s does not exist in database %q (give -table or set OUTBOX_TABLE)", a.table, cfg.DBName)
 	}
-	a.db, a.store = db, store
+	a.db, a.store, a.admin = db, store, outbox.NewAdmin(store)
 	return nil
 }
 

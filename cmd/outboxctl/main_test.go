@@ -43,15 +43,19 @@ func TestMain(m *testing.M) {
 // fixture is a fresh outbox table and the environment that points outboxctl at it.
 type fixture struct {
 	db    *sql.DB
+	table string
 	store *outbox.MySQLStore
+	admin *outbox.Admin
 	env   []string
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db := testsvc.OpenDB(t)
-	store := testsvc.NewStore(t, db, outbox.MySQLConfig{})
-	return &fixture{db: db, store: store, env: []string{"OUTBOX_DSN=" + testsvc.MySQLDSN(t), "OUTBOX_TABLE=" + store.Table()}}
+	table := testsvc.UniqueTable("t_event")
+	store := testsvc.NewStore(t, db, outbox.MySQLConfig{Table: table})
+	return &fixture{db: db, table: table, store: store, admin: outbox.NewAdmin(store),
+		env: []string{"OUTBOX_DSN=" + testsvc.MySQLDSN(t), "OUTBOX_TABLE=" + table}}
 }
 
 // result is one run of the binary.
@@ -100,25 +104,36 @@ func (f *fixture) insert(t *testing.T, eventType, bizNo string, payload []byte) 
 	ctx := context.Background()
 	tx, err := f.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: eventType, Payload: payload})
+	eventID, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: eventType, Payload: payload})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
+	var id int64
+	require.NoError(t, f.db.QueryRow("SELECT id FROM `"+f.table+"` WHERE event_id = ?", eventID).Scan(&id))
 	return id
 }
 
 // set puts a row in status, claimed and last updated age ago.
 func (f *fixture) set(t *testing.T, id int64, status outbox.Status, age time.Duration) {
 	t.Helper()
-	_, err := f.db.Exec("UPDATE `"+f.store.Table()+"` SET status = ?, claim_owner = 'node-1', retry_count = 4, reclaim_count = 1,"+
+	_, err := f.db.Exec("UPDATE `"+f.table+"` SET status = ?, claim_owner = 'node-1', retry_count = 4, reclaim_count = 1,"+
 		" last_error = 'broker said no', claimed_at = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND),"+
 		" update_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND) WHERE id = ?",
 		string(status), age.Microseconds(), age.Microseconds(), id)
 	require.NoError(t, err)
 }
 
+// eventID is the event_id of the row id.
+func (f *fixture) eventID(t *testing.T, id int64) string {
+	t.Helper()
+	ev, err := f.admin.Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Len(t, ev.EventID, 36)
+	return ev.EventID
+}
+
 func (f *fixture) status(t *testing.T, id int64) outbox.Status {
 	t.Helper()
-	ev, err := f.store.Get(context.Background(), id)
+	ev, err := f.admin.Get(context.Background(), id)
 	if errors.Is(err, outbox.ErrNotFound) {
 		return ""
 	}
@@ -130,7 +145,7 @@ func (f *fixture) status(t *testing.T, id int64) outbox.Status {
 func (f *fixture) snapshot(t *testing.T) string {
 	t.Helper()
 	rows, err := f.db.Query("SELECT id, status, retry_count, reclaim_count, next_retry_time, claim_owner, claimed_at, update_time FROM `" +
-		f.store.Table() + "` ORDER BY id")
+		f.table + "` ORDER BY id")
 	require.NoError(t, err)
 	defer rows.Close()
 	var b strings.Builder
@@ -173,7 +188,7 @@ func TestStats(t *testing.T) {
 		f.insert(t, "A", "ORD-W", []byte("{}")) // WAIT, due
 	}
 	late := f.insert(t, "A", "ORD-L", []byte("{}"))
-	_, err := f.db.Exec("UPDATE `"+f.store.Table()+"` SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", late)
+	_, err := f.db.Exec("UPDATE `"+f.table+"` SET next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", late)
 	require.NoError(t, err)
 	f.set(t, f.insert(t, "A", "ORD-S", []byte("{}")), outbox.StatusSending, 8*time.Minute) // past half of 10m
 	f.set(t, f.insert(t, "A", "ORD-S2", []byte("{}")), outbox.StatusSending, time.Minute)
@@ -221,9 +236,10 @@ func TestListAndShow(t *testing.T) {
 	require.Zero(t, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 4)
-	assert.Regexp(t, `^ID\s+STATUS\s+EVENT TYPE\s+BIZ NO`, lines[0])
-	assert.Regexp(t, fmt.Sprintf(`^%d\s+FAIL\s+ORDER_PAID\s+ORD-3\s+4\s+1\s+2\s`, failed), lines[1])
-	assert.Contains(t, lines[1], "broker said no")
+	// The row id is labelled id, the UUID consumers see event_id.
+	assert.Regexp(t, `^ID\s+STATUS\s+EVENT_TYPE\s+BIZ_NO\s+RETRIES\s+RECLAIMS\s+BYTES\s+CREATED \(UTC\)\s+UPDATED \(UTC\)\s+EVENT_ID\s+LAST_ERROR$`, lines[0])
+	assert.Regexp(t, fmt.Sprintf(`^%d\s+FAIL\s+ORDER_PAID\s+ORD-3\s+4\s+1\s+2\s.*\s%s\s+broker said no$`, failed, f.eventID(t, failed)), lines[1])
+	assert.Equal(t, strings.Index(lines[0], "EVENT_ID"), strings.Index(lines[1], f.eventID(t, failed)), "the event_id under its header")
 	// Aligned: every row's STATUS column starts where the header's does.
 	col := strings.Index(lines[0], "STATUS")
 	for _, l := range lines[1:] {
@@ -236,6 +252,7 @@ func TestListAndShow(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &evs))
 	require.Len(t, evs, 1)
 	assert.Equal(t, failed, evs[0].ID)
+	assert.Equal(t, f.eventID(t, failed), evs[0].EventID)
 	assert.Equal(t, "FAIL", evs[0].Status)
 	assert.Nil(t, evs[0].Payload)
 
@@ -255,13 +272,26 @@ func TestListAndShow(t *testing.T) {
 	r = f.run(t, "show", fmt.Sprint(text))
 	require.Zero(t, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "payload (text):\n{\"order\":\"ü\"}\n")
+	assert.Regexp(t, fmt.Sprintf(`(?m)\Aid:\s+%d$`, text), r.stdout, "the row id first, labelled id")
+	assert.Regexp(t, fmt.Sprintf(`(?m)^event_id:\s+%s$`, f.eventID(t, text)), r.stdout)
 	assert.Regexp(t, `(?m)^status:\s+WAIT$`, r.stdout)
-	assert.Regexp(t, `(?m)^biz no:\s+ORD-1$`, r.stdout)
+	assert.Regexp(t, `(?m)^biz_no:\s+ORD-1$`, r.stdout)
+	assert.Regexp(t, `(?m)^event_type:\s+ORDER_CREATED$`, r.stdout)
+
+	// An event_id names the same event, in any form a UUID is written.
+	shown := r.stdout
+	for _, name := range []string{f.eventID(t, text), strings.ToUpper(f.eventID(t, text)), "urn:uuid:" + f.eventID(t, text)} {
+		r = f.run(t, "show", name)
+		require.Zero(t, r.code, "%s: %s", name, r.stderr)
+		assert.Equal(t, shown, r.stdout, "show %s", name)
+	}
 
 	r = f.run(t, "show", "--json", fmt.Sprint(binary))
 	require.Zero(t, r.code, r.stderr)
 	var one listed
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &one))
+	assert.Equal(t, binary, one.ID)
+	assert.Equal(t, f.eventID(t, binary), one.EventID)
 	assert.Equal(t, "hex", one.PayloadEncoding)
 	require.NotNil(t, one.Payload)
 	assert.Equal(t, "ff0041", *one.Payload)
@@ -304,7 +334,7 @@ func TestRequeue(t *testing.T) {
 	assert.Equal(t, 3, strings.Count(r.stderr, "requeue batch"), r.stderr)
 	assert.Contains(t, r.stderr, fmt.Sprintf("requeue batch 1: ids %d..%d, 2 given, 2 requeued", paid[0], paid[1]))
 	for _, id := range paid {
-		ev, err := f.store.Get(context.Background(), id)
+		ev, err := f.admin.Get(context.Background(), id)
 		require.NoError(t, err)
 		assert.Equal(t, outbox.StatusWait, ev.Status)
 		assert.Zero(t, ev.RetryCount)
@@ -319,13 +349,19 @@ func TestRequeue(t *testing.T) {
 	before = f.snapshot(t)
 	r = f.run(t, "requeue", fmt.Sprint(other), fmt.Sprint(sent))
 	assert.Equal(t, exitFail, r.code)
-	assert.Contains(t, r.stderr, fmt.Sprintf("nothing requeued: event %d is SUCCESS, not FAIL", sent))
+	assert.Contains(t, r.stderr, fmt.Sprintf("nothing requeued: id %d is SUCCESS, not FAIL", sent))
 	r = f.run(t, "requeue", fmt.Sprint(other), "99999999")
 	assert.Equal(t, exitFail, r.code)
-	assert.Contains(t, r.stderr, "99999999 does not exist")
+	assert.Contains(t, r.stderr, "nothing requeued: id 99999999 does not exist")
+	r = f.run(t, "requeue", f.eventID(t, sent))
+	assert.Equal(t, exitFail, r.code)
+	assert.Contains(t, r.stderr, fmt.Sprintf("nothing requeued: id %d is SUCCESS, not FAIL", sent), "an event_id names its row")
+	r = f.run(t, "requeue", fmt.Sprint(other), "0190a3c5-0000-7000-8000-000000000000")
+	assert.Equal(t, exitFail, r.code)
+	assert.Contains(t, r.stderr, "event not found: event_id 0190a3c5-0000-7000-8000-000000000000")
 	assert.Equal(t, before, f.snapshot(t))
 
-	r = f.run(t, "requeue", fmt.Sprint(other), "--json")
+	r = f.run(t, "requeue", f.eventID(t, other), "--json")
 	require.Zero(t, r.code, r.stderr)
 	var out struct{ Matched, Requeued int64 }
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
@@ -390,7 +426,7 @@ func TestBadInput(t *testing.T) {
 	f.set(t, old, outbox.StatusSuccess, 40*24*time.Hour)
 	before := f.snapshot(t)
 
-	unreachable := []string{"OUTBOX_DSN=root@tcp(127.0.0.1:1)/outbox_test", "OUTBOX_TABLE=" + f.store.Table()}
+	unreachable := []string{"OUTBOX_DSN=root@tcp(127.0.0.1:1)/outbox_test", "OUTBOX_TABLE=" + f.table}
 	missingTable := []string{"OUTBOX_DSN=" + testsvc.MySQLDSN(t), "OUTBOX_TABLE=no_such_outbox"}
 	for _, c := range []struct {
 		env  []string
@@ -403,9 +439,12 @@ func TestBadInput(t *testing.T) {
 		{f.env, []string{"list", "--since", "yesterday"}, exitUsage, `--since "yesterday" is neither a time`},
 		{f.env, []string{"list", "--limit", "x"}, exitUsage, `invalid value "x" for flag -limit`},
 		{f.env, []string{"list", "--type", "NOPE"}, exitFail, "no events match the filter"},
-		{f.env, []string{"show"}, exitUsage, "show takes exactly one event id"},
-		{f.env, []string{"show", "abc"}, exitUsage, `"abc" is not an event id`},
+		{f.env, []string{"show"}, exitUsage, "show takes exactly one id or event_id"},
+		{f.env, []string{"show", "abc"}, exitUsage, `"abc" is neither an id (a positive integer) nor an event_id (a UUID)`},
+		{f.env, []string{"show", "0"}, exitUsage, `"0" is neither an id`},
 		{f.env, []string{"show", "99999999"}, exitFail, "event not found: id 99999999"},
+		{f.env, []string{"show", "0190a3c5-0000-7000-8000-000000000000"}, exitFail, "event not found: event_id 0190a3c5-0000-7000-8000-000000000000"},
+		{f.env, []string{"requeue", "abc"}, exitUsage, `"abc" is neither an id`},
 		{f.env, []string{"requeue"}, exitUsage, "say which events"},
 		{f.env, []string{"requeue", "--status", "WAIT", "--yes"}, exitUsage, "flag provided but not defined: -status"},
 		{f.env, []string{"requeue", "--type", "NOPE", "--yes"}, exitFail, "no FAIL events match the filter"},
@@ -434,7 +473,7 @@ func TestBadInput(t *testing.T) {
 	assert.Equal(t, before, f.snapshot(t), "no bad input changed anything")
 
 	// Flags instead of the environment, for completeness.
-	r := runEnv(t, nil, "-dsn", testsvc.MySQLDSN(t), "-table", f.store.Table(), "show", fmt.Sprint(failed))
+	r := runEnv(t, nil, "-dsn", testsvc.MySQLDSN(t), "-table", f.table, "show", fmt.Sprint(failed))
 	require.Zero(t, r.code, r.stderr)
 	assert.Regexp(t, `(?m)^status:\s+FAIL$`, r.stdout)
 }

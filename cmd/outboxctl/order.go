@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/go-outbox/outbox"
 )
 
 // ---- blocked
@@ -24,7 +22,7 @@ func (a *app) blocked(ctx context.Context, args []string) error {
 			"and how many wait behind each. With per-key ordering (KeyOrder) those keys stand still\n"+
 			"until the dead letter is requeued (requeue ID: sent after all) or skipped (skip ID:\n"+
 			"never sent). Exits 1 when no key is blocked.")
-	limit := fs.Int("limit", 0, fmt.Sprintf("most rows to print (default %d, at most %d)", outbox.ListLimitDefault, outbox.ListLimitMax))
+	limit := fs.Int("limit", 0, "most rows to print (default 100, at most 10000)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -33,13 +31,13 @@ func (a *app) blocked(ctx context.Context, args []string) error {
 	if err := noArgs(pos); err != nil {
 		return err
 	}
-	if *limit < 0 || *limit > outbox.ListLimitMax {
-		return usagef("--limit must be between 0 and %d, got %d", outbox.ListLimitMax, *limit)
+	if *limit < 0 || *limit > 10000 {
+		return usagef("--limit must be between 0 and 10000, got %d", *limit)
 	}
 	if err := a.open(ctx); err != nil {
 		return err
 	}
-	keys, err := a.store.Blocked(ctx, *limit)
+	keys, err := a.admin.Blocked(ctx, *limit)
 	if err != nil {
 		return err
 	}
@@ -53,10 +51,10 @@ func (a *app) blocked(ctx context.Context, args []string) error {
 		}
 	} else if len(keys) > 0 {
 		tw := table(a.stdout)
-		fmt.Fprintln(tw, "ID\tBIZ NO\tEVENT TYPE\tWAITING BEHIND\tRETRIES\tFAILED (UTC)\tLAST ERROR")
+		fmt.Fprintln(tw, "ID\tBIZ_NO\tEVENT_TYPE\tWAITING BEHIND\tRETRIES\tFAILED (UTC)\tEVENT_ID\tLAST_ERROR")
 		for _, k := range keys {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", k.ID, cell(k.BizNo, 40), cell(k.EventType, 40), k.Waiting,
-				k.RetryCount, stamp(k.UpdateTime), cell(k.LastError, 60))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", k.ID, cell(k.BizNo, 40), cell(k.EventType, 40), k.Waiting,
+				k.RetryCount, stamp(k.UpdateTime), k.EventID, cell(k.LastError, 60))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -71,29 +69,31 @@ func (a *app) blocked(ctx context.Context, args []string) error {
 // ---- skip
 
 func (a *app) skip(ctx context.Context, args []string) error {
-	fs := a.newFlags("skip", "skip ID... [--json]",
+	fs := a.newFlags("skip", "skip ID|EVENT_ID... [--json]",
 		"Marks dead letters (FAIL) SKIPPED: never to be sent. SKIPPED is final and counts as sent\n"+
 			"for per-key ordering, so the events of a blocked biz no behind it go on (see blocked).\n"+
-			"Every id must be a FAIL event, or nothing changes. To send a dead letter after all,\n"+
-			"requeue it instead.")
+			"Each is named by its id or its event_id, and every one must be a FAIL event, or nothing\n"+
+			"changes. To send a dead letter after all, requeue it instead.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
-		return usagef("skip takes one or more event ids")
+		return usagef("skip takes one or more ids or event_ids")
 	}
-	ids := make([]int64, len(pos))
-	for i, s := range pos {
-		if ids[i], err = parseID(s); err != nil {
-			return err
-		}
+	refs, err := parseRefs(pos)
+	if err != nil {
+		return err
 	}
-	if len(ids) > outbox.ListLimitMax {
-		return usagef("at most %d ids at once, got %d", outbox.ListLimitMax, len(ids))
+	if len(refs) > 10000 {
+		return usagef("at most 10000 ids at once, got %d", len(refs))
 	}
 	if err := a.open(ctx); err != nil {
+		return err
+	}
+	ids, err := a.resolve(ctx, refs)
+	if err != nil {
 		return err
 	}
 	if err := a.checkFailed(ctx, ids, "skipped"); err != nil {
@@ -101,11 +101,11 @@ func (a *app) skip(ctx context.Context, args []string) error {
 	}
 	var done []int64
 	for _, id := range ids {
-		if err := a.store.Skip(ctx, id); err != nil {
+		if err := a.admin.Skip(ctx, id); err != nil {
 			return fmt.Errorf("after %d skipped (%s): %w", len(done), joinIDs(done), err)
 		}
 		done = append(done, id)
-		fmt.Fprintf(a.stderr, "%s skipped event %d\n", time.Now().UTC().Format(time.RFC3339), id)
+		fmt.Fprintf(a.stderr, "%s skipped id %d\n", time.Now().UTC().Format(time.RFC3339), id)
 	}
 	if *asJSON {
 		return writeJSON(a.stdout, map[string]any{"skipped": done})

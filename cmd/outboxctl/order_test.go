@@ -33,14 +33,15 @@ func TestBlockedAndSkip(t *testing.T) {
 
 	r = f.run(t, "blocked")
 	require.Zero(t, r.code, r.stderr)
-	assert.Regexp(t, `ID\s+BIZ NO\s+EVENT TYPE\s+WAITING BEHIND`, r.stdout)
-	assert.Regexp(t, fmt.Sprintf(`(?m)^%d\s+ORD-1\s+ORDER_CREATED\s+2\s+4\s+`, dead), r.stdout)
+	assert.Regexp(t, `(?m)^ID\s+BIZ_NO\s+EVENT_TYPE\s+WAITING BEHIND\s+RETRIES\s+FAILED \(UTC\)\s+EVENT_ID\s+LAST_ERROR$`, r.stdout)
+	assert.Regexp(t, fmt.Sprintf(`(?m)^%d\s+ORD-1\s+ORDER_CREATED\s+2\s+4\s+.*\s%s\s+broker said no$`, dead, f.eventID(t, dead)), r.stdout)
 	assert.NotContains(t, r.stdout, "ORD-2")
 
 	r = f.run(t, "blocked", "--json")
 	require.Zero(t, r.code, r.stderr)
 	var rows []struct {
 		ID      int64  `json:"id"`
+		EventID string `json:"event_id"`
 		BizNo   string `json:"biz_no"`
 		Status  string `json:"status"`
 		Waiting int64  `json:"waiting"`
@@ -48,6 +49,7 @@ func TestBlockedAndSkip(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows), r.stdout)
 	require.Len(t, rows, 1)
 	assert.Equal(t, dead, rows[0].ID)
+	assert.Equal(t, f.eventID(t, dead), rows[0].EventID)
 	assert.Equal(t, "ORD-1", rows[0].BizNo)
 	assert.Equal(t, "FAIL", rows[0].Status)
 	assert.Equal(t, int64(2), rows[0].Waiting)
@@ -56,18 +58,20 @@ func TestBlockedAndSkip(t *testing.T) {
 	before := f.snapshot(t)
 	r = f.run(t, "skip", fmt.Sprint(dead), fmt.Sprint(sent))
 	assert.Equal(t, exitFail, r.code)
-	assert.Contains(t, r.stderr, fmt.Sprintf("nothing skipped: event %d is SUCCESS, not FAIL", sent))
+	assert.Contains(t, r.stderr, fmt.Sprintf("nothing skipped: id %d is SUCCESS, not FAIL", sent))
 	r = f.run(t, "skip", fmt.Sprint(dead), "99999999")
 	assert.Equal(t, exitFail, r.code)
-	assert.Contains(t, r.stderr, "99999999 does not exist")
+	assert.Contains(t, r.stderr, "nothing skipped: id 99999999 does not exist")
 	assert.Equal(t, before, f.snapshot(t))
 
-	r = f.run(t, "skip", fmt.Sprint(dead), fmt.Sprint(lone), "--json")
+	// By id and by event_id alike.
+	r = f.run(t, "skip", fmt.Sprint(dead), f.eventID(t, lone), "--json")
 	require.Zero(t, r.code, r.stderr)
 	var out struct{ Skipped []int64 }
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
 	assert.Equal(t, []int64{dead, lone}, out.Skipped)
-	assert.Contains(t, r.stderr, fmt.Sprintf("skipped event %d", dead))
+	assert.Contains(t, r.stderr, fmt.Sprintf("skipped id %d", dead))
+	assert.Contains(t, r.stderr, fmt.Sprintf("skipped id %d", lone))
 	assert.Equal(t, outbox.StatusSkipped, f.status(t, dead))
 	assert.Equal(t, outbox.StatusSkipped, f.status(t, lone))
 
@@ -84,7 +88,7 @@ func TestBlockedAndSkip(t *testing.T) {
 	r = f.run(t, "purge", "--older-than", "720h", "--yes")
 	require.Zero(t, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "deleted 1 SUCCESS or SKIPPED events")
-	_, err := f.store.Get(context.Background(), dead)
+	_, err := f.admin.Get(context.Background(), dead)
 	require.ErrorIs(t, err, outbox.ErrNotFound)
 }
 
@@ -96,9 +100,9 @@ func TestBlockedAndSkipBadInput(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"skip"}, exitUsage, "skip takes one or more event ids"},
-		{[]string{"skip", "abc"}, exitUsage, `"abc" is not an event id`},
-		{[]string{"skip", "0"}, exitUsage, `"0" is not an event id`},
+		{[]string{"skip"}, exitUsage, "skip takes one or more ids or event_ids"},
+		{[]string{"skip", "abc"}, exitUsage, `"abc" is neither an id (a positive integer) nor an event_id (a UUID)`},
+		{[]string{"skip", "0"}, exitUsage, `"0" is neither an id`},
 		{[]string{"blocked", "--limit", "-1"}, exitUsage, "--limit must be between 0 and 10000"},
 		{[]string{"blocked", "extra"}, exitUsage, `unexpected argument "extra"`},
 	} {

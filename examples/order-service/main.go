@@ -677,7 +677,7 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 		Backoff:        outbox.ConstantBackoff(200 * time.Millisecond), // a demo need not wait 5 s
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("instance", i),
 		OnDeadLetter: func(_ context.Context, ev outbox.Event, cause error) {
-			fmt.Fprintf(os.Stderr, "ALERT: event %d (%s) dead-lettered: %v\n", ev.ID, ev.BizNo, cause)
+			fmt.Fprintf(os.Stderr, "ALERT: dead letter id=%d event_id=%s biz_no=%s: %v\n", ev.ID, ev.EventID, ev.BizNo, cause)
 		},
 	}
 	if ms != nil {

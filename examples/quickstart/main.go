@@ -85,7 +85,7 @@ func run(dsn string, orders int) error {
 			mu.Lock()
 			defer mu.Unlock()
 			sent++
-			fmt.Printf("%s sent event %d %s %s %s\n", id, ev.ID, ev.EventType, ev.BizNo, ev.Payload)
+			fmt.Printf("%s sent id=%d event_id=%s %s %s %s\n", id, ev.ID, ev.EventID, ev.EventType, ev.BizNo, ev.Payload)
 			return nil
 		})
 		p, err := outbox.NewPublisher(store, sender, outbox.Config{
