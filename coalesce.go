@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"context"
 	"math"
 	"sync"
 	"time"
@@ -135,67 +134,4 @@ func meanFreshAge(evs []Event, now time.Time) (int, time.Duration) {
 		return 0, 0
 	}
 	return n, sum / time.Duration(n)
-}
-
-// ackDelay bounds how long a success stays unrecorded waiting for the next claim to carry
-// it; past it, it is recorded by a statement of its own.
-const ackDelay = 50 * time.Millisecond
-
-// scan is Run's publishing loop: a round, then a pause (PollInterval, or what the round
-// asked for), ended early by a wake-up after its coalescing window. Successes are recorded
-// by the next round's claim, or after ackDelay if no round comes by then.
-func (p *Publisher) scan(ctx context.Context, wake <-chan struct{}) {
-	round := time.NewTimer(0)
-	defer round.Stop()
-	due := time.Now() // when round fires
-	acks := time.NewTimer(time.Hour)
-	acks.Stop()
-	defer acks.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-wake:
-			now := time.Now()
-			w := p.gather.delay(now)
-			if at := now.Add(w); at.Before(due) {
-				round.Reset(w)
-				due = at
-				p.gather.willWait(w > 0)
-			}
-			continue
-		case <-acks.C:
-			p.flushAcks(ctx)
-			continue
-		case <-round.C:
-		}
-		_, next, _ := p.round(ctx, true)
-		due = time.Now().Add(next)
-		round.Reset(next)
-		if p.owesAcks() && next > ackDelay {
-			acks.Reset(ackDelay)
-		} else {
-			acks.Stop()
-		}
-	}
-}
-
-// owesAcks reports whether sent events wait for their success to be recorded.
-func (p *Publisher) owesAcks() bool {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	return len(p.unacked) > 0
-}
-
-// flushAcks records the successes no claim has carried.
-func (p *Publisher) flushAcks(ctx context.Context) {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	if len(p.unacked) == 0 {
-		return
-	}
-	var stats RoundStats
-	sent := p.unacked
-	p.unacked = nil
-	p.record(context.WithoutCancel(ctx), &stats, p.successWrite(sent))
 }

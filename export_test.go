@@ -74,7 +74,9 @@ func WrapProducerForTest(s *RocketMQSender, wrap func(rocketmq.Producer) rocketm
 }
 
 // InsertForTest is Tx.InsertEvent returning the row id, for tests that address rows by id.
-func InsertForTest(ctx context.Context, tx *Tx, ev EventInput) (int64, error) { return tx.insert(ctx, ev) }
+func InsertForTest(ctx context.Context, tx *Tx, ev EventInput) (int64, error) {
+	return tx.insert(ctx, ev)
+}
 
 // TableForTest is the store's table name.
 func TableForTest(s *MySQLStore) string { return s.table }
@@ -83,7 +85,9 @@ func TableForTest(s *MySQLStore) string { return s.table }
 func LockRetriesForTest(s *MySQLStore) int64 { return s.lockRetryCount() }
 
 // MessageForTest is the RocketMQ message s sends for ev.
-func MessageForTest(s *RocketMQSender, ev Event, keyOrder bool) *primitive.Message { return s.message(ev, keyOrder) }
+func MessageForTest(s *RocketMQSender, ev Event, keyOrder bool) *primitive.Message {
+	return s.message(ev, keyOrder)
+}
 
 // NewRocketMQSenderWithProducerForTest is NewRocketMQSender with a producer the test made (a
 // fake, or a real one it wraps), which the sender uses and never shuts down. Its queue

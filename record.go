@@ -131,35 +131,6 @@ func (p *Publisher) releaseOwned(ctx context.Context, reason string) (int64, err
 	return n, nil
 }
 
-// stop runs when Run's loops have ended: it records what is still unrecorded and returns
-// to WAIT every row still SENDING under this instance, so that none waits for the lease.
-func (p *Publisher) stop(ctx context.Context) {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	if s, ok := p.store.(interface{ closeClaimSession() }); ok {
-		defer s.closeClaimSession()
-	}
-	if len(p.unacked) > 0 {
-		// Recorded before the release below, which would otherwise send them again.
-		p.pending = append(p.pending, p.successWrite(p.unacked))
-		p.unacked = nil
-	}
-	var stats RoundStats
-	if err := p.settle(ctx, &stats); err != nil {
-		p.log.ErrorContext(ctx, "outbox: stopping with outcomes unrecorded; their events will be reclaimed after the lease",
-			slog.Int("writes", len(p.pending)), slog.Any("error", err))
-		return
-	}
-	n, err := p.releaseOwned(ctx, "released by its owner, which stopped")
-	if err != nil {
-		p.log.ErrorContext(ctx, "outbox: stopping with events claimed; they will be reclaimed after the lease", slog.Any("error", err))
-		return
-	}
-	if n > 0 {
-		p.log.InfoContext(ctx, "outbox: released claimed events on stop", slog.Int64("count", n))
-	}
-}
-
 // successWrite marks the sent events SUCCESS.
 func (p *Publisher) successWrite(evs []Event) write {
 	owner := p.cfg.InstanceID

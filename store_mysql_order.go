@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -228,4 +229,114 @@ func (s *MySQLStore) orderedCandidates(ctx context.Context, limit int) ([]Event,
 		}
 	}
 	return evs, nil
+}
+
+// The index lines of schema.sql: the unordered one, and what an ordered table has instead.
+const (
+	bizNoIndexLine   = "KEY idx_biz_no (biz_no)"
+	orderedIndexLine = "KEY " + orderIndex + " (biz_no, status, id)"
+)
+
+// orderedSchema is the CREATE TABLE with idx_biz_no_status in place of idx_biz_no.
+func orderedSchema(schema string) string {
+	if !strings.Contains(schema, bizNoIndexLine) {
+		panic("outbox: schema.sql has no line " + bizNoIndexLine) // caught by the tests
+	}
+	return strings.Replace(schema, bizNoIndexLine, orderedIndexLine, 1)
+}
+
+// The statements that make an existing table fit for ordered claims; CheckOrdering names
+// the ones a table needs, with its name in place of t_event_record.
+const (
+	// Appending a member to an ENUM changes no row: instant on MariaDB 10.3+ and MySQL 8.
+	alterSkipped = "ALTER TABLE t_event_record MODIFY status ENUM('WAIT', 'SENDING', 'SUCCESS', 'FAIL', 'SKIPPED') NOT NULL DEFAULT 'WAIT'"
+	// An online index build: the table takes writes while it runs.
+	alterOrderIndex = "ALTER TABLE t_event_record DROP INDEX idx_biz_no, ADD INDEX idx_biz_no_status (biz_no, status, id), ALGORITHM=INPLACE, LOCK=NONE"
+	// For a table without idx_biz_no (dropped, or never made).
+	alterAddOrderIndex = "ALTER TABLE t_event_record ADD INDEX idx_biz_no_status (biz_no, status, id), ALGORITHM=INPLACE, LOCK=NONE"
+	// For a table with an index of that name on other columns.
+	alterRedoOrderIndex = "ALTER TABLE t_event_record DROP INDEX idx_biz_no_status, ADD INDEX idx_biz_no_status (biz_no, status, id), ALGORITHM=INPLACE, LOCK=NONE"
+)
+
+// checkOrdering reports whether the table can serve ordered claims: it must have the index
+// idx_biz_no_status (biz_no, status, id), which the ordered claim names (FORCE INDEX), and
+// a status column that allows SKIPPED. The error wraps [ErrInvalidConfig] and names the
+// ALTER TABLE statements that make it so; docs/ordering.md explains them. An error reading
+// the table's definition is returned as it is.
+func (s *MySQLStore) checkOrdering(ctx context.Context) error {
+	indexes, err := s.indexColumns(ctx)
+	if err != nil {
+		return err
+	}
+	if len(indexes) == 0 {
+		return fmt.Errorf("%w: check ordering: table %s does not exist (create it with CreateSchema, MySQLConfig.Ordering set)", ErrInvalidConfig, s.table)
+	}
+	skipped, err := s.hasSkipped(ctx)
+	if err != nil {
+		return err
+	}
+	var (
+		lacks []string
+		fixes []string
+	)
+	if !skipped {
+		lacks = append(lacks, "its status column does not allow 'SKIPPED'")
+		fixes = append(fixes, alterSkipped)
+	}
+	switch cols, ok := indexes[orderIndex]; {
+	case !ok:
+		lacks = append(lacks, "it has no index idx_biz_no_status (biz_no, status, id)")
+		if _, old := indexes["idx_biz_no"]; old {
+			fixes = append(fixes, alterOrderIndex)
+		} else {
+			fixes = append(fixes, alterAddOrderIndex)
+		}
+	case cols != "biz_no,status,id":
+		lacks = append(lacks, fmt.Sprintf("its index idx_biz_no_status is on (%s), not (biz_no, status, id)", strings.ReplaceAll(cols, ",", ", ")))
+		fixes = append(fixes, alterRedoOrderIndex)
+	}
+	if len(lacks) == 0 {
+		return nil
+	}
+	r := strings.NewReplacer("t_event_record", "`"+s.table+"`")
+	for i := range fixes {
+		fixes[i] = r.Replace(fixes[i]) + ";"
+	}
+	return fmt.Errorf("%w: table %s cannot serve ordered claims: %s; run: %s (see docs/ordering.md)",
+		ErrInvalidConfig, s.table, strings.Join(lacks, ", and "), strings.Join(fixes, " "))
+}
+
+// indexColumns reads the table's indexes: name -> columns in order, comma-separated.
+func (s *MySQLStore) indexColumns(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ',')
+	FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+	GROUP BY INDEX_NAME`, s.table)
+	if err != nil {
+		return nil, s.wrap("check ordering: read the indexes", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var name, cols string
+		if err := rows.Scan(&name, &cols); err != nil {
+			return nil, s.wrap("check ordering: read the indexes", err)
+		}
+		out[name] = strings.ToLower(cols)
+	}
+	return out, s.wrap("check ordering: read the indexes", rows.Err())
+}
+
+// hasSkipped reports whether the status column allows SKIPPED (a table made before it does
+// not; in non-strict SQL modes writing it there would store ” instead of failing).
+func (s *MySQLStore) hasSkipped(ctx context.Context) (bool, error) {
+	var typ string
+	err := s.db.QueryRowContext(ctx, `SELECT COLUMN_TYPE FROM information_schema.COLUMNS
+	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'status'`, s.table).Scan(&typ)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("outbox: table %s does not exist or has no status column", s.table)
+	}
+	if err != nil {
+		return false, s.wrap("read the status column's type", err)
+	}
+	return strings.Contains(typ, "'SKIPPED'"), nil
 }

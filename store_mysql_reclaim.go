@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"time"
 )
@@ -100,4 +102,133 @@ func (s *MySQLStore) ReleaseOwned(ctx context.Context, owner, reason string) (in
 
 func (s *MySQLStore) ownedIDs(ctx context.Context, owner string) ([]int64, error) {
 	return s.selectIDs(ctx, "select owned events", s.q.owned, owner, reclaimPage)
+}
+
+// Purge deletes SUCCESS events whose last update (their acknowledgement) is older than
+// olderThan by the database clock, then SKIPPED events (dead letters a person skipped)
+// last updated as long ago, and reports how many it deleted. Both are final, and done for
+// per-key ordering, so a key's later events never wait for a purged row. WAIT, SENDING and
+// FAIL rows are never deleted, however old. It deletes at most opts.BatchRows rows per statement,
+// by primary key, with opts.Pause between statements, so that the table's writers barely
+// notice it; it stops when no old row is left, at opts.Limit, or when ctx ends.
+//
+// With opts.Exclusive it runs only if no other session is purging the table (see
+// [PurgeOptions]), and returns [ErrPurgeBusy] otherwise. With opts.DryRun it deletes nothing
+// and reports how many rows it would delete now.
+func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts PurgeOptions) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: purge age must be positive, got %s", ErrInvalidInput, olderThan)
+	}
+	if olderThan > maxBackoffLimit*100 {
+		return 0, fmt.Errorf("%w: purge age %s is beyond any row", ErrInvalidInput, olderThan)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	if opts.DryRun {
+		return s.countPurgeable(ctx, olderThan, opts.Limit)
+	}
+	if opts.Exclusive {
+		release, err := s.takePurgeLock(ctx)
+		if err != nil {
+			return 0, err
+		}
+		defer release()
+	}
+	age := olderThan.Microseconds()
+	var total int64
+	// One status at a time: each is one range of idx_status_claimed_at, read in order.
+	for _, status := range []Status{StatusSuccess, StatusSkipped} {
+		for {
+			n := opts.BatchRows
+			if opts.Limit > 0 {
+				n = int(min(int64(n), opts.Limit-total))
+			}
+			if n <= 0 {
+				return total, nil
+			}
+			ids, err := s.selectIDs(ctx, "purge", s.q.purgeCandidates, string(status), age, age, n)
+			if err != nil {
+				return total, err
+			}
+			if len(ids) == 0 {
+				break
+			}
+			deleted, err := s.exec(ctx, "purge", fmt.Sprintf(s.q.purge, idList(ids)), age)
+			if err != nil {
+				return total, err
+			}
+			total += deleted
+			if opts.OnBatch != nil {
+				opts.OnBatch(deleted)
+			}
+			if opts.Limit > 0 && total >= opts.Limit {
+				return total, nil
+			}
+			if len(ids) < n {
+				break
+			}
+			if opts.Pause > 0 {
+				if err := sleep(ctx, opts.Pause); err != nil {
+					return total, err
+				}
+			}
+		}
+	}
+	return total, nil
+}
+
+// takePurgeLock takes the table's purge lock on a connection of its own, without waiting,
+// and returns the function that lets it go.
+func (s *MySQLStore) takePurgeLock(ctx context.Context) (func(), error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, s.wrap("purge lock", err)
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, s.q.takePurgeLock).Scan(&got); err != nil {
+		_ = conn.Close()
+		return nil, s.wrap("purge lock", err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		_ = conn.Close()
+		return nil, ErrPurgeBusy
+	}
+	if s.purgeHook != nil {
+		s.purgeHook(true)
+	}
+	return func() {
+		if s.purgeHook != nil {
+			s.purgeHook(false)
+		}
+		// A fresh context: the caller's may have ended, and the lock must go either way. If
+		// the statement fails, closing the connection ends the session, which frees the lock.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.ExecContext(rctx, s.q.endPurgeLock); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		_ = conn.Close()
+	}, nil
+}
+
+// countPurgeable reports how many SUCCESS and SKIPPED rows a purge with olderThan would
+// delete now, at most limit when positive. It counts through the same index as the purge.
+func (s *MySQLStore) countPurgeable(ctx context.Context, olderThan time.Duration, limit int64) (int64, error) {
+	age := olderThan.Microseconds()
+	var n int64
+	if err := s.db.QueryRowContext(ctx, s.q.countPurgeable, age, age).Scan(&n); err != nil {
+		return 0, s.wrap("count purgeable events", err)
+	}
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	return n, nil
+}
+
+// purgeLockName is the SQL expression naming the purge lock of table in the session's
+// database (lock names are server-wide and at most 64 characters, hence the hash).
+func purgeLockName(table string) string {
+	return fmt.Sprintf("CONCAT('outbox-purge:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', '%s')))", table)
 }
