@@ -68,8 +68,8 @@ func ExampleMySQLConfig_ordering() {
 		return nil
 	})
 	publisher, err := outbox.NewPublisher(store, sender, outbox.Config{
-		Backoff:      func(int) time.Duration { return 100 * time.Millisecond }, // retry soon
-		PollInterval: 100 * time.Millisecond,
+		Backoff:      func(int) time.Duration { return 100 * time.Millisecond }, // retry soon, for the example
+		PollInterval: 100 * time.Millisecond,                                    // and look for due events as often
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -1,0 +1,60 @@
+package outbox_test
+
+import (
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The package stays small enough to learn in an afternoon: at most 100 exported identifiers
+// (constants, variables, functions, types and their methods, as godoc lists them), and the
+// store a service meets at most 16 methods. A change that needs more makes something else
+// smaller, or moves what only one audience uses apart (as Admin did the operators' calls).
+func TestAPISurface(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, parser.ParseComments)
+	require.NoError(t, err)
+	p := doc.New(pkgs["outbox"], "github.com/go-outbox/outbox", 0)
+
+	var names []string
+	values := func(vs []*doc.Value, kind string) {
+		for _, v := range vs {
+			for _, n := range v.Names {
+				if ast.IsExported(n) {
+					names = append(names, kind+" "+n)
+				}
+			}
+		}
+	}
+	values(p.Consts, "const")
+	values(p.Vars, "var")
+	for _, f := range p.Funcs {
+		names = append(names, "func "+f.Name)
+	}
+	methods := map[string]int{}
+	for _, typ := range p.Types {
+		names = append(names, "type "+typ.Name)
+		values(typ.Consts, "const")
+		values(typ.Vars, "var")
+		for _, f := range typ.Funcs {
+			names = append(names, "func "+f.Name)
+		}
+		for _, m := range typ.Methods {
+			names = append(names, "method "+typ.Name+"."+m.Name)
+			methods[typ.Name]++
+		}
+	}
+	assert.LessOrEqual(t, len(names), 100, "exported identifiers:\n%s", strings.Join(names, "\n"))
+	assert.LessOrEqual(t, methods["MySQLStore"], 16, "MySQLStore's methods")
+	assert.NotZero(t, methods["MySQLStore"], "the count found the store's methods")
+}
