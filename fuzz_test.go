@@ -40,15 +40,16 @@ func documentedType(s string) bool {
 	return documentedKey(s) && !strings.Contains(s, "||") && s != "*"
 }
 
-// An event the documentation allows is written and read back exactly, and the RocketMQ
-// message made from it carries its fields through the client's property encoding; any
+// An event the documentation allows (a biz no and an event type as documented, a payload of
+// 1 byte to MaxPayloadBytes) is written and read back exactly, and the RocketMQ message made
+// from it carries its fields through the client's property encoding, in key order too; any
 // other is refused with ErrInvalidEvent, naming the field, and writes nothing.
 func FuzzInsertEvent(f *testing.F) {
 	const maxPayload = 1 << 10
 	db := testsvc.NewDatabase(f)
 	store := testsvc.NewStore(f, db, outbox.MySQLConfig{MaxPayloadBytes: maxPayload})
 	table := "`" + outbox.TableForTest(store) + "`"
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: &fakeProducer{}})
+	sender, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{}, &fakeProducer{})
 	require.NoError(f, err)
 
 	for _, s := range []struct {
@@ -58,10 +59,11 @@ func FuzzInsertEvent(f *testing.F) {
 		{"ORD-1", "ORDER_CREATED", []byte(`{"order":1}`)},
 		{"", "E", nil},
 		{"B", "", nil},
-		{strings.Repeat("x", 64), strings.Repeat("é", 64), nil},
+		{strings.Repeat("x", 64), strings.Repeat("é", 64), []byte("{}")},
 		{strings.Repeat("x", 65), "E", nil},
 		{"B", strings.Repeat("😀", 65), nil},
-		{strings.Repeat("😀", 64), "E", []byte{}},
+		{strings.Repeat("😀", 64), "E", []byte{}}, // no payload
+		{"B", "E", nil},
 		{"订单-42", "支付成功", []byte{0, 1, 2, 0xff}},
 		{"trailing space ", " leading", nil},
 		{"a\x00b", "E", nil},
@@ -72,7 +74,7 @@ func FuzzInsertEvent(f *testing.F) {
 		{"\xff\xfe", "E", nil},
 		{"\xed\xa0\x80", "E", nil}, // a surrogate, encoded
 		{"a\u2028b", "E\u200b", nil},
-		{"\ufeffBOM", "E", nil},
+		{"\ufeffBOM", "E", []byte("{}")},
 		{"B", "E", make([]byte, maxPayload)},
 		{"B", "E", make([]byte, maxPayload+1)},
 		{"x'OR'1'='1", "E');DROP_TABLE_t;--", []byte("\\'\"")},
@@ -80,7 +82,7 @@ func FuzzInsertEvent(f *testing.F) {
 		{"ORD\u00a01", "E", nil},
 		{"B", "ORDER||PAID", nil},
 		{"B", "*", nil},
-		{"B", "A|B", nil},
+		{"B", "A|B", []byte("{}")},
 	} {
 		f.Add(s.biz, s.typ, s.payload)
 	}
@@ -88,10 +90,10 @@ func FuzzInsertEvent(f *testing.F) {
 		ctx := context.Background()
 		tx, err := store.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		id, insertErr := tx.InsertEvent(ctx, outbox.EventInput{BizNo: biz, EventType: typ, Payload: payload})
+		id, insertErr := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: biz, EventType: typ, Payload: payload})
 		require.NoError(t, tx.Commit())
 
-		if !documentedKey(biz) || !documentedType(typ) || len(payload) > maxPayload {
+		if !documentedKey(biz) || !documentedType(typ) || len(payload) == 0 || len(payload) > maxPayload {
 			require.ErrorIs(t, insertErr, outbox.ErrInvalidEvent)
 			var named []string
 			if !documentedKey(biz) {
@@ -100,7 +102,7 @@ func FuzzInsertEvent(f *testing.F) {
 			if !documentedType(typ) {
 				named = append(named, "EventType")
 			}
-			if len(payload) > maxPayload {
+			if len(payload) == 0 || len(payload) > maxPayload {
 				named = append(named, "payload")
 			}
 			assert.True(t, containsAny(insertErr.Error(), named), "the error %q names the bad field (%v)", insertErr, named)
@@ -121,15 +123,20 @@ func FuzzInsertEvent(f *testing.F) {
 		assert.Zero(t, got.RetryCount)
 
 		// The client encodes properties as name\x01value\x02: the fields must survive it.
-		msg := sender.Message(got)
-		decoded := &primitive.Message{}
-		decoded.UnmarshalProperties([]byte(msg.MarshallProperties()))
-		assert.Equal(t, biz, decoded.GetProperty(outbox.PropertyBizNo))
-		assert.Equal(t, typ, decoded.GetProperty(outbox.PropertyEventType))
-		assert.Equal(t, typ, decoded.GetTags())
-		assert.Equal(t, biz, decoded.GetKeys())
-		assert.Equal(t, msg.GetProperty(outbox.PropertyEventID), decoded.GetProperty(outbox.PropertyEventID))
-		assert.True(t, bytes.Equal(payload, msg.Body), "the body is the payload")
+		for _, keyOrder := range []bool{false, true} {
+			msg := outbox.MessageForTest(sender, got, keyOrder)
+			decoded := &primitive.Message{}
+			decoded.UnmarshalProperties([]byte(msg.MarshallProperties()))
+			assert.Equal(t, biz, decoded.GetProperty(outbox.PropertyBizNo))
+			assert.Equal(t, typ, decoded.GetProperty(outbox.PropertyEventType))
+			assert.Equal(t, typ, decoded.GetTags())
+			assert.Equal(t, biz, decoded.GetKeys())
+			assert.Equal(t, msg.GetProperty(outbox.PropertyEventID), decoded.GetProperty(outbox.PropertyEventID))
+			assert.True(t, bytes.Equal(payload, msg.Body), "the body is the payload")
+			if keyOrder {
+				assert.Equal(t, biz, decoded.GetShardingKey(), "in key order the biz no is the sharding key")
+			}
+		}
 	})
 }
 
@@ -190,16 +197,17 @@ func (in *fuzzInput) string() string {
 type fieldKind int
 
 const (
-	kindInt      fieldKind = iota // any integer field (int, ClaimMode, ...)
+	kindInt      fieldKind = iota // any integer field
 	kindDuration                  // a time.Duration
 	kindString
+	kindBool
 	kindChoice // one of the field's choices
 )
 
-// configField is a Config field the fuzzer sets, and what the documentation says an
-// accepted publisher's value of it (defaults filled in) must satisfy. Adding a Config field
-// to the fuzzer is adding one entry; fields without an entry stay zero, so their defaults
-// are still checked.
+// configField is a Config field the fuzzer sets, named by its path ("Tuning.Lease"), and what
+// the documentation says an accepted publisher's value of it (defaults filled in) must
+// satisfy. Adding a Config field to the fuzzer is adding one entry; fields without an entry
+// stay zero, so their defaults are still checked.
 type configField struct {
 	name    string
 	kind    fieldKind
@@ -207,8 +215,16 @@ type configField struct {
 	ok      func(c outbox.Config) bool
 }
 
+// configValue is the field of c at path, e.g. "Tuning.Lease".
+func configValue(c reflect.Value, path string) reflect.Value {
+	for name := range strings.SplitSeq(path, ".") {
+		c = c.FieldByName(name)
+	}
+	return c
+}
+
 func positiveField(name string) func(outbox.Config) bool {
-	return func(c outbox.Config) bool { return reflect.ValueOf(c).FieldByName(name).Int() > 0 }
+	return func(c outbox.Config) bool { return configValue(reflect.ValueOf(c), name).Int() > 0 }
 }
 
 var configFields = []configField{
@@ -216,29 +232,27 @@ var configFields = []configField{
 		id := c.InstanceID
 		return id != "" && utf8.ValidString(id) && strings.TrimSpace(id) == id && utf8.RuneCountInString(id) <= 64
 	}},
-	{name: "ClaimMode", kind: kindInt, ok: func(c outbox.Config) bool {
-		return c.ClaimMode == outbox.ClaimBatch || c.ClaimMode == outbox.ClaimPerRow
-	}},
-	{name: "BatchSize", kind: kindInt, ok: positiveField("BatchSize")},
+	{name: "Tuning.ClaimPerRow", kind: kindBool, ok: func(outbox.Config) bool { return true }},
+	{name: "Tuning.BatchSize", kind: kindInt, ok: positiveField("Tuning.BatchSize")},
 	{name: "PollInterval", kind: kindDuration, ok: positiveField("PollInterval")},
-	{name: "ReclaimInterval", kind: kindDuration, ok: positiveField("ReclaimInterval")},
-	{name: "Lease", kind: kindDuration, ok: func(c outbox.Config) bool { return c.Lease >= time.Second }},
-	{name: "MaxRetry", kind: kindInt, ok: func(c outbox.Config) bool { return c.MaxRetry > 0 || c.MaxRetry == outbox.NoRetries }},
-	{name: "Backoff", kind: kindChoice, choices: []any{nil, outbox.Backoff(outbox.DefaultBackoff), outbox.ConstantBackoff(time.Second)},
+	{name: "Tuning.ReclaimInterval", kind: kindDuration, ok: positiveField("Tuning.ReclaimInterval")},
+	{name: "Tuning.Lease", kind: kindDuration, ok: func(c outbox.Config) bool { return c.Tuning.Lease >= time.Second }},
+	{name: "MaxAttempts", kind: kindInt, ok: positiveField("MaxAttempts")},
+	{name: "Backoff", kind: kindChoice, choices: []any{nil, outbox.Backoff(outbox.DefaultBackoff), outbox.Backoff(func(int) time.Duration { return time.Second })},
 		ok: func(c outbox.Config) bool { return c.Backoff != nil }},
-	{name: "SendTimeout", kind: kindDuration, ok: func(c outbox.Config) bool { return c.SendTimeout >= outbox.MinSendTimeout }},
-	{name: "StoreTimeout", kind: kindDuration, ok: positiveField("StoreTimeout")},
+	{name: "Tuning.SendTimeout", kind: kindDuration, ok: func(c outbox.Config) bool { return c.Tuning.SendTimeout >= 10*time.Millisecond }},
+	{name: "Tuning.StoreTimeout", kind: kindDuration, ok: positiveField("Tuning.StoreTimeout")},
 	{name: "Logger", kind: kindChoice, choices: []any{nil, slog.New(slog.DiscardHandler)},
 		ok: func(c outbox.Config) bool { return c.Logger != nil }},
 	{name: "OnDeadLetter", kind: kindChoice, choices: []any{nil, func(context.Context, outbox.Event, error) {}},
 		ok: func(outbox.Config) bool { return true }},
 	// Fields added later go last, so that saved inputs keep decoding as they did.
-	{name: "MaxBackoff", kind: kindDuration, ok: func(c outbox.Config) bool {
-		return c.MaxBackoff > 0 && c.MaxBackoff <= 366*24*time.Hour
+	{name: "Tuning.MaxBackoff", kind: kindDuration, ok: func(c outbox.Config) bool {
+		return c.Tuning.MaxBackoff > 0 && c.Tuning.MaxBackoff <= 366*24*time.Hour
 	}},
-	{name: "MaxReclaims", kind: kindInt, ok: positiveField("MaxReclaims")},
-	{name: "MaxClaimBytes", kind: kindInt, ok: positiveField("MaxClaimBytes")},
-	{name: "MaxProbeDelay", kind: kindDuration, ok: positiveField("MaxProbeDelay")},
+	{name: "Tuning.MaxReclaims", kind: kindInt, ok: positiveField("Tuning.MaxReclaims")},
+	{name: "Tuning.MaxClaimBytes", kind: kindInt, ok: positiveField("Tuning.MaxClaimBytes")},
+	{name: "Tuning.MaxProbeDelay", kind: kindDuration, ok: positiveField("Tuning.MaxProbeDelay")},
 }
 
 // configRules are the documented rules between fields, on an accepted publisher's config.
@@ -246,7 +260,7 @@ var configRules = []struct {
 	name  string
 	holds func(c outbox.Config) bool
 }{
-	{"SendTimeout is at most a tenth of Lease", func(c outbox.Config) bool { return c.SendTimeout <= c.Lease/10 }},
+	{"SendTimeout is at most a tenth of Lease", func(c outbox.Config) bool { return c.Tuning.SendTimeout <= c.Tuning.Lease/10 }},
 }
 
 // randomDefaults are the fields whose default differs from one publisher to the next.
@@ -258,7 +272,7 @@ func decodeConfig(data []byte) outbox.Config {
 	var c outbox.Config
 	v := reflect.ValueOf(&c).Elem()
 	for _, f := range configFields {
-		fv := v.FieldByName(f.name)
+		fv := configValue(v, f.name)
 		switch f.kind {
 		case kindInt:
 			fv.SetInt(in.number(interestingInts))
@@ -266,6 +280,8 @@ func decodeConfig(data []byte) outbox.Config {
 			fv.SetInt(in.number(durationsAsInts))
 		case kindString:
 			fv.SetString(in.string())
+		case kindBool:
+			fv.SetBool(in.byte()&1 == 1)
 		case kindChoice:
 			if x := f.choices[int(in.byte())%len(f.choices)]; x != nil {
 				fv.Set(reflect.ValueOf(x))
@@ -284,7 +300,7 @@ var durationsAsInts = func() []int64 {
 }()
 
 // encodeConfig is decodeConfig's inverse for seeds: the named fields' values (int, int64,
-// time.Duration, ClaimMode, string, or a choice's index), the rest zero.
+// time.Duration, string, bool, or a choice's index), the rest zero.
 func encodeConfig(fields map[string]any) []byte {
 	var b []byte
 	for _, f := range configFields {
@@ -301,6 +317,12 @@ func encodeConfig(fields map[string]any) []byte {
 			s, _ := x.(string)
 			b = append(b, byte(len(s)))
 			b = append(b, s...)
+		case kindBool:
+			if on, _ := x.(bool); on {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
 		case kindChoice:
 			i, _ := x.(int)
 			b = append(b, byte(i))
@@ -318,26 +340,26 @@ type nopStore struct{ outbox.Store }
 func FuzzConfig(f *testing.F) {
 	for _, seed := range []map[string]any{
 		{},
-		{"InstanceID": "order-7d9f-4811-a1b2c3", "ClaimMode": int(outbox.ClaimPerRow), "BatchSize": 50},
-		{"Lease": time.Second, "SendTimeout": 100 * time.Millisecond},
-		{"Lease": time.Second, "SendTimeout": 100*time.Millisecond + 1},
-		{"Lease": 2 * time.Second}, // the default SendTimeout (3 s) is too long for it
-		{"Lease": time.Second - 1},
-		{"SendTimeout": time.Minute},
-		{"SendTimeout": time.Minute + 1},
-		{"BatchSize": -1},
-		{"MaxRetry": -1},
-		{"MaxRetry": -2},
-		{"MaxRetry": outbox.RetryForever},
-		{"MaxBackoff": 367 * 24 * time.Hour},
-		{"MaxReclaims": -1, "MaxClaimBytes": 1, "MaxProbeDelay": time.Millisecond},
+		{"InstanceID": "order-7d9f-4811-a1b2c3", "Tuning.ClaimPerRow": true, "Tuning.BatchSize": 50},
+		{"Tuning.Lease": time.Second, "Tuning.SendTimeout": 100 * time.Millisecond},
+		{"Tuning.Lease": time.Second, "Tuning.SendTimeout": 100*time.Millisecond + 1},
+		{"Tuning.Lease": 2 * time.Second}, // the default SendTimeout (3 s) is too long for it
+		{"Tuning.Lease": time.Second - 1},
+		{"Tuning.SendTimeout": time.Minute},
+		{"Tuning.SendTimeout": time.Minute + 1},
+		{"Tuning.BatchSize": -1},
+		{"MaxAttempts": 1},
+		{"MaxAttempts": -1},
+		{"MaxAttempts": outbox.RetryForever},
+		{"Tuning.MaxBackoff": 367 * 24 * time.Hour},
+		{"Tuning.MaxReclaims": -1, "Tuning.MaxClaimBytes": 1, "Tuning.MaxProbeDelay": time.Millisecond},
 		{"PollInterval": math.MinInt64},
-		{"ClaimMode": 2},
+		{"Tuning.ClaimPerRow": true}, // the per-row defaults
 		{"InstanceID": " padded"},
 		{"InstanceID": "x\xff"},
 		{"InstanceID": strings.Repeat("é", 64)},
 		{"InstanceID": strings.Repeat("é", 65)},
-		{"Lease": time.Duration(math.MaxInt64), "SendTimeout": time.Duration(math.MaxInt64)},
+		{"Tuning.Lease": time.Duration(math.MaxInt64), "Tuning.SendTimeout": time.Duration(math.MaxInt64)},
 		{"Backoff": 2, "Logger": 1, "OnDeadLetter": 1},
 	} {
 		f.Add(encodeConfig(seed))
@@ -349,13 +371,9 @@ func FuzzConfig(f *testing.F) {
 
 		// What the documentation says the config becomes: set fields as they are, zero
 		// fields with the defaults (read from a publisher of the same mode with nothing else set).
-		var def outbox.Config
-		if dp, derr := outbox.NewPublisher(nopStore{}, sender, outbox.Config{ClaimMode: set.ClaimMode}); derr == nil {
-			def = outbox.ConfigForTest(dp)
-		} else {
-			require.Error(t, err, "a config with an unknown ClaimMode is refused")
-		}
-		want := fillDefaults(set, def)
+		dp, derr := outbox.NewPublisher(nopStore{}, sender, outbox.Config{Tuning: outbox.Tuning{ClaimPerRow: set.Tuning.ClaimPerRow}})
+		require.NoError(t, derr, "the defaults are accepted")
+		want := fillDefaults(set, outbox.ConfigForTest(dp))
 		var broken []string
 		for _, fl := range configFields {
 			if !fl.ok(want) {
@@ -371,11 +389,10 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 			require.NotEmpty(t, broken, "a config that breaks no documented rule is accepted; refused with %v", err)
-			var setNames []string
-			sv := reflect.ValueOf(set)
-			for i := range sv.NumField() {
-				if !sv.Field(i).IsZero() {
-					setNames = append(setNames, sv.Type().Field(i).Name)
+			var setNames []string // by their own names: the error may qualify them ("Tuning.Lease")
+			for _, f := range configLeaves(reflect.ValueOf(set)) {
+				if !f.v.IsZero() {
+					setNames = append(setNames, f.name[strings.LastIndex(f.name, ".")+1:])
 				}
 			}
 			assert.True(t, containsAny(err.Error(), setNames), "the error %q names a field that was set (%v)", err, setNames)
@@ -383,14 +400,13 @@ func FuzzConfig(f *testing.F) {
 		}
 		require.Empty(t, broken, "an accepted config keeps the documented rules")
 		got := outbox.ConfigForTest(p)
-		gv, wv, sv := reflect.ValueOf(got), reflect.ValueOf(want), reflect.ValueOf(set)
-		for i := range gv.NumField() {
-			name := gv.Type().Field(i).Name
-			g, w := gv.Field(i), wv.Field(i)
+		gl, wl, sl := configLeaves(reflect.ValueOf(got)), configLeaves(reflect.ValueOf(want)), configLeaves(reflect.ValueOf(set))
+		for i := range gl {
+			name, g, w := gl[i].name, gl[i].v, wl[i].v
 			switch {
-			case sv.Field(i).IsZero() && randomDefaults[name]:
+			case sl[i].v.IsZero() && randomDefaults[name]:
 				assert.False(t, g.IsZero(), "%s has its default", name)
-			case g.Kind() == reflect.Func || (g.Kind() == reflect.Pointer && sv.Field(i).IsZero()):
+			case g.Kind() == reflect.Func || (g.Kind() == reflect.Pointer && sl[i].v.IsZero()):
 				assert.Equal(t, w.IsNil(), g.IsNil(), "%s", name)
 			default:
 				assert.Equal(t, w.Interface(), g.Interface(), "%s: set fields are kept, zero ones take their default", name)
@@ -402,17 +418,45 @@ func FuzzConfig(f *testing.F) {
 		for _, r := range configRules {
 			assert.True(t, r.holds(got), r.name)
 		}
-		assert.Equal(t, got.InstanceID, p.InstanceID())
+		assert.Equal(t, got.InstanceID, p.Health().InstanceID)
 	})
 }
 
-// fillDefaults returns set with each zero field taken from def.
+// configLeaf is one exported field of a Config, a Tuning field named "Tuning.X".
+type configLeaf struct {
+	name string
+	v    reflect.Value
+}
+
+// configLeaves returns the exported fields of the Config c, with the fields of Tuning in
+// place of Tuning, in declaration order.
+func configLeaves(c reflect.Value) []configLeaf {
+	var out []configLeaf
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			if f.Type.Kind() == reflect.Struct {
+				walk(v.Field(i), prefix+f.Name+".")
+				continue
+			}
+			out = append(out, configLeaf{name: prefix + f.Name, v: v.Field(i)})
+		}
+	}
+	walk(c, "")
+	return out
+}
+
+// fillDefaults returns set with each zero field (a Tuning field among them) taken from def.
 func fillDefaults(set, def outbox.Config) outbox.Config {
 	out := set
-	sv, dv, ov := reflect.ValueOf(set), reflect.ValueOf(def), reflect.ValueOf(&out).Elem()
-	for i := range sv.NumField() {
-		if sv.Field(i).IsZero() && ov.Field(i).CanSet() {
-			ov.Field(i).Set(dv.Field(i))
+	ol, dl := configLeaves(reflect.ValueOf(&out).Elem()), configLeaves(reflect.ValueOf(def))
+	for i, f := range ol {
+		if f.v.IsZero() && f.v.CanSet() {
+			f.v.Set(dl[i].v)
 		}
 	}
 	return out
@@ -466,7 +510,7 @@ func FuzzMySQLConfig(f *testing.F) {
 		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: table, MaxPayloadBytes: maxPayload})
 		name := table
 		if name == "" {
-			name = outbox.TableDefault
+			name = "t_event_record" // the documented default
 		}
 		valid := documentedTable(name) && maxPayload >= 0 && maxPayload <= 1<<24-1
 		if !valid {
@@ -497,20 +541,20 @@ func FuzzMySQLConfig(f *testing.F) {
 
 		limit := maxPayload
 		if limit == 0 {
-			limit = outbox.MaxPayloadBytesDefault
+			limit = 4 << 20 // the documented default, RocketMQ's message size limit
 		}
 		payload := bytes.Repeat([]byte{'p'}, min(limit, 4<<10))
 		tx, err := store.BeginTx(ctx, nil)
 		require.NoError(t, err)
 		_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "B", EventType: "E", Payload: make([]byte, limit+1)})
 		require.ErrorIs(t, err, outbox.ErrPayloadTooLarge, "a payload over the limit is refused")
-		id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "B", EventType: "E", Payload: payload})
+		id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: "B", EventType: "E", Payload: payload})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
 		evs, _, err := claimDue(ctx, store, "fuzz", 10, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, evs, 1)
-		n, err := store.MarkSuccessBatch(ctx, []int64{id}, "fuzz")
+		n, err := store.MarkSuccess(ctx, []int64{id}, "fuzz")
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 		got, err := outbox.NewAdmin(store).Get(ctx, id)
@@ -572,13 +616,13 @@ func FuzzRocketMQConfig(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, topic string, timeout int64, attempts, maxBatch int) {
 		fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
-		s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{Producer: fp, Topic: topic,
-			SendTimeout: time.Duration(timeout), SendAttempts: attempts, MaxBatchBytes: maxBatch})
+		s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: topic,
+			SendTimeout: time.Duration(timeout), SendAttempts: attempts, MaxBatchBytes: maxBatch}, fp)
 		want := topic
 		if want == "" {
-			want = outbox.TopicDefault
+			want = "ORDER_EVENT_TOPIC" // the documented default
 		}
-		valid := documentedTopic(want) && (timeout == 0 || timeout >= int64(outbox.MinSendTimeout)) && attempts >= 0 && maxBatch >= 0 && maxBatch <= 4<<20
+		valid := documentedTopic(want) && (timeout == 0 || timeout >= int64(10*time.Millisecond)) && attempts >= 0 && maxBatch >= 0 && maxBatch <= 4<<20
 		if !valid {
 			require.Error(t, err)
 			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
@@ -586,10 +630,10 @@ func FuzzRocketMQConfig(f *testing.F) {
 		}
 		require.NoError(t, err, "a documented-valid config is accepted")
 		defer func() { require.NoError(t, s.Close()) }()
-		require.Equal(t, want, s.Topic())
+		require.Equal(t, want, s.Info().Topic)
 		evs := []outbox.Event{{ID: 1, BizNo: "A", EventType: "E", Payload: []byte("a")}, {ID: 2, BizNo: "B", EventType: "E", Payload: []byte("b")}}
-		sendErr := s.Send(context.Background(), evs[0])
-		batchErrs := s.SendBatch(context.Background(), evs)
+		sendErr := sendAlone(context.Background(), s, evs[0])
+		batchErrs := s.Send(context.Background(), evs, false)
 		if timeout == 0 || timeout >= int64(time.Second) {
 			// Time enough for a producer that answers at once. (A shorter timeout may pass
 			// before the batch's turn: its events are then not sent, and say so.)
@@ -608,11 +652,11 @@ func FuzzRocketMQConfig(f *testing.F) {
 // The fuzzers' seeds must be meaningful: each decodes to the config it was written as.
 func TestFuzzConfigSeedsDecode(t *testing.T) {
 	t.Parallel()
-	c := decodeConfig(encodeConfig(map[string]any{"InstanceID": "pub", "Lease": 2 * time.Second, "ClaimMode": 1, "Backoff": 2}))
+	c := decodeConfig(encodeConfig(map[string]any{"InstanceID": "pub", "Tuning.Lease": 2 * time.Second, "Tuning.ClaimPerRow": true, "Backoff": 2}))
 	assert.Equal(t, "pub", c.InstanceID)
-	assert.Equal(t, 2*time.Second, c.Lease)
-	assert.Equal(t, outbox.ClaimPerRow, c.ClaimMode)
+	assert.Equal(t, 2*time.Second, c.Tuning.Lease)
+	assert.True(t, c.Tuning.ClaimPerRow)
 	assert.NotNil(t, c.Backoff)
-	assert.Zero(t, c.SendTimeout)
+	assert.Zero(t, c.Tuning.SendTimeout)
 	assert.Equal(t, outbox.Config{}, decodeConfig(nil), "an empty input is the zero config: every default")
 }

@@ -418,8 +418,8 @@ func TestRocketMQMessageTraceProperties(t *testing.T) {
 }
 
 // A table made before the trace columns is refused by CreateSchema and by the insert, naming
-// the fix; the README's "Upgrading" statement makes it usable, and its rows have no trace
-// context.
+// the upgrade guide; its statement (the README's "Upgrading" section) makes the table usable,
+// and its rows have no trace context.
 func TestTableWithoutTraceColumnsNamesTheUpgrade(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -430,13 +430,13 @@ func TestTableWithoutTraceColumnsNamesTheUpgrade(t *testing.T) {
 	err := b.store.CreateSchema(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no trace_parent or trace_state column")
-	assert.Contains(t, err.Error(), "Upgrading")
+	assert.Contains(t, err.Error(), "docs/upgrading.md")
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`)})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no trace_parent column")
-	assert.Contains(t, err.Error(), "Upgrading")
+	assert.Contains(t, err.Error(), "docs/upgrading.md")
 	require.NoError(t, tx.Rollback())
 
 	// The README's "Upgrading" statement.

@@ -45,10 +45,10 @@
 // -ordered is per-key ordering. Each order then has a life of two or three events, each
 // committed in its own transaction as the order API changes the order: ORDER_CREATED, then
 // ORDER_PAID a few requests later, and for one order in five ORDER_CANCELLED after that. The
-// publishers keep each order's events in commit order (Config.Ordering = outbox.KeyOrder, on
-// a table with the index ordered claims need; a RocketMQ sender with KeyOrder, which sends an
-// order's events to one queue), and the points service consumes orderly (one goroutine per
-// queue, in queue order). Besides awarding points for ORDER_CREATED, it keeps each order's
+// publishers keep each order's events in commit order (MySQLConfig.Ordering = outbox.KeyOrder:
+// the store claims an order's events in order, on a table with the index ordered claims need,
+// and the publishers tell the RocketMQ sender, which sends an order's events to one queue),
+// and the points service consumes orderly (one goroutine per queue, in queue order). Besides awarding points for ORDER_CREATED, it keeps each order's
 // status in example_order_status as the events arrive, and records in example_out_of_order
 // every event that is not the next one of its order's life: the summary counts them ("out of
 // order", 0 when ordering holds) and the orders whose final status is not the one the order
@@ -119,8 +119,8 @@ func main() {
 	o := options{out: os.Stdout}
 	flag.StringVar(&o.dsn, "dsn", "root@tcp(127.0.0.1:3306)/outbox_test?parseTime=true", "MySQL DSN")
 	flag.StringVar(&o.namesrv, "namesrv", "127.0.0.1:9876", "RocketMQ name server")
-	flag.StringVar(&o.topic, "topic", outbox.TopicDefault, "RocketMQ topic")
-	flag.StringVar(&o.table, "table", outbox.TableDefault, "outbox table")
+	flag.StringVar(&o.topic, "topic", "ORDER_EVENT_TOPIC", "RocketMQ topic")  // the default RocketMQConfig.Topic
+	flag.StringVar(&o.table, "table", "t_event_record", "outbox table") // the default MySQLConfig.Table
 	flag.StringVar(&o.group, "group", "example_points_service", "the points service's consumer group")
 	flag.IntVar(&o.orders, "orders", 1000, "orders to create")
 	flag.IntVar(&o.instances, "instances", 3, "publisher instances")
@@ -283,22 +283,27 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		fmt.Fprintf(o.out, "order API: created %d orders, each with its event, in one transaction per order\n", o.orders)
 	}
 
-	pubCtx, stopPublishers := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	var instances []*instance
+	stopPublishers := func() {
+		// Close stops Run, which returns once its sends in flight are recorded and what it
+		// claimed and did not send is released; only then does it close the sender. The
+		// instances stop side by side.
+		var wg sync.WaitGroup
+		for _, in := range instances {
+			wg.Go(in.close)
+		}
+		wg.Wait()
+		instances = nil
+	}
+	defer stopPublishers()
 	var lostAcks atomic.Int64 // acknowledgements the first instance dropped on purpose
 	for i := range o.instances {
-		p, closeSender, err := newInstance(o, i, &lostAcks, tp, ms)
+		in, err := newInstance(o, i, &lostAcks, tp, ms)
 		if err != nil {
-			stopPublishers()
-			wg.Wait()
 			return sum, err
 		}
-		wg.Go(func() {
-			// The shutdown order: Run returns once its sends in flight are recorded and
-			// what it claimed and did not send is released; only then is the sender closed.
-			_ = p.Run(pubCtx)
-			closeSender()
-		})
+		instances = append(instances, in)
+		go in.pub.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
 	}
 
 	// Done when every order has its points, every event is published, and every delivery
@@ -321,7 +326,6 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		o.metricsReady(ms.url)
 	}
 	stopPublishers()
-	wg.Wait()
 	if err != nil {
 		return sum, err
 	}
@@ -373,7 +377,7 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 // -ordered, an outbox table made for unordered publishing is made ordered, online, as the
 // README's "Per-key ordering" says.
 func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLStore, error) {
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, KeyOrderIndex: o.ordered})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, Ordering: ordering(o)})
 	if err != nil {
 		return nil, err
 	}
@@ -639,32 +643,53 @@ func changeOrder(ctx context.Context, store *outbox.MySQLStore, orderNo, from, t
 	return tx.Commit()
 }
 
-// newInstance is one instance of the order-service: its own connection pool, producer and
+// ordering is the outbox store's ordering: with -ordered, an order's events in commit order.
+func ordering(o options) outbox.Ordering {
+	if o.ordered {
+		// An order's next event is claimed only once its last one is sent, by whichever
+		// instance: never two of an order in flight, and none overtaking a retry. The
+		// publishers tell the RocketMQ sender, which sends an order's events to one queue.
+		return outbox.KeyOrder
+	}
+	return outbox.Unordered
+}
+
+// instance is one instance of the order-service: its own connection pool, producer and
 // publisher, as a separate process would have.
-func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvider, ms *metricsServer) (*outbox.Publisher, func(), error) {
+type instance struct {
+	pub *outbox.Publisher
+	db  *sql.DB
+}
+
+// close stops the publisher (which closes its sender), then closes the pool.
+func (in *instance) close() {
+	_ = in.pub.Close()
+	_ = in.db.Close()
+}
+
+func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvider, ms *metricsServer) (*instance, error) {
 	db, err := openDB(o.dsn)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, KeyOrderIndex: o.ordered})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, Ordering: ordering(o)})
 	if err != nil {
 		_ = db.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	instanceID := fmt.Sprintf("order-%d-%s", i, outbox.DefaultInstanceID())
 	rmq, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers:  []string{o.namesrv},
 		Topic:        o.topic,
 		InstanceName: instanceID,
-		KeyOrder:     o.ordered, // an order's events to one queue, in order
 	})
 	if err != nil {
 		_ = db.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	var sender outbox.Sender = rmq
 	if i == 0 && o.duplicate > 0 {
-		sender = &lossyAcks{Sender: rmq, left: int64(o.duplicate), lost: lostAcks}
+		sender = &lossyAcks{inner: rmq, left: int64(o.duplicate), lost: lostAcks}
 	}
 	level := slog.LevelError
 	if o.verbose {
@@ -674,7 +699,7 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 		InstanceID:     instanceID,
 		TracerProvider: tp, // each send a span, linked to its orders' traces
 		PollInterval:   100 * time.Millisecond,
-		Backoff:        outbox.ConstantBackoff(200 * time.Millisecond), // a demo need not wait 5 s
+		Backoff:        func(int) time.Duration { return 200 * time.Millisecond }, // a demo need not wait 5 s
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("instance", i),
 		OnDeadLetter: func(_ context.Context, ev outbox.Event, cause error) {
 			fmt.Fprintf(os.Stderr, "ALERT: dead letter id=%d event_id=%s biz_no=%s: %v\n", ev.ID, ev.EventID, ev.BizNo, cause)
@@ -683,33 +708,34 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 	if ms != nil {
 		cfg.MeterProvider = ms.provider
 	}
-	if o.ordered {
-		// An order's next event is claimed only once its last one is sent, by whichever
-		// instance: never two of an order in flight, and none overtaking a retry.
-		cfg.Ordering = outbox.KeyOrder
-	}
 	p, err := outbox.NewPublisher(store, sender, cfg)
 	if err != nil {
 		_ = rmq.Close()
 		_ = db.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return p, func() { _ = rmq.Close(); _ = db.Close() }, nil
+	return &instance{pub: p, db: db}, nil
 }
 
 // lossyAcks sends for real, then reports failure for the first few sends: the broker has the
 // message but the publisher believes the send failed, so it sends the event again later (in
-// key order, before any later event of its order). It is a plain Sender, so its instance
-// sends one event at a time even in batch mode, in key order too.
+// key order, before any later event of its order). It sends one event at a time, through
+// the RocketMQ sender, even in batch mode; in key order an order whose event "failed" goes no
+// further in that batch. As a wrapper does, it passes Info on (the sender's topic and send
+// timeout) and Close (the publisher's Close closes the RocketMQ sender through it).
 type lossyAcks struct {
-	outbox.Sender
-	left int64
-	lost *atomic.Int64
-	mu   sync.Mutex
+	inner *outbox.RocketMQSender
+	left  int64
+	lost  *atomic.Int64
+	mu    sync.Mutex
 }
 
-func (l *lossyAcks) Send(ctx context.Context, ev outbox.Event) error {
-	if err := l.Sender.Send(ctx, ev); err != nil {
+func (l *lossyAcks) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	return outbox.SenderFunc(l.sendOne).Send(ctx, evs, keyOrder)
+}
+
+func (l *lossyAcks) sendOne(ctx context.Context, ev outbox.Event) error {
+	if err := l.inner.Send(ctx, []outbox.Event{ev}, false)[0]; err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -721,6 +747,10 @@ func (l *lossyAcks) Send(ctx context.Context, ev outbox.Event) error {
 	}
 	return nil
 }
+
+func (l *lossyAcks) Info() outbox.SenderInfo { return l.inner.Info() }
+
+func (l *lossyAcks) Close() error { return l.inner.Close() }
 
 // pointsService awards points for ORDER_CREATED, idempotently; with -ordered it also
 // follows each order's status through all its events.

@@ -77,8 +77,6 @@ func run(dsn string, orders int) error {
 	var mu sync.Mutex
 	sent := 0
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
 	for i := range 3 {
 		id := fmt.Sprintf("quickstart-%d-%d", os.Getpid(), i)
 		sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
@@ -92,29 +90,38 @@ func run(dsn string, orders int) error {
 			InstanceID: id, PollInterval: 200 * time.Millisecond, Logger: logger,
 		})
 		if err != nil {
-			cancel()
 			return err
 		}
-		wg.Go(func() { _ = p.Run(runCtx) })
+		// The shutdown: Close stops Run and waits for it to return (it records its sends in
+		// flight and releases what it claimed and did not send), then closes the sender.
+		defer p.Close()
+		go p.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
 	}
-	for runCtx.Err() == nil {
+	for {
 		var waiting int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM quickstart_event_record WHERE status <> 'SUCCESS' AND biz_no LIKE ?",
 			fmt.Sprintf("ORD-%d-%%", runID)).Scan(&waiting); err != nil {
-			cancel()
-			wg.Wait()
 			return err
 		}
 		if waiting == 0 {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
 	}
-	// The shutdown order: cancel, then wait for every Run to return (each records its sends
-	// in flight and releases what it claimed and did not send); a sender that needs closing
-	// (a RocketMQSender) is closed only after that.
-	cancel()
-	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
 	fmt.Printf("published %d events, none pending\n", sent)
 	return nil
+}
+
+// sleep waits d, or until ctx ends (Ctrl-C).
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }

@@ -51,7 +51,7 @@ func main() {
 	outbox.RouteRocketMQClientLogs(nil)
 	dsn := flag.String("dsn", "root@tcp(127.0.0.1:3306)/outbox_test?parseTime=true", "MySQL DSN")
 	namesrv := flag.String("namesrv", "", "RocketMQ name server; empty skips the end-to-end rows")
-	topic := flag.String("topic", outbox.TopicDefault, "RocketMQ topic for the end-to-end rows")
+	topic := flag.String("topic", "ORDER_EVENT_TOPIC", "RocketMQ topic for the end-to-end rows") // the default RocketMQConfig.Topic
 	events := flag.Int("events", 200_000, "events per drain in batch mode (a sustained backlog: short drains are dominated by ramp-up)")
 	perRowEvents := flag.Int("per-row-events", 10_000, "events per drain in per-row mode (it is slower)")
 	instanceList := flag.String("instances", "1,3,8", "numbers of publisher instances")
@@ -61,7 +61,7 @@ func main() {
 	slowEvents := flag.Int("slow-events", 20_000, "events per batch-mode drain with a sender that takes 1 ms per event (0 skips them)")
 	latencyEvents := flag.Int("latency-events", 2000, "events per latency run (0 skips the latency runs)")
 	rate := flag.Int("rate", 200, "commits per second in latency runs")
-	batchSize := flag.Int("batch", 0, "BatchSize for batch mode (0: the default)")
+	batchSize := flag.Int("batch", 0, "Tuning.BatchSize for batch mode (0: the default)")
 	runs := flag.Int("runs", 3, "rounds over the drain rows; each row reports the median rate and the range")
 	purgeRows := flag.Int("purge-rows", 0, "also measure commit-to-send while a purge of this many old SUCCESS rows runs beside the load, and without it (e.g. 1000000)")
 	purgeBatch := flag.Int("purge-batch", 500, "rows per purge DELETE")
@@ -73,7 +73,7 @@ func main() {
 	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 16)")
 	orderedKeyList := flag.String("ordered-keys", "", "key-order rows: numbers of biz nos to spread -ordered-events over (e.g. 10000,1), each drained unordered and in key order; empty skips them")
 	orderedEvents := flag.Int("ordered-events", 20000, "key-order rows: events per drain")
-	coalesce := flag.Duration("coalesce-delay", 0, "steady-state rows and service view: the coalescing publishers' Config.CoalesceDelay (0: the default)")
+	coalesce := flag.Duration("coalesce-delay", 0, "steady-state rows and service view: the coalescing publishers' Tuning.CoalesceDelay (0: the default)")
 	writePath := flag.Bool("writepath", true, "measure the write path: orders/s of an order alone, with its event, and with each outbox index dropped")
 	writePathWriters := flag.Int("writepath-writers", 8, "write path: writers")
 	writePathDuration := flag.Duration("writepath-duration", 4*time.Second, "write path: how long each variant commits, per round")
@@ -99,16 +99,16 @@ func main() {
 		rates = positives("-steady-rates", *steadyRates)
 		steadyKs = positives("-steady-instances", *steadyInstances)
 	}
-	var modes []outbox.ClaimMode
+	var modes []bool // per row (Tuning.ClaimPerRow), or batch
 	if strings.TrimSpace(*modeList) != "" {
 		for _, f := range strings.Split(*modeList, ",") {
 			switch strings.TrimSpace(f) {
-			case outbox.ClaimPerRow.String():
-				modes = append(modes, outbox.ClaimPerRow)
-			case outbox.ClaimBatch.String():
-				modes = append(modes, outbox.ClaimBatch)
+			case bench.ModeName(true):
+				modes = append(modes, true)
+			case bench.ModeName(false):
+				modes = append(modes, false)
 			default:
-				log.Fatalf("-modes: %q is neither %s nor %s", f, outbox.ClaimPerRow, outbox.ClaimBatch)
+				log.Fatalf("-modes: %q is neither %s nor %s", f, bench.ModeName(true), bench.ModeName(false))
 			}
 		}
 	}
@@ -118,14 +118,14 @@ func main() {
 	fmt.Printf("outbox-bench on %s: %d CPUs, %s, %s\n\n", host, runtime.NumCPU(), runtime.Version(), serverVersion(env))
 
 	var rows []drainRow
-	for _, mode := range modes {
-		variants := []bench.Drain{{Mode: mode, Events: *events, BatchSize: *batchSize}}
-		if mode == outbox.ClaimPerRow {
-			variants = []bench.Drain{{Mode: mode, Events: *perRowEvents}}
+	for _, perRow := range modes {
+		variants := []bench.Drain{{Events: *events, BatchSize: *batchSize}}
+		if perRow {
+			variants = []bench.Drain{{PerRow: true, Events: *perRowEvents}}
 		} else if *baselines {
 			variants = append(variants,
-				bench.Drain{Mode: mode, Events: *events, BatchSize: *batchSize, ConcurrentClaims: true},
-				bench.Drain{Mode: mode, Events: *events, BatchSize: *batchSize, GrowingRows: true})
+				bench.Drain{Events: *events, BatchSize: *batchSize, ConcurrentClaims: true},
+				bench.Drain{Events: *events, BatchSize: *batchSize, GrowingRows: true})
 		}
 		for _, d := range variants {
 			for _, k := range ks {
@@ -138,25 +138,25 @@ func main() {
 		// The same events over the same keys, unordered and in key order, side by side.
 		for _, o := range []outbox.Ordering{outbox.Unordered, outbox.KeyOrder} {
 			for _, k := range ks {
-				rows = append(rows, drainRow{what: "no-op sender", d: bench.Drain{Mode: outbox.ClaimBatch, Instances: k,
+				rows = append(rows, drainRow{what: "no-op sender", d: bench.Drain{Instances: k,
 					Events: *orderedEvents, Keys: keys, Ordering: o, Sender: bench.NopSender}})
 			}
 		}
 	}
 	if *slowEvents > 0 {
 		for _, k := range ks {
-			rows = append(rows, drainRow{what: "1 ms sender", d: bench.Drain{Mode: outbox.ClaimBatch, Instances: k,
+			rows = append(rows, drainRow{what: "1 ms sender", d: bench.Drain{Instances: k,
 				Events: *slowEvents, Sender: bench.SlowSender(time.Millisecond)}})
 		}
 	}
 	if *namesrv != "" {
-		for _, mode := range modes {
+		for _, perRow := range modes {
 			n := *e2eEvents
-			if mode == outbox.ClaimPerRow {
+			if perRow {
 				n = *perRowEvents
 			}
 			for _, k := range []int{1, 3} {
-				rows = append(rows, drainRow{what: "RocketMQ", d: bench.Drain{Mode: mode, Instances: k, Events: n,
+				rows = append(rows, drainRow{what: "RocketMQ", d: bench.Drain{PerRow: perRow, Instances: k, Events: n,
 					Sender: rocketmqSenders(*namesrv, *topic)}})
 			}
 		}
@@ -231,7 +231,7 @@ type drainRow struct {
 }
 
 func (r drainRow) mode() string {
-	m := r.d.Mode.String()
+	m := bench.ModeName(r.d.PerRow)
 	switch {
 	case r.d.ConcurrentClaims:
 		m += ", concurrent claims"
@@ -241,7 +241,7 @@ func (r drainRow) mode() string {
 	if r.d.Keys > 0 {
 		m += fmt.Sprintf(", %d keys", r.d.Keys)
 		if r.d.Keys == 1 {
-			m = r.d.Mode.String() + ", one hot key"
+			m = bench.ModeName(r.d.PerRow) + ", one hot key"
 		}
 	}
 	if r.d.Ordering != outbox.Unordered {
@@ -285,19 +285,20 @@ func median(xs []float64) float64 {
 	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
+// rocketmqSenders makes each instance a RocketMQ sender of its own, which its publisher's
+// Close closes.
 func rocketmqSenders(namesrv, topic string) bench.SenderFactory {
-	return func(i int) (outbox.Sender, func(), error) {
-		s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
+	return func(i int) (outbox.Sender, error) {
+		return outbox.NewRocketMQSender(outbox.RocketMQConfig{
 			NameServers:  []string{namesrv},
 			Topic:        topic,
 			InstanceName: fmt.Sprintf("bench-%d-%d", i, time.Now().UnixNano()),
 		})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func() { _ = s.Close() }, nil
 	}
 }
+
+// defaultPoll is the latency runs' poll interval: the default Config.PollInterval.
+const defaultPoll = 5 * time.Second
 
 func ms(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
@@ -317,19 +318,19 @@ func latencyTable(ctx context.Context, env bench.Env, events, rate int) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "commit to send\tmode\tinstances\tpoll\tevents\tp50\tp99\tmax\t")
 	for _, l := range []bench.Latency{
-		{Mode: outbox.ClaimPerRow, Instances: 3, Events: min(events, 200), Rate: rate, WakeUp: false, Poll: outbox.PollIntervalDefault},
-		{Mode: outbox.ClaimPerRow, Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: outbox.PollIntervalDefault},
-		{Mode: outbox.ClaimBatch, Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: outbox.PollIntervalDefault},
+		{PerRow: true, Instances: 3, Events: min(events, 200), Rate: rate, WakeUp: false, Poll: defaultPoll},
+		{PerRow: true, Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: defaultPoll},
+		{Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: defaultPoll},
 	} {
 		res, err := l.Run(ctx, env)
 		if err != nil {
-			log.Fatalf("latency %s: %v", l.Mode, err)
+			log.Fatalf("latency %s: %v", bench.ModeName(l.PerRow), err)
 		}
 		how := "poll only"
 		if l.WakeUp {
 			how = "wake on commit"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t\n", how, l.Mode, l.Instances, l.Poll, len(res.Sorted),
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t\n", how, bench.ModeName(l.PerRow), l.Instances, l.Poll, len(res.Sorted),
 			ms(res.Quantile(0.5)), ms(res.Quantile(0.99)), ms(res.Quantile(1)))
 	}
 	_ = w.Flush()
@@ -341,7 +342,7 @@ func latencyTable(ctx context.Context, env bench.Env, events, rate int) {
 // without the purge.
 func purgeTable(ctx context.Context, env bench.Env, rows, batch int, pause time.Duration, events, rate int) {
 	fmt.Println()
-	base := bench.Latency{Mode: outbox.ClaimBatch, Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: outbox.PollIntervalDefault}
+	base := bench.Latency{Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: defaultPoll}
 	with := base
 	with.PurgeRows, with.PurgeBatch, with.PurgePause = rows, batch, pause
 	withRes, err := with.Run(ctx, env)
@@ -366,7 +367,7 @@ func purgeTable(ctx context.Context, env bench.Env, rows, batch int, pause time.
 		if r.res.PurgeElapsed > 0 {
 			purged, took = strconv.FormatInt(r.res.Purged, 10), r.res.PurgeElapsed.Round(time.Second).String()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.name, base.Mode, base.Instances, rate, len(r.res.Sorted),
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.name, bench.ModeName(base.PerRow), base.Instances, rate, len(r.res.Sorted),
 			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), purged, took)
 	}
 	_ = w.Flush()

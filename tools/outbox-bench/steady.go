@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/tools/internal/bench"
 )
 
@@ -33,8 +32,8 @@ func flushNote(ctx context.Context, env bench.Env) string {
 func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.Duration, writers int, coalesce time.Duration) {
 	fmt.Printf("\nsteady state, %s each, batch mode, wake on commit; %s; statements and redo from the server-wide counters (valid on a server nothing else uses)\n",
 		dur, flushNote(ctx, env))
-	fmt.Printf("eager: every wake-up claims at once, each claim a transaction of its own that locks as it scans (CoalesceDelay NoCoalescing, NoClaimSession, NoSteadyScan); coalescing: the defaults, CoalesceDelay %s\n",
-		cmp.Or(coalesce, outbox.CoalesceDelayDefault))
+	fmt.Printf("eager: every wake-up claims at once, each claim a transaction of its own that locks as it scans (Tuning.EagerClaims, MySQLConfig.PooledClaims, MySQLConfig.ScanFromStart); coalescing: the defaults, Tuning.CoalesceDelay %s\n",
+		cmp.Or(coalesce, 7*time.Millisecond)) // the default Tuning.CoalesceDelay
 	type row struct {
 		s   bench.Steady
 		res bench.SteadyResult

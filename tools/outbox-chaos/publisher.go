@@ -35,9 +35,9 @@ func (o *publishOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.topic, "topic", "", "RocketMQ topic")
 	fs.StringVar(&o.instance, "instance", "", "the publisher's InstanceID")
 	fs.StringVar(&o.dir, "dir", ".", "where the process writes INSTANCE.log (slog JSON) and INSTANCE.outcomes")
-	fs.StringVar(&o.claimMode, "claim-mode", outbox.ClaimBatch.String(), "Config.ClaimMode: batch or per-row")
-	fs.DurationVar(&o.lease, "lease", 30*time.Second, "Config.Lease")
-	fs.DurationVar(&o.reclaim, "reclaim", 5*time.Second, "Config.ReclaimInterval")
+	fs.StringVar(&o.claimMode, "claim-mode", claimBatch, "batch, or per-row (Tuning.ClaimPerRow)")
+	fs.DurationVar(&o.lease, "lease", 30*time.Second, "Tuning.Lease")
+	fs.DurationVar(&o.reclaim, "reclaim", 5*time.Second, "Tuning.ReclaimInterval")
 	fs.DurationVar(&o.poll, "poll", 0, "Config.PollInterval (0: the library's default)")
 }
 
@@ -52,7 +52,8 @@ func (o publishOptions) args() []string {
 // runPublisher is a publisher process: outbox.NewPublisher with outbox.NewRocketMQSender on
 // the real broker, a short lease so that a killed process's rows come back quickly, the
 // library's defaults otherwise. It runs until SIGTERM or SIGINT (a clean stop: Run records
-// what is in flight) or SIGKILL (the fault the chaos run injects).
+// what is in flight, then Close closes the sender) or SIGKILL (the fault the chaos run
+// injects).
 func runPublisher(args []string) int {
 	var o publishOptions
 	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
@@ -107,41 +108,52 @@ func publish(o publishOptions) error {
 	if err != nil {
 		return err
 	}
-	defer sender.Close()
-	mode, err := claimMode(o.claimMode)
+	perRow, err := claimMode(o.claimMode)
 	if err != nil {
+		_ = sender.Close()
 		return err
 	}
 	p, err := outbox.NewPublisher(recordingStore{MySQLStore: store, log: outcomes},
 		&recordingSender{inner: sender, log: outcomes, clientRetries: &clientRetries},
 		outbox.Config{
-			InstanceID:      o.instance,
-			ClaimMode:       mode,
-			Lease:           o.lease,
-			ReclaimInterval: o.reclaim,
-			PollInterval:    o.poll,
-			Logger:          logger,
+			InstanceID:   o.instance,
+			PollInterval: o.poll,
+			Logger:       logger,
+			Tuning: outbox.Tuning{
+				ClaimPerRow:     perRow,
+				Lease:           o.lease,
+				ReclaimInterval: o.reclaim,
+			},
 		})
 	if err != nil {
+		_ = sender.Close()
 		return err
 	}
+	defer p.Close() // once Run has returned: closes the sender
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return p.Run(ctx)
 }
 
-func claimMode(s string) (outbox.ClaimMode, error) {
+// The claim modes' names: the publishers' batch claims (the default), or Tuning.ClaimPerRow.
+const (
+	claimBatch  = "batch"
+	claimPerRow = "per-row"
+)
+
+// claimMode reports whether the named claim mode is per-row (Tuning.ClaimPerRow).
+func claimMode(s string) (perRow bool, err error) {
 	switch s {
-	case outbox.ClaimBatch.String():
-		return outbox.ClaimBatch, nil
-	case outbox.ClaimPerRow.String():
-		return outbox.ClaimPerRow, nil
+	case claimBatch:
+		return false, nil
+	case claimPerRow:
+		return true, nil
 	}
-	return 0, fmt.Errorf("claim mode %q is neither %s nor %s", s, outbox.ClaimBatch, outbox.ClaimPerRow)
+	return false, fmt.Errorf("claim mode %q is neither %s nor %s", s, claimBatch, claimPerRow)
 }
 
 // recordingStore is the MySQL store with every claim and every outcome written under a claim
-// appended to the outcome log. Everything else (the Notifier too) is the store's own.
+// appended to the outcome log. Everything else (Subscribe too) is the store's own.
 type recordingStore struct {
 	*outbox.MySQLStore
 	log *outcomeLog
@@ -168,19 +180,15 @@ func (s recordingStore) Claim(ctx context.Context, ev outbox.Event, owner string
 	return won, err
 }
 
-func (s recordingStore) MarkSuccess(ctx context.Context, id int64, owner string) (bool, error) {
-	ok, err := s.MySQLStore.MarkSuccess(ctx, id, owner)
-	s.log.write([]record{writeRecord(id, kindAck, kindAckLost, kindAckError, ok, err)})
-	return ok, err
-}
-
-func (s recordingStore) MarkSuccessBatch(ctx context.Context, ids []int64, owner string) (int64, error) {
-	n, err := s.MySQLStore.MarkSuccessBatch(ctx, ids, owner)
+func (s recordingStore) MarkSuccess(ctx context.Context, ids []int64, owner string) (int64, error) {
+	n, err := s.MySQLStore.MarkSuccess(ctx, ids, owner)
 	s.log.write(ackRecords(ids, n, err))
 	return n, err
 }
 
-// ackRecords are the records of an acknowledgement of ids that marked n rows, or failed.
+// ackRecords are the records of an acknowledgement of ids that marked n rows, or failed. One
+// id marked or not is known exactly; of several, fewer marked than named leaves which ones
+// unknown.
 func ackRecords(ids []int64, n int64, err error) []record {
 	kind, detail := kindAck, ""
 	switch {
@@ -225,6 +233,7 @@ func writeRecord(id int64, done, lost, failed string, ok bool, err error) record
 }
 
 // recordingSender is the RocketMQ sender with every send outcome appended to the outcome log.
+// It passes Info on, and Close, which the publisher's Close calls.
 type recordingSender struct {
 	inner *outbox.RocketMQSender
 	log   *outcomeLog
@@ -234,17 +243,9 @@ type recordingSender struct {
 	clientRetries *atomic.Int64
 }
 
-func (s *recordingSender) Send(ctx context.Context, ev outbox.Event) error {
+func (s *recordingSender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
 	before := s.clientRetries.Load()
-	err := s.inner.Send(ctx, ev)
-	retried := s.clientRetries.Load() != before
-	s.log.write([]record{sendRecord(ev, sendOutcome(err, retried), err, retried)})
-	return err
-}
-
-func (s *recordingSender) SendBatch(ctx context.Context, evs []outbox.Event) []error {
-	before := s.clientRetries.Load()
-	errs := s.inner.SendBatch(ctx, evs)
+	errs := s.inner.Send(ctx, evs, keyOrder)
 	retried := s.clientRetries.Load() != before
 	recs := make([]record, len(evs))
 	for i, ev := range evs {
@@ -257,6 +258,10 @@ func (s *recordingSender) SendBatch(ctx context.Context, evs []outbox.Event) []e
 	s.log.write(recs)
 	return errs
 }
+
+func (s *recordingSender) Info() outbox.SenderInfo { return s.inner.Info() }
+
+func (s *recordingSender) Close() error { return s.inner.Close() }
 
 func sendRecord(ev outbox.Event, kind string, err error, clientRetried bool) record {
 	r := record{Kind: kind, ID: ev.ID, BizNo: ev.BizNo}
@@ -290,7 +295,7 @@ func sendOutcome(err error, clientRetried bool) string {
 	if clientRetried {
 		return kindUnknown
 	}
-	if errors.Is(err, outbox.ErrSenderClosed) {
+	if errors.Is(err, outbox.ErrClosed) {
 		return kindFailed
 	}
 	msg := err.Error()

@@ -322,7 +322,7 @@ func TestSendOutcome(t *testing.T) {
 		{errors.New("rocketmq: the topic=T route info not found"), false, kindFailed},
 		{errors.New("rocketmq: CODE: 14, DESC: broker busy"), false, kindFailed},
 		{outbox.Permanent(errors.New("rocketmq: CODE: 13, DESC: message illegal")), false, kindFailed},
-		{fmt.Errorf("x: %w", outbox.ErrSenderClosed), false, kindFailed},
+		{fmt.Errorf("x: %w", outbox.ErrClosed), false, kindFailed},
 		{errors.New("not sent: the batch's send timeout passed before its turn"), false, kindFailed},
 		{errors.New("rocketmq: send not confirmed: status 1 (FLUSH_DISK_TIMEOUT)"), false, kindUnknown},
 		{errors.New("rocketmq: request timeout"), false, kindUnknown},

@@ -11,7 +11,9 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -46,32 +48,49 @@ func (e Env) open() (*sql.DB, error) {
 	return db, nil
 }
 
-// SenderFactory makes instance i's sender and a function that closes it.
-type SenderFactory func(i int) (outbox.Sender, func(), error)
+// SenderFactory makes instance i's sender. The sender belongs to the instance's publisher,
+// whose Close closes it (if it is an io.Closer); a reference relay's is closed by the run.
+type SenderFactory func(i int) (outbox.Sender, error)
 
 // NopSender is a sender that does nothing: it measures the publisher and the database alone.
-func NopSender(int) (outbox.Sender, func(), error) {
-	return outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), func() {}, nil
+func NopSender(int) (outbox.Sender, error) {
+	return outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), nil
 }
 
-// SlowSender returns a sender that takes d per event, as a broker that answers every message
-// after d would: with it the instances' sends, not the database, set the pace.
+// SlowSender returns a sender that takes d per event, one event after another, as a broker
+// that answers every message after d would: with it the instances' sends, not the database,
+// set the pace.
 func SlowSender(d time.Duration) SenderFactory {
-	return func(int) (outbox.Sender, func(), error) {
+	return func(int) (outbox.Sender, error) {
 		return outbox.SenderFunc(func(ctx context.Context, _ outbox.Event) error {
 			time.Sleep(d) // d is short: no need to wake early when ctx ends
 			return ctx.Err()
-		}), func() {}, nil
+		}), nil
 	}
+}
+
+// closeSender closes s if it is an io.Closer: a sender no publisher took over.
+func closeSender(s outbox.Sender) {
+	if c, ok := s.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// ModeName names a claim mode as the tables do: "per-row" (Tuning.ClaimPerRow) or "batch".
+func ModeName(perRow bool) string {
+	if perRow {
+		return "per-row"
+	}
+	return "batch"
 }
 
 // Drain is one drain measurement.
 type Drain struct {
-	Mode      outbox.ClaimMode
+	PerRow    bool // Tuning.ClaimPerRow: per-row claims; false: batch claims (the default)
 	Instances int
 	Events    int
 	Sender    SenderFactory
-	BatchSize int // 0: the mode's default
+	BatchSize int // Tuning.BatchSize; 0: the mode's default
 
 	// ConcurrentClaims drains with MySQLConfig.ConcurrentClaims: batch claims scan at the
 	// same time instead of taking turns.
@@ -81,17 +100,18 @@ type Drain struct {
 	// schema.sql made them fixed-width. A baseline for the in-place claim.
 	GrowingRows bool
 	// Eager publishes as before coalescing: every wake-up claims at once
-	// (Config.CoalesceDelay NoCoalescing), every claim is a transaction of its own
-	// (MySQLConfig.NoClaimSession) and locks the due rows as it scans them from the start
-	// (MySQLConfig.NoSteadyScan). The baseline of the steady-state rows.
+	// (Tuning.EagerClaims), every claim is a transaction of its own
+	// (MySQLConfig.PooledClaims) and locks the due rows as it scans them from the start
+	// (MySQLConfig.ScanFromStart). The baseline of the steady-state rows.
 	Eager bool
-	// CoalesceDelay is Config.CoalesceDelay when not Eager; 0 is the default.
+	// CoalesceDelay is Tuning.CoalesceDelay when not Eager; 0 is the default.
 	CoalesceDelay time.Duration
 	// Keys spreads the events over this many biz nos, event i of key i mod Keys (1: one hot
 	// key); 0 gives every event a biz no of its own.
 	Keys int
-	// Ordering is the publishers' Config.Ordering; other than Unordered, the table gets the
-	// index ordered claims need (idx_biz_no_status in place of idx_biz_no).
+	// Ordering is the MySQLConfig.Ordering of the publishers' stores; other than Unordered,
+	// the table gets the index ordered claims need (idx_biz_no_status in place of
+	// idx_biz_no).
 	Ordering outbox.Ordering
 	// Reference, other than NoReference, runs that reference relay (one, on the first
 	// instance's pool, a round every CoalesceDelay) instead of the library's publishers.
@@ -100,9 +120,11 @@ type Drain struct {
 
 // DrainResult is what a drain measured.
 type DrainResult struct {
-	Elapsed     time.Duration
-	Statements  int64 // statements the server ran for the publishers (its Questions counter)
-	LockRetries int64 // statements run again after a deadlock or lock wait timeout
+	Elapsed    time.Duration
+	Statements int64 // statements the server ran for the publishers (its Questions counter)
+	// LockRetries is the statements run again after a deadlock or lock wait timeout: the
+	// publishers' outbox.store.lock_retries counter.
+	LockRetries int64
 	Errors      int64 // error-level log records: what the user would see
 	RedoBytes   int64 // InnoDB redo log written during the drain; -1 if the server does not say
 }
@@ -276,9 +298,21 @@ type instance struct {
 	db    *sql.DB
 	store *outbox.MySQLStore
 	pub   *outbox.Publisher
+	// meters is the publisher's MeterProvider, read by lockRetries.
+	meters *meters
 	// relay, if set, runs instead of pub: a reference relay (see Reference).
 	relay func(context.Context)
 	close func()
+}
+
+// benchStore is an instance's store as its publisher sees it: the MySQL store without Stats,
+// so that reading the lock-retry counter, which collects the publisher's table gauges too,
+// runs no statement of its own during a measurement (a store without Stats reports no table
+// gauges: the publisher's choice, see Store.Stats).
+type benchStore struct{ *outbox.MySQLStore }
+
+func (benchStore) Stats(context.Context, outbox.StatsOptions) (outbox.TableStats, error) {
+	return outbox.TableStats{}, errors.ErrUnsupported
 }
 
 // startInstances makes d.Instances publishers on the table name, configured as d says, each
@@ -291,12 +325,13 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 		if err != nil {
 			return out, err
 		}
-		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, ConcurrentClaims: d.ConcurrentClaims, NoClaimSession: d.Eager, NoSteadyScan: d.Eager})
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, Ordering: d.Ordering,
+			ConcurrentClaims: d.ConcurrentClaims, PooledClaims: d.Eager, ScanFromStart: d.Eager})
 		if err != nil {
 			_ = db.Close()
 			return out, err
 		}
-		sender, closeSender, err := senders(i)
+		sender, err := senders(i)
 		if err != nil {
 			_ = db.Close()
 			return out, err
@@ -304,37 +339,42 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 		if d.Reference != NoReference {
 			// One relay for all: the cheapest a reference can be. The other instances'
 			// pools and stores serve their writers, as they do with the library.
-			in := &instance{db: db, store: store, close: func() { closeSender(); _ = db.Close() }}
+			in := &instance{db: db, store: store, close: func() { closeSender(sender); _ = db.Close() }}
 			out = append(out, in)
 			if i == 0 {
-				bs, ok := sender.(outbox.BatchSender)
-				if !ok {
-					return out, fmt.Errorf("reference relay: the sender (%T) has no SendBatch", sender)
-				}
 				in.relay = func(ctx context.Context) {
-					gap := cmp.Or(d.CoalesceDelay, outbox.CoalesceDelayDefault)
-					if err := runReference(ctx, db, name, d.Reference, gap, bs); err != nil {
+					gap := cmp.Or(d.CoalesceDelay, 7*time.Millisecond) // the default Tuning.CoalesceDelay
+					if err := runReference(ctx, db, name, d.Reference, gap, sender); err != nil {
 						slog.New(errs).Error("reference relay stopped", "err", err)
 					}
 				}
 			}
 			continue
 		}
-		pub, err := outbox.NewPublisher(store, sender, outbox.Config{
-			ClaimMode:     d.Mode,
-			BatchSize:     d.BatchSize,
+		m := newMeters()
+		pub, err := outbox.NewPublisher(benchStore{store}, sender, outbox.Config{
 			InstanceID:    fmt.Sprintf("bench-%d-%s", i, outbox.DefaultInstanceID()),
 			PollInterval:  poll,
 			Logger:        slog.New(errs),
-			CoalesceDelay: coalesceDelay(d),
-			Ordering:      d.Ordering,
+			MeterProvider: m.provider,
+			Tuning: outbox.Tuning{
+				ClaimPerRow:   d.PerRow,
+				BatchSize:     d.BatchSize,
+				CoalesceDelay: d.CoalesceDelay,
+				EagerClaims:   d.Eager,
+			},
 		})
 		if err != nil {
-			closeSender()
+			closeSender(sender)
+			m.shutdown()
 			_ = db.Close()
 			return out, err
 		}
-		out = append(out, &instance{db: db, store: store, pub: pub, close: func() { closeSender(); _ = db.Close() }})
+		out = append(out, &instance{db: db, store: store, pub: pub, meters: m, close: func() {
+			_ = pub.Close() // closes the sender
+			m.shutdown()
+			_ = db.Close()
+		}})
 	}
 	return out, nil
 }
@@ -352,6 +392,7 @@ func run(instances []*instance) (stop func()) {
 		}
 	}
 	return func() {
+		// Every Run stops at once; each publisher's Close then closes its sender.
 		cancel()
 		wg.Wait()
 		for _, in := range instances {
@@ -398,45 +439,39 @@ func backlog(ctx context.Context, env Env, d Drain, senders SenderFactory) (*tab
 
 // counting wraps each sender so that every successful send adds to n.
 func counting(f SenderFactory, n *atomic.Int64) SenderFactory {
-	return func(i int) (outbox.Sender, func(), error) {
-		s, closeFn, err := f(i)
+	return func(i int) (outbox.Sender, error) {
+		s, err := f(i)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		c := countingSender{s: s, n: n}
-		if bs, ok := s.(outbox.BatchSender); ok {
-			return countingBatchSender{countingSender: c, bs: bs}, closeFn, nil
-		}
-		return c, closeFn, nil
+		return countingSender{s: s, n: n}, nil
 	}
 }
 
+// countingSender counts the events its sender accepted. Like any wrapper it passes Info on,
+// and Close, so that the publisher's Close closes the sender inside.
 type countingSender struct {
 	s outbox.Sender
 	n *atomic.Int64
 }
 
-func (c countingSender) Send(ctx context.Context, ev outbox.Event) error {
-	err := c.s.Send(ctx, ev)
-	if err == nil {
-		c.n.Add(1)
-	}
-	return err
-}
-
-type countingBatchSender struct {
-	countingSender
-	bs outbox.BatchSender
-}
-
-func (c countingBatchSender) SendBatch(ctx context.Context, evs []outbox.Event) []error {
-	errs := c.bs.SendBatch(ctx, evs)
+func (c countingSender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	errs := c.s.Send(ctx, evs, keyOrder)
 	for _, err := range errs {
 		if err == nil {
 			c.n.Add(1)
 		}
 	}
 	return errs
+}
+
+func (c countingSender) Info() outbox.SenderInfo { return c.s.Info() }
+
+func (c countingSender) Close() error {
+	if cl, ok := c.s.(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
 }
 
 // Run drains d.Events pre-inserted events with d.Instances publishers.
@@ -479,7 +514,12 @@ func (d Drain) Run(ctx context.Context, env Env) (DrainResult, error) {
 		res.RedoBytes = lsn1 - lsn0
 	}
 	for _, in := range instances {
-		res.LockRetries += in.store.LockRetries()
+		n, err := in.meters.lockRetries(ctx)
+		if err != nil {
+			stop()
+			return res, err
+		}
+		res.LockRetries += n
 	}
 	stop()
 	q1, err := questions(ctx, t.db)
@@ -496,7 +536,7 @@ func (d Drain) Run(ctx context.Context, env Env) (DrainResult, error) {
 // steady rate through the instances' stores (round robin, as each instance's order API
 // writes through its own), while the publishers run with the given poll interval.
 type Latency struct {
-	Mode      outbox.ClaimMode
+	PerRow    bool // Tuning.ClaimPerRow; false: batch claims
 	Instances int
 	Events    int
 	Rate      int  // commits per second
@@ -546,20 +586,20 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 	}
 
 	var mu sync.Mutex
-	sentAt := make(map[int64]time.Time, l.Events)
-	senders := func(int) (outbox.Sender, func(), error) {
+	sentAt := make(map[string]time.Time, l.Events) // by event id
+	senders := func(int) (outbox.Sender, error) {
 		return outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
 			now := time.Now()
 			mu.Lock()
-			if _, ok := sentAt[ev.ID]; !ok {
-				sentAt[ev.ID] = now
+			if _, ok := sentAt[ev.EventID]; !ok {
+				sentAt[ev.EventID] = now
 			}
 			mu.Unlock()
 			return nil
-		}), func() {}, nil
+		}), nil
 	}
 	errs := &errorCounter{}
-	instances, err := startInstances(env, t.name, Drain{Mode: l.Mode, Instances: l.Instances}, l.Poll, senders, errs)
+	instances, err := startInstances(env, t.name, Drain{PerRow: l.PerRow, Instances: l.Instances}, l.Poll, senders, errs)
 	if err != nil {
 		for _, in := range instances {
 			in.close()
@@ -583,7 +623,7 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 	var purgeErr error
 	purging := true
 
-	committedAt := make(map[int64]time.Time, l.Events)
+	committedAt := make(map[string]time.Time, l.Events) // by event id
 	tick := time.NewTicker(time.Second / time.Duration(l.Rate))
 	defer tick.Stop()
 	for i := 0; i < l.Events || purging; i++ {
@@ -627,17 +667,17 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 	return res, nil
 }
 
-// commitOne writes one event in its own transaction and returns its id and the moment just
-// before the commit.
-func commitOne(ctx context.Context, store *outbox.MySQLStore, i int, wake bool) (int64, time.Time, error) {
+// commitOne writes one event in its own transaction and returns its event id and the moment
+// just before the commit.
+func commitOne(ctx context.Context, store *outbox.MySQLStore, i int, wake bool) (string, time.Time, error) {
 	tx, err := store.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, time.Time{}, err
+		return "", time.Time{}, err
 	}
 	id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: fmt.Sprint("ORD-", i), EventType: "BENCH", Payload: []byte(`{}`)})
 	if err != nil {
 		_ = tx.Rollback()
-		return 0, time.Time{}, err
+		return "", time.Time{}, err
 	}
 	at := time.Now()
 	if wake {
@@ -675,7 +715,7 @@ type BacklogResult struct {
 // Run fills the backlog, then drains it.
 func (bl Backlog) Run(ctx context.Context, env Env) (BacklogResult, error) {
 	var res BacklogResult
-	t, instances, errs, err := backlog(ctx, env, Drain{Mode: outbox.ClaimBatch, Instances: 1, Events: bl.Events}, NopSender)
+	t, instances, errs, err := backlog(ctx, env, Drain{Instances: 1, Events: bl.Events}, NopSender)
 	if err != nil {
 		return res, err
 	}
@@ -704,12 +744,4 @@ func (bl Backlog) Run(ctx context.Context, env Env) (BacklogResult, error) {
 		return res, fmt.Errorf("backlog: %d errors logged", n)
 	}
 	return res, nil
-}
-
-// coalesceDelay is the drain's Config.CoalesceDelay.
-func coalesceDelay(d Drain) time.Duration {
-	if d.Eager {
-		return outbox.NoCoalescing
-	}
-	return d.CoalesceDelay
 }

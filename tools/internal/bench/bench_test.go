@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/testsvc"
 	"github.com/go-outbox/outbox/tools/internal/bench"
 )
@@ -22,9 +21,9 @@ func BenchmarkDrain(b *testing.B) {
 		name  string
 		drain bench.Drain
 	}{
-		{"mode=per-row", bench.Drain{Mode: outbox.ClaimPerRow, Events: 1000}},
-		{"mode=batch", bench.Drain{Mode: outbox.ClaimBatch, Events: 5000}},
-		{"mode=batch/claims=concurrent", bench.Drain{Mode: outbox.ClaimBatch, Events: 5000, ConcurrentClaims: true}},
+		{"mode=per-row", bench.Drain{PerRow: true, Events: 1000}},
+		{"mode=batch", bench.Drain{Events: 5000}},
+		{"mode=batch/claims=concurrent", bench.Drain{Events: 5000, ConcurrentClaims: true}},
 	}
 	for _, v := range variants {
 		for _, k := range []int{1, 3, 8} {
@@ -54,10 +53,11 @@ func BenchmarkDrain(b *testing.B) {
 // BenchmarkCommitToSend measures the time from commit to send with the wake-up on commit.
 func BenchmarkCommitToSend(b *testing.B) {
 	env := bench.Env{DSN: testsvc.MySQLDSN(b)}
-	for _, mode := range []outbox.ClaimMode{outbox.ClaimPerRow, outbox.ClaimBatch} {
-		b.Run("mode="+mode.String(), func(b *testing.B) {
+	for _, perRow := range []bool{true, false} {
+		b.Run("mode="+bench.ModeName(perRow), func(b *testing.B) {
 			for b.Loop() {
-				res, err := bench.Latency{Mode: mode, Instances: 3, Events: 200, Rate: 200, WakeUp: true, Poll: outbox.PollIntervalDefault}.Run(context.Background(), env)
+				res, err := bench.Latency{PerRow: perRow, Instances: 3, Events: 200, Rate: 200, WakeUp: true,
+					Poll: 5 * time.Second}.Run(context.Background(), env) // the default Config.PollInterval
 				if err != nil {
 					b.Fatal(err)
 				}

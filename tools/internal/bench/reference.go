@@ -56,7 +56,7 @@ const referenceBatch = 1000
 // runReference runs the reference relay kind on table through db until ctx ends, one round
 // every gap, handing what it reads to s. Any error ends it (and so the measurement): a
 // reference retries nothing.
-func runReference(ctx context.Context, db *sql.DB, table string, kind Reference, gap time.Duration, s outbox.BatchSender) error {
+func runReference(ctx context.Context, db *sql.DB, table string, kind Reference, gap time.Duration, s outbox.Sender) error {
 	var (
 		read    readSet
 		sending []string // TwoWrites: the ids the last round sent, set SUCCESS by the next
@@ -77,7 +77,7 @@ func runReference(ctx context.Context, db *sql.DB, table string, kind Reference,
 				return referenceErr(ctx, err)
 			}
 			if len(evs) > 0 {
-				s.SendBatch(ctx, evs)
+				s.Send(ctx, evs, false)
 			}
 			read.add(evs)
 			continue
@@ -96,7 +96,7 @@ func runReference(ctx context.Context, db *sql.DB, table string, kind Reference,
 		ids := idStrings(evs)
 		if err == nil && len(evs) > 0 {
 			if kind == OneWrite {
-				s.SendBatch(ctx, evs) // holding the rows' locks
+				s.Send(ctx, evs, false) // holding the rows' locks
 				_, err = tx.ExecContext(ctx, fmt.Sprintf(mark, "SUCCESS", strings.Join(ids, ",")))
 			} else {
 				_, err = tx.ExecContext(ctx, fmt.Sprintf(mark, "SENDING", strings.Join(ids, ",")))
@@ -112,7 +112,7 @@ func runReference(ctx context.Context, db *sql.DB, table string, kind Reference,
 		}
 		sending = nil
 		if kind == TwoWrites && len(evs) > 0 {
-			s.SendBatch(ctx, evs) // after the commit: the rows are SENDING, ours
+			s.Send(ctx, evs, false) // after the commit: the rows are SENDING, ours
 			sending = ids
 		}
 		read.add(evs)

@@ -12,24 +12,22 @@ import (
 	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
-// tally counts the sends of each event.
+// tally counts the sends of each event, by event id.
 type tally struct {
 	mu    sync.Mutex
-	sends map[int64]int
+	sends map[string]int
 }
 
-func (c *tally) SendBatch(_ context.Context, evs []outbox.Event) []error {
+func (c *tally) Send(_ context.Context, evs []outbox.Event, _ bool) []error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ev := range evs {
-		c.sends[ev.ID]++
+		c.sends[ev.EventID]++
 	}
 	return make([]error, len(evs))
 }
 
-func (c *tally) Send(ctx context.Context, ev outbox.Event) error {
-	return c.SendBatch(ctx, []outbox.Event{ev})[0]
-}
+func (c *tally) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
 func (c *tally) sent() int {
 	c.mu.Lock()
@@ -58,7 +56,7 @@ func TestReferenceRelays(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, tb.fill(ctx, 2500, 0))
 
-			s := &tally{sends: map[int64]int{}}
+			s := &tally{sends: map[string]int{}}
 			rctx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- runReference(rctx, tb.db, tb.name, kind, 5*time.Millisecond, s) }()
@@ -81,7 +79,7 @@ func TestReferenceRelays(t *testing.T) {
 
 			s.mu.Lock()
 			for id, n := range s.sends {
-				require.Equal(t, 1, n, "event %d sent %d times", id, n)
+				require.Equal(t, 1, n, "event %s sent %d times", id, n)
 			}
 			s.mu.Unlock()
 			var waiting, succeeded int

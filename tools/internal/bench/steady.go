@@ -51,13 +51,14 @@ type writeResult struct {
 	elapsed   time.Duration
 }
 
-// commitTimes records, for each event, the moment just before its transaction's commit.
+// commitTimes records, for each event (by event id), the moment just before its
+// transaction's commit.
 type commitTimes struct {
 	mu sync.Mutex
-	at map[int64]time.Time
+	at map[string]time.Time
 }
 
-func (c *commitTimes) add(id int64, at time.Time) {
+func (c *commitTimes) add(id string, at time.Time) {
 	c.mu.Lock()
 	c.at[id] = at
 	c.mu.Unlock()
@@ -151,7 +152,7 @@ func commitOrder(ctx context.Context, store *outbox.MySQLStore, insertOrder, no 
 			return fmt.Errorf("insert order: %w", err)
 		}
 	}
-	var id int64
+	var id string
 	if event {
 		if id, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: no, EventType: "ORDER_CREATED", Payload: eventPayload}); err != nil {
 			_ = tx.Rollback()
@@ -168,35 +169,28 @@ func commitOrder(ctx context.Context, store *outbox.MySQLStore, insertOrder, no 
 	return nil
 }
 
-// recorder is the publishers' sender: it notes when each event was first sent and how many
-// batches (non-empty claims) there were.
+// recorder is the publishers' sender: it notes when each event (by event id) was first sent
+// and how many batches (non-empty claims) there were.
 type recorder struct {
 	mu      sync.Mutex
-	sentAt  map[int64]time.Time
+	sentAt  map[string]time.Time
 	batches atomic.Int64
 }
 
-func (r *recorder) Send(_ context.Context, ev outbox.Event) error {
-	r.note(time.Now(), ev)
-	return nil
-}
-
-func (r *recorder) SendBatch(_ context.Context, evs []outbox.Event) []error {
+func (r *recorder) Send(_ context.Context, evs []outbox.Event, _ bool) []error {
 	now := time.Now()
 	r.batches.Add(1)
-	r.note(now, evs...)
-	return make([]error, len(evs))
-}
-
-func (r *recorder) note(at time.Time, evs ...outbox.Event) {
 	r.mu.Lock()
 	for _, ev := range evs {
-		if _, ok := r.sentAt[ev.ID]; !ok {
-			r.sentAt[ev.ID] = at
+		if _, ok := r.sentAt[ev.EventID]; !ok {
+			r.sentAt[ev.EventID] = now
 		}
 	}
 	r.mu.Unlock()
+	return make([]error, len(evs))
 }
+
+func (r *recorder) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
 func (r *recorder) sent() int {
 	r.mu.Lock()
@@ -204,7 +198,7 @@ func (r *recorder) sent() int {
 	return len(r.sentAt)
 }
 
-func (r *recorder) senders(int) (outbox.Sender, func(), error) { return r, func() {}, nil }
+func (r *recorder) senders(int) (outbox.Sender, error) { return r, nil }
 
 // latencies returns the commit-to-send time of every committed event, sorted; an event
 // never sent is an error.
@@ -217,7 +211,7 @@ func latencies(times *commitTimes, r *recorder) ([]time.Duration, error) {
 	for id, c := range times.at {
 		s, ok := r.sentAt[id]
 		if !ok {
-			return nil, fmt.Errorf("event %d committed and never sent", id)
+			return nil, fmt.Errorf("event %s committed and never sent", id)
 		}
 		out = append(out, s.Sub(c))
 	}
@@ -332,9 +326,9 @@ type Steady struct {
 	Instances int           // publisher instances
 	Duration  time.Duration // how long the writers commit
 	Writers   int           // writer goroutines over all instances; 0: 16 (enough for 5,000/s at flush=1 here)
-	Poll      time.Duration // 0: outbox.PollIntervalDefault
+	Poll      time.Duration // 0: the default Config.PollInterval, 5 s
 	Eager     bool          // publish as before coalescing (see Drain.Eager)
-	// CoalesceDelay is the publishers' Config.CoalesceDelay when not Eager; 0: the default.
+	// CoalesceDelay is the publishers' Tuning.CoalesceDelay when not Eager; 0: the default.
 	CoalesceDelay time.Duration
 }
 
@@ -346,7 +340,7 @@ type Steady struct {
 type SteadyResult struct {
 	Committed int           // events committed (= transactions)
 	Elapsed   time.Duration // the writers' time
-	Batches   int64         // non-empty claims (the sender's SendBatch calls)
+	Batches   int64         // non-empty claims (the sender's Send calls)
 
 	Writer     PerEvent           // one writer transaction alone (the calibration)
 	Statements float64            // publishing statements over the run
@@ -380,6 +374,10 @@ func (r SteadyResult) Quantile(q float64) time.Duration {
 	return LatencyResult{Sorted: r.Latency}.Quantile(q)
 }
 
+// pollInterval is the publishers' poll interval unless a run says otherwise: 5 s, the
+// default Config.PollInterval.
+const pollInterval = 5 * time.Second
+
 // calibrationTxs is how many transactions a calibration commits.
 const calibrationTxs = 400
 
@@ -395,7 +393,7 @@ func (s Steady) Run(ctx context.Context, env Env) (SteadyResult, error) {
 	}
 	poll := s.Poll
 	if poll <= 0 {
-		poll = outbox.PollIntervalDefault
+		poll = pollInterval
 	}
 	w := workload{event: true, rate: s.Rate, writers: writers, dur: s.Duration}
 	m, err := measure(ctx, env, s.Instances, w, poll, Drain{Eager: s.Eager, CoalesceDelay: s.CoalesceDelay})
@@ -414,9 +412,9 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 		return res, err
 	}
 	defer t.drop()
-	rec := &recorder{sentAt: map[int64]time.Time{}}
+	rec := &recorder{sentAt: map[string]time.Time{}}
 	errs := &errorCounter{}
-	ins, err := startInstances(env, t.name, Drain{Mode: outbox.ClaimBatch, Instances: instances, Eager: how.Eager, CoalesceDelay: how.CoalesceDelay, Reference: how.Reference}, poll, rec.senders, errs)
+	ins, err := startInstances(env, t.name, Drain{Instances: instances, Eager: how.Eager, CoalesceDelay: how.CoalesceDelay, Reference: how.Reference}, poll, rec.senders, errs)
 	if err != nil {
 		for _, in := range ins {
 			in.close()
@@ -443,7 +441,7 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	if err != nil {
 		return res, err
 	}
-	times := &commitTimes{at: map[int64]time.Time{}}
+	times := &commitTimes{at: map[string]time.Time{}}
 	wr, err := write(ctx, stores, w, times)
 	if err != nil {
 		return res, err
@@ -480,7 +478,7 @@ type Service struct {
 	Writers   int
 	Instances int
 	Duration  time.Duration
-	// CoalesceDelay is the coalescing publishers' Config.CoalesceDelay; 0: the default.
+	// CoalesceDelay is the coalescing publishers' Tuning.CoalesceDelay; 0: the default.
 	CoalesceDelay time.Duration
 	// Rotate starts the ways of publishing this many places further down their list (eager,
 	// coalescing, then the references), wrapping around: rounds that rotate by their number
@@ -577,7 +575,7 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 		}
 		defer drop()
 		w.orders = table
-		if *run.res, err = measure(ctx, env, s.Instances, w, outbox.PollIntervalDefault, run.how); err != nil {
+		if *run.res, err = measure(ctx, env, s.Instances, w, pollInterval, run.how); err != nil {
 			return res, err
 		}
 	}
