@@ -101,15 +101,15 @@ func indexColumns(t testing.TB, b *bundle) map[string]string {
 	return m
 }
 
-// readmeOrderingALTERs are the SQL statements of the README's "Making an existing table
-// ordered", in order.
-func readmeOrderingALTERs(t testing.TB) []string {
+// orderingALTERs are the SQL statements of docs/ordering.md's "Making an existing
+// table ordered", in order.
+func orderingALTERs(t testing.TB) []string {
 	t.Helper()
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/ordering.md")
 	require.NoError(t, err)
 	text := string(readme)
-	start := strings.Index(text, "\n### Making an existing table ordered\n")
-	require.GreaterOrEqual(t, start, 0, "the README has the section")
+	start := strings.Index(text, "\n## Making an existing table ordered\n")
+	require.GreaterOrEqual(t, start, 0, "docs/ordering.md has the section")
 	m := regexp.MustCompile("(?s)```sql\n(.*?)```").FindStringSubmatch(text[start:])
 	require.NotNil(t, m, "the section has an sql block")
 	var stmts []string
@@ -122,8 +122,8 @@ func readmeOrderingALTERs(t testing.TB) []string {
 }
 
 // A table made with KeyOrderIndex has idx_biz_no_status instead of idx_biz_no, and
-// SKIPPED; a plain table is refused by CheckOrdering with the ALTER to run, which is the
-// README's; a table made before SKIPPED still serves unordered claims.
+// SKIPPED; a plain table is refused by CheckOrdering with the ALTER to run, which is
+// docs/ordering.md's; a table made before SKIPPED still serves unordered claims.
 func TestOrderedSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -171,11 +171,11 @@ func TestOrderedSchema(t *testing.T) {
 	assert.Contains(t, err.Error(), "MODIFY status ENUM(")
 	assert.Equal(t, outbox.StatusFail, b.get(t, id).Status, "nothing changed")
 
-	// The README's statements make it an ordered table.
-	stmts := readmeOrderingALTERs(t)
+	// docs/ordering.md's statements make it an ordered table.
+	stmts := orderingALTERs(t)
 	require.Len(t, stmts, 2)
 	for _, s := range stmts {
-		assert.Contains(t, checkErr.Error(), strings.ReplaceAll(s, "t_event_record", tbl)+";", "CheckOrdering names the README's statement")
+		assert.Contains(t, checkErr.Error(), strings.ReplaceAll(s, "t_event_record", tbl)+";", "CheckOrdering names docs/ordering.md's statement")
 		b.exec(t, strings.ReplaceAll(s, "t_event_record", "{t}"))
 	}
 	require.NoError(t, b.store.CheckOrdering(ctx))

@@ -545,7 +545,7 @@ func TestMySQLStoreEventIDsNeverRepeatAcrossTablesOrRecreation(t *testing.T) {
 }
 
 // A table made before event ids: CreateSchema says so at startup, and so does every
-// statement that needs the column, naming the fix. The README's upgrade then makes it
+// statement that needs the column, naming the fix. docs/upgrading.md's upgrade then makes it
 // usable, with an id for every row it already had.
 func TestMySQLStoreTableWithoutEventIDNamesTheUpgrade(t *testing.T) {
 	t.Parallel()
@@ -570,7 +570,7 @@ func TestMySQLStoreTableWithoutEventIDNamesTheUpgrade(t *testing.T) {
 	t.Logf("Candidates: %v", err)
 	assert.Contains(t, err.Error(), "Upgrading")
 
-	// The README's "Upgrading" statements.
+	// docs/upgrading.md's statements.
 	b.exec(t, "ALTER TABLE {t} ADD COLUMN event_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NULL AFTER id")
 	b.exec(t, "UPDATE {t} SET event_id = UUID() WHERE event_id IS NULL")
 	b.exec(t, "ALTER TABLE {t} MODIFY event_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, "+

@@ -302,7 +302,7 @@ func TestRocketMQMessageTraceProperties(t *testing.T) {
 }
 
 // A table made before the trace columns is refused by CreateSchema and by the insert, naming
-// the fix; the README's "Upgrading" statement makes it usable, and its rows have no trace
+// the fix; docs/upgrading.md's statement makes it usable, and its rows have no trace
 // context.
 func TestTableWithoutTraceColumnsNamesTheUpgrade(t *testing.T) {
 	t.Parallel()
@@ -323,7 +323,7 @@ func TestTableWithoutTraceColumnsNamesTheUpgrade(t *testing.T) {
 	assert.Contains(t, err.Error(), "Upgrading")
 	require.NoError(t, tx.Rollback())
 
-	// The README's "Upgrading" statement.
+	// docs/upgrading.md's statement.
 	b.exec(t, `ALTER TABLE {t}
     ADD COLUMN trace_parent CHAR(55) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     ADD COLUMN trace_state VARCHAR(256) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ''`)

@@ -55,7 +55,7 @@
 // on its eventId before the check; ordering promises that a repeat never reorders two events.
 //
 // -metrics-addr 127.0.0.1:9464 serves the publishers' metrics at /metrics while the example
-// runs, in Prometheus's text format (see the README's "Metrics and health").
+// runs, in Prometheus's text format (see docs/operations.md, "Metrics and health").
 //
 // The example's tables are its own, in the database of -dsn. An outbox table left by an
 // older version of this example (from before event ids, without the event_id column) is
@@ -362,8 +362,8 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 // store. An outbox table from before event ids is this example's old output: it is dropped
 // and created again if every event in it was sent, and otherwise left alone with an error
 // that says how to upgrade it, since its unsent events are still owed to someone. With
-// -ordered, an outbox table made for unordered publishing is made ordered, online, as the
-// README's "Per-key ordering" says.
+// -ordered, an outbox table made for unordered publishing is made ordered, online, as
+// docs/ordering.md says.
 func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLStore, error) {
 	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, KeyOrderIndex: o.ordered})
 	if err != nil {
@@ -382,7 +382,7 @@ func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLSto
 		}
 		if unsent > 0 {
 			return nil, fmt.Errorf("the outbox table %s was made by an older version of this example (no event_id, reclaim_count or trace columns) "+
-				"and still holds %d unsent events: upgrade it as the README's \"Upgrading\" section says, "+
+				"and still holds %d unsent events: upgrade it as docs/upgrading.md says, "+
 				"or drop it to discard them", o.table, unsent)
 		}
 		if _, err := db.ExecContext(ctx, "DROP TABLE `"+o.table+"`"); err != nil {
@@ -420,7 +420,7 @@ func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLSto
 const errDuplicateColumn = 1060
 
 // makeOrdered makes the outbox table, made for unordered publishing, fit for ordered claims,
-// with the README's statements: SKIPPED added to the status column (no row changes), and
+// with docs/ordering.md's statements: SKIPPED added to the status column (no row changes), and
 // idx_biz_no replaced by idx_biz_no_status, built online. A table that has them already is
 // left as it is.
 func makeOrdered(ctx context.Context, db *sql.DB, o options) error {

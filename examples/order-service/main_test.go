@@ -361,7 +361,7 @@ func TestOutdatedOutboxTable(t *testing.T) {
 	_, err = prepareTables(ctx, exampleDB, o)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "1 unsent events")
-	assert.Contains(t, err.Error(), "Upgrading")
+	assert.Contains(t, err.Error(), "docs/upgrading.md")
 	var rows int
 	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM `"+o.table+"`").Scan(&rows))
 	assert.Equal(t, 1, rows, "the unsent event is left where it was")
@@ -380,7 +380,7 @@ func TestOutdatedOutboxTable(t *testing.T) {
 }
 
 // -ordered on an outbox table made without it: the example makes the table ordered, online,
-// with the README's statements, and says so; a second start finds it ordered and leaves it.
+// with docs/ordering.md's statements, and says so; a second start finds it ordered and leaves it.
 func TestOrderedMakesItsTableOrdered(t *testing.T) {
 	t.Parallel()
 	db := testsvc.OpenDB(t)
