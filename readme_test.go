@@ -298,6 +298,19 @@ func TestReadmeIsShort(t *testing.T) {
 	assert.LessOrEqual(t, lines, 200, "README.md has at most 200 lines")
 }
 
+// The README links every page of docs/, and the changelog, the contributing guide and the
+// licence.
+func TestReadmeLinksEveryPage(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	pages, err := filepath.Glob(filepath.Join("docs", "*.md"))
+	require.NoError(t, err)
+	for _, page := range append(pages, "CHANGELOG.md", "CONTRIBUTING.md", "LICENSE") {
+		assert.Contains(t, string(readme), "]("+filepath.ToSlash(page)+")", "the README links %s", page)
+	}
+}
+
 // The file map of docs/development.md ("Where things are") names every non-test .go file
 // at the root and every top-level directory, and names nothing that does not exist.
 func TestFileMap(t *testing.T) {
