@@ -331,9 +331,9 @@ var instruments = map[string]string{
 	"outbox.table.failed":                  "outbox_table_failed",
 }
 
-// The README lists every instrument, and the dashboard has a panel for each.
+// docs/operations.md lists every instrument, and the dashboard has a panel for each.
 func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/operations.md")
 	require.NoError(t, err)
 	raw, err := os.ReadFile("dashboards/outbox.json")
 	require.NoError(t, err)
@@ -354,7 +354,7 @@ func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 	}
 	all := strings.Join(exprs, "\n")
 	for name, prom := range instruments {
-		assert.Contains(t, string(readme), "`"+name+"` (`"+prom+"`)", "README lists %s", name)
+		assert.Contains(t, string(readme), "`"+name+"` (`"+prom+"`)", "docs/operations.md lists %s", name)
 		assert.Contains(t, all, prom, "the dashboard shows %s", name)
 	}
 }

@@ -649,7 +649,7 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 }
 
 // outageEnv sets how long TestRocketMQBrokerOutageLosesNothing keeps the broker down, as a
-// Go duration; the README's figure for a 10-minute outage is OUTBOX_TEST_OUTAGE=10m.
+// Go duration; docs/guarantees.md's figure for a 10-minute outage is OUTBOX_TEST_OUTAGE=10m.
 const outageEnv = "OUTBOX_TEST_OUTAGE"
 
 // The only broker stops mid-run, with the library's defaults but for the poll interval

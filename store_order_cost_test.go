@@ -114,7 +114,7 @@ const millionEnv = "OUTBOX_TEST_MILLION"
 // On a table of 1,100,000 rows, most of them SUCCESS (research note 2: 990,000 SUCCESS over
 // 200,000 keys, 10,000 due WAIT over 5,000 keys, then a hot key with 50,000 SUCCESS and
 // 50,000 WAIT), on a private server: the plan, the claim's row reads, and its time, beside
-// the unordered claim's. The figures are logged (and recorded in the README); the
+// the unordered claim's. The figures are logged (and recorded in docs/ordering.md); the
 // assertions are on the plan and the reads, never on the time.
 func TestOrderedClaimMillion(t *testing.T) {
 	if os.Getenv(millionEnv) != "1" {

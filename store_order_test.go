@@ -113,15 +113,15 @@ func indexColumns(t testing.TB, b *bundle) map[string]string {
 	return m
 }
 
-// readmeOrderingALTERs are the SQL statements of the README's "Making an existing table
-// ordered", in order.
-func readmeOrderingALTERs(t testing.TB) []string {
+// orderingALTERs are the SQL statements of docs/ordering.md's "Making an existing
+// table ordered", in order.
+func orderingALTERs(t testing.TB) []string {
 	t.Helper()
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/ordering.md")
 	require.NoError(t, err)
 	text := string(readme)
-	start := strings.Index(text, "\n### Making an existing table ordered\n")
-	require.GreaterOrEqual(t, start, 0, "the README has the section")
+	start := strings.Index(text, "\n## Making an existing table ordered\n")
+	require.GreaterOrEqual(t, start, 0, "docs/ordering.md has the section")
 	m := regexp.MustCompile("(?s)```sql\n(.*?)```").FindStringSubmatch(text[start:])
 	require.NotNil(t, m, "the section has an sql block")
 	var stmts []string
@@ -192,8 +192,8 @@ func TestOrderedSchema(t *testing.T) {
 	assert.Contains(t, err.Error(), "MODIFY status ENUM(")
 	assert.Equal(t, outbox.StatusFail, b.get(t, id).Status, "nothing changed")
 
-	// The README's statements make it an ordered table.
-	stmts := readmeOrderingALTERs(t)
+	// docs/ordering.md's statements make it an ordered table.
+	stmts := orderingALTERs(t)
 	require.Len(t, stmts, 2)
 	for _, s := range stmts {
 		assert.Contains(t, checkErr.Error(), strings.ReplaceAll(s, "t_event_record", tbl)+";", "Check names the documented statement")

@@ -525,7 +525,7 @@ func TestMySQLStoreEventIDsNeverRepeatAcrossTablesOrRecreation(t *testing.T) {
 }
 
 // A table made before event ids: CreateSchema says so at startup, and so does every
-// statement that needs the column, naming the fix. The README's upgrade then makes it
+// statement that needs the column, naming the fix. docs/upgrading.md's upgrade then makes it
 // usable, with an id for every row it already had.
 func TestMySQLStoreTableWithoutEventIDNamesTheUpgrade(t *testing.T) {
 	t.Parallel()
@@ -538,19 +538,19 @@ func TestMySQLStoreTableWithoutEventIDNamesTheUpgrade(t *testing.T) {
 	require.Error(t, err)
 	t.Logf("CreateSchema: %v", err)
 	assert.Contains(t, err.Error(), "no event_id or reclaim_count column")
-	assert.Contains(t, err.Error(), "Upgrading")
+	assert.Contains(t, err.Error(), "docs/upgrading.md")
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED"})
+	_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte("{}")})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no event_id column")
 	require.NoError(t, tx.Rollback())
 	_, err = b.store.Candidates(ctx, 10)
 	require.Error(t, err)
 	t.Logf("Candidates: %v", err)
-	assert.Contains(t, err.Error(), "Upgrading")
+	assert.Contains(t, err.Error(), "docs/upgrading.md")
 
-	// The README's "Upgrading" statements.
+	// docs/upgrading.md's statements.
 	b.exec(t, "ALTER TABLE {t} ADD COLUMN event_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NULL AFTER id")
 	b.exec(t, "UPDATE {t} SET event_id = UUID() WHERE event_id IS NULL")
 	b.exec(t, "ALTER TABLE {t} MODIFY event_id CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, "+

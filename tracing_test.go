@@ -418,8 +418,8 @@ func TestRocketMQMessageTraceProperties(t *testing.T) {
 }
 
 // A table made before the trace columns is refused by CreateSchema and by the insert, naming
-// the upgrade guide; its statement (the README's "Upgrading" section) makes the table usable,
-// and its rows have no trace context.
+// the fix; docs/upgrading.md's statement makes it usable, and its rows have no trace
+// context.
 func TestTableWithoutTraceColumnsNamesTheUpgrade(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -439,7 +439,7 @@ func TestTableWithoutTraceColumnsNamesTheUpgrade(t *testing.T) {
 	assert.Contains(t, err.Error(), "docs/upgrading.md")
 	require.NoError(t, tx.Rollback())
 
-	// The README's "Upgrading" statement.
+	// docs/upgrading.md's statement.
 	b.exec(t, `ALTER TABLE {t}
     ADD COLUMN trace_parent CHAR(55) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     ADD COLUMN trace_state VARCHAR(256) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ''`)

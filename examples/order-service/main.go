@@ -59,7 +59,7 @@
 // otherwise discards.
 //
 // -metrics-addr 127.0.0.1:9464 serves the publishers' metrics at /metrics while the example
-// runs, in Prometheus's text format (see the README's "Metrics and health").
+// runs, in Prometheus's text format (see docs/operations.md, "Metrics and health").
 //
 // The example's tables are its own, in the database of -dsn. An outbox table left by an
 // older version of this example (from before event ids, without the event_id column) is
@@ -119,8 +119,8 @@ func main() {
 	o := options{out: os.Stdout}
 	flag.StringVar(&o.dsn, "dsn", "root@tcp(127.0.0.1:3306)/outbox_test?parseTime=true", "MySQL DSN")
 	flag.StringVar(&o.namesrv, "namesrv", "127.0.0.1:9876", "RocketMQ name server")
-	flag.StringVar(&o.topic, "topic", "ORDER_EVENT_TOPIC", "RocketMQ topic")  // the default RocketMQConfig.Topic
-	flag.StringVar(&o.table, "table", "t_event_record", "outbox table") // the default MySQLConfig.Table
+	flag.StringVar(&o.topic, "topic", "ORDER_EVENT_TOPIC", "RocketMQ topic") // the default RocketMQConfig.Topic
+	flag.StringVar(&o.table, "table", "t_event_record", "outbox table")      // the default MySQLConfig.Table
 	flag.StringVar(&o.group, "group", "example_points_service", "the points service's consumer group")
 	flag.IntVar(&o.orders, "orders", 1000, "orders to create")
 	flag.IntVar(&o.instances, "instances", 3, "publisher instances")
@@ -374,8 +374,8 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 // store. An outbox table from before event ids is this example's old output: it is dropped
 // and created again if every event in it was sent, and otherwise left alone with an error
 // that says how to upgrade it, since its unsent events are still owed to someone. With
-// -ordered, an outbox table made for unordered publishing is made ordered, online, as the
-// README's "Per-key ordering" says.
+// -ordered, an outbox table made for unordered publishing is made ordered, online, as
+// docs/ordering.md says.
 func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLStore, error) {
 	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, Ordering: ordering(o)})
 	if err != nil {
@@ -394,7 +394,7 @@ func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLSto
 		}
 		if unsent > 0 {
 			return nil, fmt.Errorf("the outbox table %s was made by an older version of this example (no event_id, reclaim_count or trace columns) "+
-				"and still holds %d unsent events: upgrade it as the README's \"Upgrading\" section says, "+
+				"and still holds %d unsent events: upgrade it as docs/upgrading.md says, "+
 				"or drop it to discard them", o.table, unsent)
 		}
 		if _, err := db.ExecContext(ctx, "DROP TABLE `"+o.table+"`"); err != nil {
@@ -432,7 +432,7 @@ func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLSto
 const errDuplicateColumn = 1060
 
 // makeOrdered makes the outbox table, made for unordered publishing, fit for ordered claims,
-// with the README's statements: SKIPPED added to the status column (no row changes), and
+// with docs/ordering.md's statements: SKIPPED added to the status column (no row changes), and
 // idx_biz_no replaced by idx_biz_no_status, built online. A table that has them already is
 // left as it is.
 func makeOrdered(ctx context.Context, db *sql.DB, o options) error {
@@ -731,11 +731,14 @@ type lossyAcks struct {
 }
 
 func (l *lossyAcks) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
-	return outbox.SenderFunc(l.sendOne).Send(ctx, evs, keyOrder)
+	return outbox.SenderFunc(func(ctx context.Context, ev outbox.Event) error {
+		return l.sendOne(ctx, ev, keyOrder)
+	}).Send(ctx, evs, keyOrder)
 }
 
-func (l *lossyAcks) sendOne(ctx context.Context, ev outbox.Event) error {
-	if err := l.inner.Send(ctx, []outbox.Event{ev}, false)[0]; err != nil {
+// sendOne sends ev alone, to its order's queue in key order.
+func (l *lossyAcks) sendOne(ctx context.Context, ev outbox.Event, keyOrder bool) error {
+	if err := l.inner.Send(ctx, []outbox.Event{ev}, keyOrder)[0]; err != nil {
 		return err
 	}
 	l.mu.Lock()

@@ -351,7 +351,7 @@ func TestOutdatedOutboxTable(t *testing.T) {
 		require.NoError(t, err)
 		tx, err := store.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-old", EventType: "ORDER_CREATED"})
+		_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-old", EventType: "ORDER_CREATED", Payload: []byte("{}")})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
 		for _, q := range []string{"UPDATE `" + o.table + "` SET status = '" + status + "'",
@@ -365,7 +365,7 @@ func TestOutdatedOutboxTable(t *testing.T) {
 	_, err = prepareTables(ctx, exampleDB, o)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "1 unsent events")
-	assert.Contains(t, err.Error(), "Upgrading")
+	assert.Contains(t, err.Error(), "docs/upgrading.md")
 	var rows int
 	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM `"+o.table+"`").Scan(&rows))
 	assert.Equal(t, 1, rows, "the unsent event is left where it was")
@@ -384,7 +384,7 @@ func TestOutdatedOutboxTable(t *testing.T) {
 }
 
 // -ordered on an outbox table made without it: the example makes the table ordered, online,
-// with the README's statements, and says so; a second start finds it ordered and leaves it.
+// with docs/ordering.md's statements, and says so; a second start finds it ordered and leaves it.
 func TestOrderedMakesItsTableOrdered(t *testing.T) {
 	t.Parallel()
 	db := testsvc.OpenDB(t)
@@ -403,7 +403,9 @@ func TestOrderedMakesItsTableOrdered(t *testing.T) {
 	o.ordered = true
 	store, err := prepareTables(ctx, exampleDB, o)
 	require.NoError(t, err)
-	require.NoError(t, store.CheckOrdering(ctx))
+	ordering, err := store.Check(ctx)
+	require.NoError(t, err, "the table serves ordered claims")
+	assert.Equal(t, outbox.KeyOrder, ordering)
 	assert.Contains(t, out.String(), "ADD INDEX idx_biz_no_status (biz_no, status, id)")
 	assert.Contains(t, out.String(), "'SKIPPED'")
 	var old int

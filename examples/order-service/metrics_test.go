@@ -90,9 +90,11 @@ func TestMetricsEndpoint(t *testing.T) {
 		tx, err := store.BeginTx(ctx, nil)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck
-		id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte("seeded")})
+		eventID, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte("seeded")})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
+		var id int64 // the row's id, which the UPDATE below names
+		require.NoError(t, db.QueryRow("SELECT id FROM `"+o.table+"` WHERE event_id = ?", eventID).Scan(&id))
 		return id
 	}
 	// Claimed an hour ago by an instance that died: reclaimed at the start and sent (the
