@@ -2,7 +2,9 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -540,14 +542,26 @@ func TestRetentionPurgesOldSuccessOneInstanceAtATime(t *testing.T) {
 		assert.Equal(t, ev, b.get(t, id), "row %d untouched", id)
 	}
 
-	_, err := outbox.NewPublisher(nonPurger{b.store}, newRecorder(), outbox.Config{Retention: time.Hour})
-	require.ErrorIs(t, err, outbox.ErrInvalidConfig, "retention needs a store that can purge")
-	_, err = outbox.NewPublisher(b.store, newRecorder(), outbox.Config{Retention: -time.Hour})
+	_, err := outbox.NewPublisher(b.store, newRecorder(), outbox.Config{Retention: -time.Hour})
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+
+	// A store that cannot purge: retention says so, and publishing goes on.
+	logs := &logSink{}
+	cfg := fastConfig("no-purge", logs)
+	cfg.Retention = time.Hour
+	rec := newRecorder()
+	runPublisher(t, newPublisher(t, nonPurger{b.store}, rec, cfg))
+	id := b.insert(t, 1)[0]
+	require.Eventually(t, func() bool { return rec.count(id) == 1 }, 20*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return logs.count(slog.LevelWarn, "the store cannot purge") >= 1 }, 20*time.Second, 5*time.Millisecond)
 }
 
-// nonPurger hides the store's Purge.
+// nonPurger is a store that cannot purge.
 type nonPurger struct{ outbox.Store }
+
+func (nonPurger) Purge(context.Context, time.Duration, outbox.PurgeOptions) (int64, error) {
+	return 0, fmt.Errorf("purge: %w", errors.ErrUnsupported)
+}
 
 func newStoreOn(t *testing.T, b *bundle, _ int, hook func(bool)) *outbox.MySQLStore {
 	t.Helper()

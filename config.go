@@ -309,7 +309,7 @@ func (c Config) validate() error {
 			ErrInvalidConfig, minSendTimeout, t.SendTimeout)
 	}
 	if t.SendTimeout > t.Lease/10 {
-		return fmt.Errorf("%w: the send timeout (%s) must be at most a tenth of Tuning.Lease (%s), or a slow send outlives its lease and is sent twice",
+		return fmt.Errorf("%w: Tuning.SendTimeout (%s, the sender's own when left zero) must be at most a tenth of Tuning.Lease (%s), or a slow send outlives its lease and is sent twice",
 			ErrInvalidConfig, t.SendTimeout, t.Lease)
 	}
 	if !utf8.ValidString(c.InstanceID) || strings.TrimSpace(c.InstanceID) != c.InstanceID {

@@ -122,5 +122,5 @@ func ExampleNewPublisher_invalidConfig() {
 	_, err := outbox.NewPublisher(store, sender, outbox.Config{Tuning: outbox.Tuning{Lease: time.Minute, SendTimeout: 10 * time.Second}})
 	fmt.Println(err)
 	// Output:
-	// outbox: invalid config: the send timeout (10s) must be at most a tenth of Tuning.Lease (1m0s), or a slow send outlives its lease and is sent twice
+	// outbox: invalid config: Tuning.SendTimeout (10s, the sender's own when left zero) must be at most a tenth of Tuning.Lease (1m0s), or a slow send outlives its lease and is sent twice
 }

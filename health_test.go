@@ -40,7 +40,7 @@ func TestHealth(t *testing.T) {
 	p := newPublisher(t, failingCandidates{hookStore: store, down: &storeDown}, rec, cfg)
 
 	h := p.Health()
-	assert.Equal(t, outbox.Health{}, h, "before Run: not running, no round yet")
+	assert.Equal(t, outbox.Health{InstanceID: "order-1"}, h, "before Run: not running, no round yet")
 
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

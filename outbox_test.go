@@ -198,7 +198,7 @@ func TestNewPublisherRejectsBadConfig(t *testing.T) {
 		{"NegativeStoreTimeout", outbox.Config{Tuning: outbox.Tuning{StoreTimeout: -time.Second}}, "Tuning.StoreTimeout must be positive"},
 		{"LeaseUnderASecond", outbox.Config{Tuning: outbox.Tuning{Lease: 500 * time.Millisecond, SendTimeout: time.Millisecond}}, "Tuning.Lease must be at least 1s"},
 		{"SendTimeoutOverATenthOfLease", outbox.Config{Tuning: outbox.Tuning{Lease: 10 * time.Second, SendTimeout: 1001 * time.Millisecond}}, "at most a tenth of Tuning.Lease"},
-		{"DefaultSendTimeoutOverShortLease", outbox.Config{Tuning: outbox.Tuning{Lease: 20 * time.Second}}, "send timeout (3s) must be at most a tenth of Tuning.Lease (20s)"},
+		{"DefaultSendTimeoutOverShortLease", outbox.Config{Tuning: outbox.Tuning{Lease: 20 * time.Second}}, "Tuning.SendTimeout (3s, the sender's own when left zero) must be at most a tenth of Tuning.Lease (20s)"},
 		{"InstanceIDTooLong", outbox.Config{InstanceID: strings.Repeat("é", 65)}, "InstanceID is 65 characters, at most 64"},
 		{"InstanceIDWithSpaces", outbox.Config{InstanceID: " order-1 "}, "without surrounding spaces"},
 		{"InstanceIDInvalidUTF8", outbox.Config{InstanceID: "order-\xff"}, "valid UTF-8"},

@@ -358,9 +358,3 @@ func TestMySQLStoreBatchClaimCancelledWhileWaiting(t *testing.T) {
 		assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "the cancelled claim claimed nothing")
 	}
 }
-
-// markOne marks one event SUCCESS and reports whether it changed the row.
-func markOne(ctx context.Context, s outbox.Store, id int64, owner string) (bool, error) {
-	n, err := s.MarkSuccess(ctx, []int64{id}, owner)
-	return n == 1, err
-}

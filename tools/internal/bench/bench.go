@@ -182,7 +182,7 @@ func (t *table) drop() {
 	_ = t.db.Close()
 }
 
-// orderedIndex makes a table ready for ordered claims, as the README's ALTER TABLE does.
+// orderedIndex makes a table ready for ordered claims, as docs/ordering.md's ALTER TABLE does.
 const orderedIndex = "ALTER TABLE `%s` DROP INDEX idx_biz_no, ADD INDEX idx_biz_no_status (biz_no, status, id)"
 
 // fill inserts n due WAIT events with 100-byte payloads, 1,000 rows a statement, spread over
