@@ -82,14 +82,15 @@ func TestOrderedClaimNeverReadsHistory(t *testing.T) {
 		b := orderedSetup(t)
 		fillHistory(t, b, keys, success)
 		db, s := onePool(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
+		ks := outbox.WithOrderingForTest(s, outbox.KeyOrder)
 		ctx := context.Background()
 		cands = handlerDelta(t, db, func() {
-			evs, err := outbox.WithOrderingForTest(s, outbox.KeyOrder).Candidates(ctx, limit)
+			evs, err := ks.Candidates(ctx, limit)
 			require.NoError(t, err)
 			require.Len(t, evs, limit, "500 keys' runs of two")
 		})
 		claim = handlerDelta(t, db, func() {
-			res, err := outbox.WithOrderingForTest(s, outbox.KeyOrder).ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: limit, MaxBytes: 1 << 30})
+			res, err := ks.ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: limit, MaxBytes: 1 << 30})
 			require.NoError(t, err)
 			require.Len(t, res.Events, limit)
 		})
@@ -179,11 +180,12 @@ func TestOrderedClaimMillion(t *testing.T) {
 	run := func(name string, o outbox.Ordering, want int) {
 		var times []time.Duration
 		var reads map[string]int64
+		os := outbox.WithOrderingForTest(s, o)
 		for i := range 5 {
 			var took time.Duration
 			d := handlerDelta(t, one, func() {
 				t0 := time.Now()
-				res, err := outbox.WithOrderingForTest(s, o).ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 1000, MaxBytes: 1 << 30})
+				res, err := os.ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 1000, MaxBytes: 1 << 30})
 				took = time.Since(t0)
 				require.NoError(t, err)
 				require.Len(t, res.Events, want, name)

@@ -211,6 +211,7 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 // run released unsent.
 func stressBatchWorker(ctx context.Context, s *outbox.MySQLStore, owner string, o outbox.Ordering, w *keyWatch,
 	send stressSend, check func(), stop func() bool) error {
+	s = outbox.WithOrderingForTest(s, o) // one store for the worker, claiming in o
 	var succeeded []int64
 	var held []string // keys of the last claim
 	for seq := 0; ; seq++ {
@@ -223,7 +224,7 @@ func stressBatchWorker(ctx context.Context, s *outbox.MySQLStore, owner string, 
 		for _, k := range held {
 			w.free(fmt.Sprintf("%s#%d", owner, seq-1), k)
 		}
-		res, err := outbox.WithOrderingForTest(s, o).ClaimDue(ctx, outbox.ClaimRequest{Owner: owner, Limit: 10, MaxBytes: 1 << 20,
+		res, err := s.ClaimDue(ctx, outbox.ClaimRequest{Owner: owner, Limit: 10, MaxBytes: 1 << 20,
 			Succeeded: succeeded})
 		if err != nil {
 			return fmt.Errorf("%s: %w", claim, err)
@@ -277,11 +278,12 @@ func stressBatchWorker(ctx context.Context, s *outbox.MySQLStore, owner string, 
 // next round.
 func stressPerRowWorker(ctx context.Context, s *outbox.MySQLStore, owner string, o outbox.Ordering, w *keyWatch,
 	send stressSend, check func(), stop func() bool) error {
+	s = outbox.WithOrderingForTest(s, o) // one store for the worker, claiming in o
 	for seq := 0; ; seq++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		cands, err := outbox.WithOrderingForTest(s, o).Candidates(ctx, 20)
+		cands, err := s.Candidates(ctx, 20)
 		if err != nil {
 			return err
 		}
@@ -291,7 +293,7 @@ func stressPerRowWorker(ctx context.Context, s *outbox.MySQLStore, owner string,
 			if failed[ev.BizNo] {
 				continue
 			}
-			won, err := outbox.WithOrderingForTest(s, o).Claim(ctx, ev, owner)
+			won, err := s.Claim(ctx, ev, owner)
 			if err != nil {
 				return err
 			}

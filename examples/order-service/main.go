@@ -49,12 +49,12 @@
 // the store claims an order's events in order, on a table with the index ordered claims need,
 // and the publishers tell the RocketMQ sender, which sends an order's events to one queue),
 // and the points service consumes orderly (one goroutine per queue, in queue order). Besides
-// awarding points for ORDER_CREATED, it keeps each order's
-// status in example_order_status as the events arrive, and records in example_out_of_order
-// every event that is not the next one of its order's life: the summary counts them ("out of
-// order", 0 when ordering holds) and the orders whose final status is not the one the order
-// API gave them. A repeated event (a lost acknowledgement's resend) is a duplicate, suppressed
-// on its eventId before the check; ordering promises that a repeat never reorders two events.
+// awarding points for ORDER_CREATED, it keeps each order's status in example_order_status as
+// the events arrive, and records in example_out_of_order every event that is not the next
+// one of its order's life: the summary counts them ("out of order", 0 when ordering holds)
+// and the orders whose final status is not the one the order API gave them. A repeated
+// event (a lost acknowledgement's resend) is a duplicate, suppressed on its eventId before
+// the check; ordering promises that a repeat never reorders two events.
 //
 // -v logs every publisher event, and the RocketMQ client's own logs, which the example
 // otherwise discards.
