@@ -180,12 +180,12 @@ func TestOrderedClaimMillion(t *testing.T) {
 	run := func(name string, o outbox.Ordering, want int) {
 		var times []time.Duration
 		var reads map[string]int64
-		os := outbox.WithOrderingForTest(s, o)
+		ord := outbox.WithOrderingForTest(s, o)
 		for i := range 5 {
 			var took time.Duration
 			d := handlerDelta(t, one, func() {
 				t0 := time.Now()
-				res, err := os.ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 1000, MaxBytes: 1 << 30})
+				res, err := ord.ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 1000, MaxBytes: 1 << 30})
 				took = time.Since(t0)
 				require.NoError(t, err)
 				require.Len(t, res.Events, want, name)
