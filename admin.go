@@ -438,7 +438,7 @@ func (a *Admin) Skip(ctx context.Context, id int64) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("outbox: skip: table %s's status column does not allow 'SKIPPED'; run: %s; (see the README's \"Per-key ordering\")",
+		return fmt.Errorf("outbox: skip: table %s's status column does not allow 'SKIPPED'; run: %s; (see docs/ordering.md)",
 			s.table, strings.ReplaceAll(alterSkipped, "t_event_record", "`"+s.table+"`"))
 	}
 	if err := a.deadLetterOnly(ctx, "skip", s.oq.skip, id); err != nil {
