@@ -3,7 +3,7 @@ module github.com/go-outbox/outbox
 go 1.26.0
 
 require (
-	github.com/apache/rocketmq-client-go/v2 v2.1.3-0.20251226070945-2173d070fd1b
+	github.com/apache/rocketmq-client-go/v2 v2.1.3-0.20251226070945-2173d070fd1b // not v2.1.2: it lacks 4de354a (#1088) and 7ae83c4 (#1109), see docs/rocketmq.md
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/uuid v1.6.0
 	github.com/moby/moby/api v1.56.1

@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- an acknowledgement rewrite the row in place. A row that grows (NULL to a value, 'WAIT'
     -- to 'SENDING' in a VARCHAR) cannot stay where it is: InnoDB moves it, and on a page
     -- filled by sequential inserts, reorganises or splits the page. Measured on MariaDB 10.11
-    -- (cmd/outbox-bench, "growing rows"): a drain then writes about 2.7 KB of redo per event
+    -- (tools/outbox-bench, "growing rows"): a drain then writes about 2.7 KB of redo per event
     -- instead of 0.56 KB, and publishers drain 14-29 % slower. CHAR(64) holds an ASCII
     -- instance id in exactly 64 bytes; utf8mb4_bin compares owners exactly (a
     -- case-insensitive collation would take 'Order-1' for 'order-1').
