@@ -569,8 +569,8 @@ type instanceSet struct {
 
 // take registers id as running on store, or reports that a publisher already runs with it.
 func (s *instanceSet) take(store Store, id string) (release func(), err error) {
-	if !reflect.TypeOf(store).Comparable() {
-		return func() {}, nil // a store that cannot be a map key is not checked
+	if reflect.TypeOf(store).Kind() != reflect.Pointer {
+		return func() {}, nil // a store passed by value has no identity to check
 	}
 	k := instanceKey{store: store, id: id}
 	s.mu.Lock()
