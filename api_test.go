@@ -6,11 +6,15 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox"
 )
 
 // The package stays small enough to learn in an afternoon: at most 100 exported identifiers
@@ -57,4 +61,21 @@ func TestAPISurface(t *testing.T) {
 	assert.LessOrEqual(t, len(names), 100, "exported identifiers:\n%s", strings.Join(names, "\n"))
 	assert.LessOrEqual(t, methods["MySQLStore"], 16, "MySQLStore's methods")
 	assert.NotZero(t, methods["MySQLStore"], "the count found the store's methods")
+}
+
+// docs/configuration.md is the reference of every setting: each field of Config, Tuning,
+// MySQLConfig and RocketMQConfig has its row.
+func TestConfigurationReferenceIsComplete(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile("docs/configuration.md")
+	require.NoError(t, err)
+	for _, v := range []any{outbox.Config{}, outbox.Tuning{}, outbox.MySQLConfig{}, outbox.RocketMQConfig{}} {
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			if f.IsExported() {
+				assert.Contains(t, string(page), "| `"+f.Name+"` |", "%s.%s has no row in docs/configuration.md", typ.Name(), f.Name)
+			}
+		}
+	}
 }
