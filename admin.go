@@ -35,7 +35,7 @@ const (
 	requeueBatchDefault = 500
 	// purgeBatchDefault is how many rows one purge DELETE removes at most.
 	purgeBatchDefault = 500
-	// purgePauseDefault is the pause between two purge DELETEs.
+	// purgePauseDefault is the retention's pause between two purge DELETEs.
 	purgePauseDefault = 100 * time.Millisecond
 	// maxAdminBatch bounds a batch: a statement with more ids holds its row locks longer
 	// than a publisher's claim should wait for them.
@@ -148,7 +148,8 @@ type PurgeOptions struct {
 	// BatchRows is how many rows one DELETE removes at most: 0 means 500, and it is at most
 	// 10000.
 	BatchRows int
-	// Pause is the wait between two DELETEs: 0 means 100 ms; a negative Pause means none.
+	// Pause is the wait between two DELETEs; zero waits none. The publisher's retention
+	// waits [Tuning.RetentionPause], 100 ms by default, and outboxctl purge as long.
 	Pause time.Duration
 	// Limit stops the purge once it has deleted this many rows; 0 means no limit.
 	Limit int64
@@ -169,8 +170,8 @@ func (o PurgeOptions) withDefaults() (PurgeOptions, error) {
 	if o.BatchRows < 0 || o.BatchRows > maxAdminBatch {
 		return o, fmt.Errorf("%w: purge batch must be between 1 and %d rows, got %d", ErrInvalidInput, maxAdminBatch, o.BatchRows)
 	}
-	if o.Pause == 0 {
-		o.Pause = purgePauseDefault
+	if o.Pause < 0 {
+		return o, fmt.Errorf("%w: purge pause must not be negative, got %s", ErrInvalidInput, o.Pause)
 	}
 	if o.Limit < 0 {
 		return o, fmt.Errorf("%w: purge limit must be positive, got %d", ErrInvalidInput, o.Limit)

@@ -372,9 +372,11 @@ func TestMySQLStorePurgeOnlyOldSuccess(t *testing.T) {
 		id := b.insertTyped(t, "A", fmt.Sprint("ORD-L", i))
 		b.setState(t, id, outbox.StatusSuccess, 48*time.Hour)
 	}
-	n, err = b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{BatchRows: 2, Pause: -1, Limit: 3})
+	n, err = b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{BatchRows: 2, Limit: 3})
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, n)
+	_, err = b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{Pause: -time.Millisecond})
+	require.ErrorIs(t, err, outbox.ErrInvalidInput, "a negative pause is refused")
 	n, err = b.store.Purge(ctx, 24*time.Hour, outbox.PurgeOptions{})
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, n)

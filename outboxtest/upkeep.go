@@ -97,7 +97,7 @@ func purgeDeletesOnlyOldSentOrSkippedEvents(t *testing.T, f *fixture) {
 	f.Backdate(t, newSuccess, 30*time.Minute)
 
 	// As the publisher's retention runs it.
-	n := f.purgeOrSkip(time.Hour, outbox.PurgeOptions{Exclusive: true, Pause: -1})
+	n := f.purgeOrSkip(time.Hour, outbox.PurgeOptions{Exclusive: true})
 	assert.Equal(t, int64(2), n, "the SUCCESS and SKIPPED events updated more than an hour ago")
 	assert.False(t, f.exists(oldSuccess), "an old SUCCESS event is deleted")
 	assert.False(t, f.exists(oldSkipped), "an old SKIPPED event is deleted")
@@ -108,9 +108,9 @@ func purgeDeletesOnlyOldSentOrSkippedEvents(t *testing.T, f *fixture) {
 	assert.Equal(t, outbox.StatusSending, f.get(oldSending).Status)
 	assert.Equal(t, outbox.StatusWait, f.get(newWait).Status)
 
-	n = f.purgeOrSkip(time.Hour, outbox.PurgeOptions{Pause: -1})
+	n = f.purgeOrSkip(time.Hour, outbox.PurgeOptions{})
 	assert.Zero(t, n, "nothing old is left")
-	n = f.purgeOrSkip(10*time.Minute, outbox.PurgeOptions{Pause: -1})
+	n = f.purgeOrSkip(10*time.Minute, outbox.PurgeOptions{})
 	assert.Equal(t, int64(1), n, "a shorter cutoff takes the younger SUCCESS event")
 	assert.False(t, f.exists(newSuccess))
 }
@@ -122,7 +122,7 @@ func purgeInBatchesUpToALimit(t *testing.T, f *fixture) {
 		f.Backdate(t, id, 2*time.Hour)
 	}
 	var batches []int64
-	n := f.purgeOrSkip(time.Hour, outbox.PurgeOptions{BatchRows: 2, Limit: 3, Pause: -1,
+	n := f.purgeOrSkip(time.Hour, outbox.PurgeOptions{BatchRows: 2, Limit: 3,
 		OnBatch: func(deleted int64) { batches = append(batches, deleted) }})
 	assert.Equal(t, int64(3), n, "the purge stops at its limit")
 	var sum int64
@@ -139,7 +139,7 @@ func purgeInBatchesUpToALimit(t *testing.T, f *fixture) {
 	}
 	assert.Equal(t, 2, left)
 
-	n = f.purgeOrSkip(time.Hour, outbox.PurgeOptions{Pause: -1})
+	n = f.purgeOrSkip(time.Hour, outbox.PurgeOptions{})
 	assert.Equal(t, int64(2), n, "the next purge takes the rest")
 }
 

@@ -543,7 +543,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	if err := a.open(ctx); err != nil {
 		return err
 	}
-	opts := outbox.PurgeOptions{BatchRows: *batch, Pause: cmpDur(*pause), Limit: *limit, DryRun: true}
+	opts := outbox.PurgeOptions{BatchRows: *batch, Pause: *pause, Limit: *limit, DryRun: true}
 	n, err := a.store.Purge(ctx, age, opts)
 	if err != nil {
 		return err
@@ -570,14 +570,6 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "deleted %d SUCCESS or SKIPPED events older than %s in %d batches\n", deleted, age, batches)
 	return nil
-}
-
-// cmpDur maps --pause 0 to the library's "no pause".
-func cmpDur(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
 
 // ---- output
