@@ -2,11 +2,9 @@ package outbox_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -18,15 +16,7 @@ import (
 // An operator's repair: the consumer rejected an event, which was dead-lettered at once;
 // once the consumer is fixed, the operator finds the dead letters and requeues them.
 func ExampleAdmin_Requeue() {
-	// Test plumbing: the examples run against the server the tests use.
-	dsn := os.Getenv("OUTBOX_TEST_MYSQL_DSN")
-	if dsn == "" {
-		log.Fatal("set OUTBOX_TEST_MYSQL_DSN to a MySQL DSN, e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true")
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		log.Fatal(err)
-	}
+	db := exampleDB() // test plumbing: the server the tests use; a service opens its own
 	defer db.Close()
 	ctx := context.Background()
 

@@ -2,11 +2,9 @@ package outbox_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -17,15 +15,7 @@ import (
 // With MySQLConfig.Ordering set to KeyOrder, the events of one biz no go in the order they
 // were written, even when a send fails: the later events of the order wait for its retry.
 func ExampleMySQLConfig_ordering() {
-	// Test plumbing: the examples run against the server the tests use.
-	dsn := os.Getenv("OUTBOX_TEST_MYSQL_DSN")
-	if dsn == "" {
-		log.Fatal("set OUTBOX_TEST_MYSQL_DSN to a MySQL DSN, e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true")
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		log.Fatal(err)
-	}
+	db := exampleDB() // test plumbing: the server the tests use; a service opens its own
 	defer db.Close()
 	ctx := context.Background()
 

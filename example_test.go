@@ -18,15 +18,7 @@ import (
 // a Publisher, running in every instance of the service, sends the event once the
 // transaction commits.
 func Example() {
-	// Test plumbing: the examples run against the server the tests use.
-	dsn := os.Getenv("OUTBOX_TEST_MYSQL_DSN")
-	if dsn == "" {
-		log.Fatal("set OUTBOX_TEST_MYSQL_DSN to a MySQL DSN, e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true")
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		log.Fatal(err)
-	}
+	db := exampleDB() // test plumbing: the server the tests use; a service opens its own
 	defer db.Close()
 	ctx := context.Background()
 
@@ -123,4 +115,17 @@ func ExampleNewPublisher_invalidConfig() {
 	fmt.Println(err)
 	// Output:
 	// outbox: invalid config: Tuning.SendTimeout (10s, the sender's own when left zero) must be at most a tenth of Tuning.Lease (1m0s), or a slow send outlives its lease and is sent twice
+}
+
+// exampleDB opens the database the tests use (OUTBOX_TEST_MYSQL_DSN), for the examples.
+func exampleDB() *sql.DB {
+	dsn := os.Getenv("OUTBOX_TEST_MYSQL_DSN")
+	if dsn == "" {
+		log.Fatal("set OUTBOX_TEST_MYSQL_DSN to a MySQL DSN, e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true")
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db
 }

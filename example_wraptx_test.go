@@ -2,10 +2,8 @@ package outbox_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -16,15 +14,7 @@ import (
 // A service that already has its transaction (from database/sql, or from an ORM) writes its
 // events in it through WrapTx.
 func ExampleMySQLStore_WrapTx() {
-	// Test plumbing: the examples run against the server the tests use.
-	dsn := os.Getenv("OUTBOX_TEST_MYSQL_DSN")
-	if dsn == "" {
-		log.Fatal("set OUTBOX_TEST_MYSQL_DSN to a MySQL DSN, e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true")
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		log.Fatal(err)
-	}
+	db := exampleDB() // test plumbing: the server the tests use; a service opens its own
 	defer db.Close()
 	ctx := context.Background()
 
