@@ -71,7 +71,7 @@ func (s RoundStats) clean() bool {
 }
 
 // PublishPending runs one round and reports what it did. In per-row mode it reads up to
-// [Config.BatchSize] due candidates and, for each one, claims it and, if the claim was won,
+// [Tuning.BatchSize] due candidates and, for each one, claims it and, if the claim was won,
 // sends it and records the outcome. In batch mode it claims a batch of due events at once,
 // sends them, and records the successes with one statement. One event's error or panic is
 // logged and never aborts the round; once ctx is cancelled the round stops claiming, and

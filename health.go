@@ -20,7 +20,7 @@ type Health struct {
 	// LastRoundOK is when a round last reached the store without an error: its claim (or
 	// its candidate query) went through, and everything earlier rounds owed was recorded.
 	// Rounds run every [Config.PollInterval] even when nothing is due (while the broker is
-	// unavailable, only at each probe, at most [Config.MaxProbeDelay] apart), so with
+	// unavailable, only at each probe, at most [Tuning.MaxProbeDelay] apart), so with
 	// Running, an old LastRoundOK says the store is failing or a round is stuck. Zero if
 	// never.
 	LastRoundOK time.Time

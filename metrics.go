@@ -92,7 +92,7 @@ func newMetrics(cfg Config, store Store, log *slog.Logger) (*metrics, error) {
 		metric.WithDescription("Times the publisher found the broker unavailable and paused its claims."), metric.WithUnit("{outage}"))
 	m.outages = oc
 	errs = append(errs, err)
-	m.sendDuration = histogram("outbox.send.duration", "Duration of one send call: one event, or one batch through a BatchSender.", sendBuckets)
+	m.sendDuration = histogram("outbox.send.duration", "Duration of one Sender.Send call: one event, or one batch.", sendBuckets)
 	m.commitToSend = histogram("outbox.commit_to_send.duration",
 		"From the event's commit (create_time) to the broker's acceptance, by the database clock up to the read and this process's clock after.",
 		commitToSendBuckets)
@@ -241,7 +241,7 @@ func (m *metrics) sendDone(ctx context.Context, ev Event, start time.Time, err *
 	}
 }
 
-// batchSent runs one SendBatch call and records it.
+// batchSent runs one Sender.Send call and records it.
 func (m *metrics) batchSent(ctx context.Context, evs []Event, send func() []error) []error {
 	if m == nil {
 		return send()

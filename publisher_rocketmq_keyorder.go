@@ -11,7 +11,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 )
 
-// maxParallelQueueSends bounds the sends one key-ordered SendBatch has in flight at once (one
+// maxParallelQueueSends bounds the sends one key-ordered Send has in flight at once (one
 // per queue).
 const maxParallelQueueSends = 16
 
@@ -100,7 +100,7 @@ func keyQueue(key string, n int) int {
 	return i
 }
 
-// keyNotSentError is the error of an event a key-ordered SendBatch did not send because an
+// keyNotSentError is the error of an event a key-ordered Send did not send because an
 // earlier event of its biz no in the same batch failed. It is [ErrNotSent] to the publisher,
 // and names, but does not wrap, the failure (the event is not charged with it).
 type keyNotSentError struct {
@@ -114,7 +114,7 @@ func (e *keyNotSentError) Error() string {
 
 func (e *keyNotSentError) Is(target error) bool { return target == ErrNotSent }
 
-// keyOrderedBatch is the state of one key-ordered SendBatch.
+// keyOrderedBatch is the state of one key-ordered Send.
 type keyOrderedBatch struct {
 	s    *RocketMQSender
 	evs  []Event

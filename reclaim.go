@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// Reclaim returns to WAIT every SENDING event whose lease ([Config.Lease]) has expired,
+// Reclaim returns to WAIT every SENDING event whose lease ([Tuning.Lease]) has expired,
 // judged by claimed_at alone, and reports how many it returned. An event reclaimed for the
-// [Config.MaxReclaims]th time is dead-lettered instead, as a poison event. A reclaim means an instance
+// [Tuning.MaxReclaims]th time is dead-lettered instead, as a poison event. A reclaim means an instance
 // died (or stalled) between its claim and its outcome: it is logged at warn, since a sudden
 // rise in reclaims says instances are dying, which is worse news than a duplicate.
 //
-// Run calls it every [Config.ReclaimInterval]; it may also be called by hand.
+// Run calls it every [Tuning.ReclaimInterval]; it may also be called by hand.
 func (p *Publisher) Reclaim(ctx context.Context) (int64, error) {
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
 	defer cancel()

@@ -421,7 +421,7 @@ func (s *MySQLStore) Subscribe() (<-chan struct{}, func()) {
 // Notify wakes the subscribed publishers. [Tx.Commit] does this by itself; call it after
 // committing directly a transaction wrapped with WrapTx. It never blocks. The next claim
 // reads the due rows from the start rather than from where the last one left nothing behind
-// (see [MySQLConfig.NoSteadyScan]), since Notify cannot tell how long ago the transaction
+// (see [MySQLConfig.ScanFromStart]), since Notify cannot tell how long ago the transaction
 // wrote its events; Tx.Commit can, so prefer it.
 func (s *MySQLStore) Notify() {
 	s.floor.reset()

@@ -47,7 +47,7 @@ import (
 //     for a claim, instead of none; nothing is left behind for good.
 //
 // Only the unordered batch claim does this: ordered claims read each key's head through
-// idx_biz_no_status, and per-row mode is the article's loop. MySQLConfig.NoSteadyScan turns
+// idx_biz_no_status, and per-row mode is the article's loop. MySQLConfig.ScanFromStart turns
 // it off.
 const (
 	floorSlack      = 10 * time.Millisecond

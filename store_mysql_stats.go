@@ -36,7 +36,7 @@ type TableStats struct {
 
 // StatsOptions says what [MySQLStore.Stats] reads.
 type StatsOptions struct {
-	// Lease is the publishers' [Config.Lease], against which SendingPastHalfLease is judged.
+	// Lease is the publishers' [Tuning.Lease], against which SendingPastHalfLease is judged.
 	// Zero leaves SendingPastHalfLease at zero.
 	Lease time.Duration
 	// CountSucceeded counts the SUCCESS (and SKIPPED) rows too. Without it Stats reads no SUCCESS row at
