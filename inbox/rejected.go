@@ -1,0 +1,161 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-outbox/outbox"
+)
+
+// RejectedMessage is a message the group could not process, as the rejected table keeps it.
+type RejectedMessage struct {
+	ID int64 // the row's id in the rejected table
+	// Key is the event id, or "msgId:" and the broker's id for a message without one.
+	Key         string
+	Message     Message // as delivered; Deliveries is the deliveries recorded
+	ReasonClass string  // no_event_id, invalid_event_id, permanent or max_deliveries
+	Reason      string  // the error, or what was wrong with the message
+	FirstAt     time.Time
+	LastAt      time.Time
+}
+
+// Rejected lists the group's rejected messages with an id above after, oldest first, at
+// most limit of them (1 to 1000).
+func (in *Inbox) Rejected(ctx context.Context, after int64, limit int) ([]RejectedMessage, error) {
+	if limit < 1 || limit > 1000 {
+		return nil, fmt.Errorf("%w: limit must be between 1 and 1000, got %d", outbox.ErrInvalidInput, limit)
+	}
+	rows, err := in.db.QueryContext(ctx, in.q.rejected, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list rejected messages: %w", err)
+	}
+	defer rows.Close()
+	var out []RejectedMessage
+	for rows.Next() {
+		r, err := scanRejected(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func scanRejected(row interface{ Scan(...any) error }) (RejectedMessage, error) {
+	var (
+		r     RejectedMessage
+		props string
+	)
+	m := &r.Message
+	err := row.Scan(&r.ID, &r.Key, &m.EventID, &m.MsgID, &m.Topic, &r.ReasonClass, &r.Reason, &props, &m.Body,
+		&m.Deliveries, &r.FirstAt, &r.LastAt)
+	if err != nil {
+		return r, err
+	}
+	if m.Properties, err = decodeProperties(props); err != nil {
+		return r, err
+	}
+	m.EventType, m.BizNo = m.Properties[outbox.PropertyEventType], m.Properties[outbox.PropertyBizNo]
+	if m.EventID == "" {
+		m.EventID = m.Properties[outbox.PropertyEventID]
+	}
+	return r, nil
+}
+
+// Replay runs h once more for the rejected message id, as a delivery would (the event id
+// recorded in the inbox in h's transaction), and deletes the rejected row in the same
+// transaction, so that the message's effect happens once and the row goes with it. The
+// outcome is Handled, or Duplicate when the group has handled the event since (the row is
+// deleted then too); an error leaves the row as it is: a message without a valid event id
+// cannot be replayed (there is nothing to deduplicate it on), and h's error is returned as
+// it is. A missing id is an error wrapping [outbox.ErrNotFound].
+func (in *Inbox) Replay(ctx context.Context, id int64, h Handler) (Outcome, error) {
+	if h == nil {
+		return Failed, fmt.Errorf("%w: the handler is nil", outbox.ErrInvalidConfig)
+	}
+	r, err := scanRejected(in.db.QueryRowContext(ctx, in.q.getRejected, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Failed, fmt.Errorf("%w: no rejected message %d in group %s", outbox.ErrNotFound, id, in.cfg.Group)
+	}
+	if err != nil {
+		return Failed, fmt.Errorf("inbox: read rejected message %d: %w", id, err)
+	}
+	if !validEventID(r.Message.EventID) {
+		return Failed, fmt.Errorf("%w: rejected message %d has no valid event id (%s): it cannot be replayed exactly once",
+			outbox.ErrInvalidInput, id, r.ReasonClass)
+	}
+	msg := r.Message
+	tx, err := in.db.BeginTx(ctx, in.cfg.TxOptions)
+	if err != nil {
+		return Failed, fmt.Errorf("inbox: replay %d: begin: %w", id, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, in.q.dropRejected, id); err != nil {
+		return Failed, fmt.Errorf("inbox: replay %d: %w", id, err)
+	}
+	outcome := Handled
+	switch _, err := tx.ExecContext(ctx, in.q.record(msg.EventID)); {
+	case isDuplicate(err):
+		outcome = Duplicate
+	case err != nil:
+		return Failed, fmt.Errorf("inbox: replay %d: record event %s: %w", id, msg.EventID, err)
+	default:
+		if err := callHandler(ctx, h, tx, &msg); err != nil {
+			return Failed, fmt.Errorf("inbox: replay %d: %w", id, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return Failed, fmt.Errorf("inbox: replay %d: commit: %w", id, err)
+	}
+	in.m.delivered(ctx, &msg, outcome, time.Now())
+	return outcome, nil
+}
+
+// Purge deletes inbox rows recorded more than olderThan ago, in batches of 500 with pause
+// between them, and reports how many it deleted. Only one purge of a table runs at a time
+// (a named lock; another session's purge makes this one return at once, deleting
+// nothing). A duplicate of an event whose row was purged is handled again, so olderThan
+// must be longer than any redelivery or resend can come late: RocketMQ redelivers a failed
+// message for up to about 4 h 46 min by default, and the publisher resends an event after
+// its lease (10 min by default). Rejected messages are never purged.
+func (in *Inbox) Purge(ctx context.Context, olderThan, pause time.Duration) (int64, error) {
+	if olderThan <= 0 || pause < 0 {
+		return 0, fmt.Errorf("%w: olderThan must be positive and pause not negative, got %s and %s", outbox.ErrInvalidInput, olderThan, pause)
+	}
+	conn, err := in.db.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: purge: %w", err)
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK("+in.q.retainLock+", 0)").Scan(&got); err != nil {
+		return 0, fmt.Errorf("inbox: purge: take the purge lock: %w", err)
+	}
+	if got.Int64 != 1 {
+		return 0, nil // another instance is purging
+	}
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK("+in.q.retainLock+")") }()
+	var total int64
+	for {
+		res, err := conn.ExecContext(ctx, in.q.purge, olderThan.Microseconds(), retentionBatch)
+		if err != nil {
+			return total, fmt.Errorf("inbox: purge: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("inbox: purge: %w", err)
+		}
+		total += n
+		if n < retentionBatch {
+			return total, nil
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
