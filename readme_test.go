@@ -79,6 +79,7 @@ var fragmentImports = []struct{ name, path, ref string }{
 	{"os", "os", "os.Getenv"},
 	{"time", "time", "time.Now"},
 	{"outbox", "github.com/go-outbox/outbox", "outbox.DefaultInstanceID"},
+	{"inbox", "github.com/go-outbox/outbox/inbox", "inbox.New"},
 	{"mysql", "github.com/go-sql-driver/mysql", "mysql.ParseDSN"},
 	{"rocketmq", "github.com/apache/rocketmq-client-go/v2", "rocketmq.NewPushConsumer"},
 	{"consumer", "github.com/apache/rocketmq-client-go/v2/consumer", "consumer.WithNameServer"},
