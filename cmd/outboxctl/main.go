@@ -1,9 +1,11 @@
 // Command outboxctl looks at and repairs an outbox table: counts and ages (stats), rows by
 // filter (list), one row whole (show), dead letters back to WAIT (requeue), old SUCCESS
 // rows deleted (purge), and for per-key ordering the dead letters that hold their biz no's
-// later events back (blocked) and dead letters marked never to be sent (skip).
+// later events back (blocked) and dead letters marked never to be sent (skip); and on the
+// consumer's side, a group's rejected messages (inbox rejected) and their resend (inbox
+// resend).
 //
-//	outboxctl [global flags] stats|list|show ID|requeue|purge|blocked|skip ID [flags]
+//	outboxctl [global flags] stats|list|show ID|requeue|purge|blocked|skip ID|inbox rejected|inbox resend ID [flags]
 //
 // As everywhere in the outbox, id is the row's AUTO_INCREMENT id and event_id the UUID
 // consumers see (the eventId message property). Where a command takes an event, either
@@ -76,6 +78,8 @@ Commands:
   purge          delete SUCCESS (and SKIPPED) rows older than a duration, in small batches
   blocked        dead letters holding back later events of their biz no (per-key ordering)
   skip ID...     dead letters (FAIL) to SKIPPED: never sent, their biz no's later events go on
+  inbox rejected a consumer group's rejected messages (package inbox), oldest first
+  inbox resend ID...  rejected messages published again for the group's consumers, then deleted
 
 ID is the row's id (a positive integer) or its event_id (the UUID consumers see).
 
@@ -113,11 +117,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"purge":   a.purge,
 		"blocked": a.blocked,
 		"skip":    a.skip,
+		"inbox":   a.inbox,
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	cmd, ok := cmds[name]
 	if !ok {
-		fmt.Fprintf(stderr, "outboxctl: unknown command %q (want stats, list, show, requeue, purge, blocked or skip)\n", name)
+		fmt.Fprintf(stderr, "outboxctl: unknown command %q (want stats, list, show, requeue, purge, blocked, skip or inbox)\n", name)
 		return exitUsage
 	}
 	defer func() {
@@ -192,17 +197,9 @@ func (a *app) open(ctx context.Context) error {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = a.connectTimeout
 	}
-	cfg.ParseTime = true
-	conn, err := mysql.NewConnector(cfg)
+	db, err := a.connect(ctx, cfg)
 	if err != nil {
-		return usagef("malformed DSN: %v", err)
-	}
-	db := sql.OpenDB(conn)
-	pctx, cancel := context.WithTimeout(ctx, a.connectTimeout)
-	defer cancel()
-	if err := db.PingContext(pctx); err != nil {
-		_ = db.Close()
-		return fmt.Errorf("cannot reach the database at %s: %w", cfg.Addr, err)
+		return err
 	}
 	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: a.table})
 	if err != nil {
@@ -221,6 +218,23 @@ func (a *app) open(ctx context.Context) error {
 	}
 	a.db, a.store, a.admin = db, store, outbox.NewAdmin(store)
 	return nil
+}
+
+// connect opens and pings the database of cfg.
+func (a *app) connect(ctx context.Context, cfg *mysql.Config) (*sql.DB, error) {
+	cfg.ParseTime = true
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, usagef("malformed DSN: %v", err)
+	}
+	db := sql.OpenDB(conn)
+	pctx, cancel := context.WithTimeout(ctx, a.connectTimeout)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("cannot reach the database at %s: %w", cfg.Addr, err)
+	}
+	return db, nil
 }
 
 func cmpOr(a, b string) string {

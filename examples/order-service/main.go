@@ -1,6 +1,6 @@
 // Command order-service is the outbox end to end: an order API that writes each order and its
 // ORDER_CREATED event in one transaction, N publisher instances sending the events to
-// RocketMQ, and a points service consuming them idempotently.
+// RocketMQ, and a points service consuming them exactly once through an inbox.
 //
 // On a fresh Debian machine, one command sets up MariaDB and RocketMQ and runs it:
 //
@@ -14,23 +14,25 @@
 // the message, the publisher records a failure), so those events are sent twice: the consumer
 // must suppress the duplicates and still award each order's points exactly once.
 //
-// The points service deduplicates on the eventId message property, the UUIDv7 the library
-// gives each event at insert, never on the outbox row's id: row ids start again at 1 when the
-// outbox table is recreated, and a consumer that remembered them would drop every new event as
-// a duplicate of an old one (main_test.go recreates the table between two runs to show that
-// nothing is dropped).
+// The points service is an inbox consumer (package inbox): the inbox records each message's
+// eventId in t_inbox, under the consumer group's primary key, in the transaction in which the
+// points service awards the points, so the award and the record commit together or not at
+// all, and a second delivery of the event is acknowledged without awarding anything. The
+// eventId is the UUIDv7 the library gives each event at insert, never the outbox row's id:
+// row ids start again at 1 when the outbox table is recreated, and a consumer that remembered
+// them would drop every new event as a duplicate of an old one (main_test.go recreates the
+// table between two runs to show that nothing is dropped).
 //
 // A message the points service can never process (no eventId, an eventId that is not a
-// UUID, a body that is not an ORDER_CREATED payload) is recorded in example_rejected_message
-// with the reason, and acknowledged. Retrying cannot fix it: handed back to RocketMQ, it would
-// be redelivered 16 times over about 4¾ hours (10 s, 30 s, 1 min, … 2 h) and only then parked
-// in the group's dead-letter queue, a topic no consumer reads until someone sets one up. The
-// table keeps it where the points service's own data is, with the reason, for a person to
-// look at and replay. A failure that may pass (the database is down) takes the other path: the
-// message is handed back, redelivered later, and dead-lettered (%DLQ%example_points_service)
-// only after those 16 attempts. With -ordered such a failure holds the message's queue
-// instead (it is tried again every second, before anything after it in the queue), since an
-// order's later events must not overtake it.
+// UUID, a body that is not an order event's payload, an event type that is not an order's)
+// is recorded in t_inbox_rejected with the reason, its properties and its body, and
+// acknowledged: handed back to RocketMQ, it would be redelivered for hours to no end. A
+// failure that may pass (the database is down) rolls back and the message is delivered
+// again with RocketMQ's backoff (10 s, 30 s, 1 min, ...); its fifth failed delivery is
+// rejected too, to be replayed (inbox.Replay) once the cause is fixed. With -ordered such a
+// failure holds the message's queue instead, for as long as it lasts (it is tried again every
+// second, before anything after it in the queue), since an order's later events must not
+// overtake it.
 //
 // One trace runs from the order API to the points service: the order API starts a span for
 // each order and inserts the event in its context, so the outbox stores the span's W3C trace
@@ -48,21 +50,24 @@
 // publishers keep each order's events in commit order (MySQLConfig.Ordering = outbox.KeyOrder:
 // the store claims an order's events in order, on a table with the index ordered claims need,
 // and the publishers tell the RocketMQ sender, which sends an order's events to one queue),
-// and the points service consumes orderly (one goroutine per queue, in queue order). Besides
+// and the points service consumes orderly (ConsumerConfig.Orderly: one goroutine per queue, in
+// queue order). Besides
 // awarding points for ORDER_CREATED, it keeps each order's status in example_order_status as
 // the events arrive, and records in example_out_of_order every event that is not the next
 // one of its order's life: the summary counts them ("out of order", 0 when ordering holds)
 // and the orders whose final status is not the one the order API gave them. A repeated
 // event (a lost acknowledgement's resend) is a duplicate, suppressed on its eventId before
-// the check; ordering promises that a repeat never reorders two events.
+// the check (by the inbox); ordering promises that a repeat never reorders two events.
 //
 // -v logs every publisher event, and the RocketMQ client's own logs, which the example
 // otherwise discards.
 //
-// -metrics-addr 127.0.0.1:9464 serves the publishers' metrics at /metrics while the example
-// runs, in Prometheus's text format (see docs/operations.md, "Metrics and health").
+// -metrics-addr 127.0.0.1:9464 serves the publishers' and the inbox's metrics at /metrics
+// while the example runs, in Prometheus's text format (see docs/operations.md, "Metrics and
+// health", and docs/inbox.md).
 //
-// The example's tables are its own, in the database of -dsn. An outbox table left by an
+// The example's tables are its own, in the database of -dsn, beside the inbox's (t_inbox and
+// t_inbox_rejected, shared by consumer groups, each group's rows its own). An outbox table left by an
 // older version of this example (from before event ids, without the event_id column) is
 // dropped and created again if all its events were sent; if some were not, the example stops
 // and says how to upgrade the table instead.
@@ -166,13 +171,6 @@ CREATE TABLE IF NOT EXISTS example_orders (
 	amount   INT         NOT NULL,
 	status   VARCHAR(16) NOT NULL DEFAULT 'CREATED'
 );
--- the points service's record of every message it has processed, by eventId: uk_msg_id is
--- the guard against a second delivery of the same event
-CREATE TABLE IF NOT EXISTS example_consumed_message (
-	msg_id      VARCHAR(64) NOT NULL,
-	consumed_at DATETIME(3) NOT NULL,
-	UNIQUE KEY uk_msg_id (msg_id)
-);
 -- the business table's own unique key is the last line: one award per order and type
 CREATE TABLE IF NOT EXISTS example_user_points (
 	id       BIGINT      NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -181,15 +179,6 @@ CREATE TABLE IF NOT EXISTS example_user_points (
 	type     VARCHAR(32) NOT NULL,
 	points   INT         NOT NULL,
 	UNIQUE KEY uk_order_type (order_no, type)
-);
--- messages the points service can never process, with the reason, for a person to look at
-CREATE TABLE IF NOT EXISTS example_rejected_message (
-	msg_key     VARCHAR(128)  NOT NULL PRIMARY KEY, -- the eventId, or the broker's id without one
-	topic       VARCHAR(127)  NOT NULL,
-	reason      VARCHAR(1024) NOT NULL,
-	body        MEDIUMBLOB    NOT NULL,
-	deliveries  INT           NOT NULL DEFAULT 1,
-	rejected_at DATETIME(3)   NOT NULL
 );
 -- with -ordered: each order's status as the points service saw its events arrive
 CREATE TABLE IF NOT EXISTS example_order_status (
