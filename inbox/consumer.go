@@ -77,6 +77,14 @@ type Consumer struct {
 	stop    chan struct{}
 	done    chan struct{}
 	closed  bool
+
+	// The deliveries in progress, which the shutdown lets finish before it shuts the push
+	// consumer down; the deliveries that begin after it started wait for the push consumer
+	// to be shut down (drained closed) and are left to the group's next consumer.
+	flightMu sync.Mutex
+	draining bool
+	inflight sync.WaitGroup
+	drained  chan struct{}
 }
 
 // NewConsumer returns a consumer of cfg.Topic in the inbox's group that hands each message
@@ -104,13 +112,15 @@ func NewConsumer(in *Inbox, h Handler, cfg ConsumerConfig) (*Consumer, error) {
 		_, _ = rand.Read(b[:])
 		cfg.InstanceName = "inbox-" + hex.EncodeToString(b[:])
 	}
-	return &Consumer{in: in, h: h, cfg: cfg, stop: make(chan struct{})}, nil
+	return &Consumer{in: in, h: h, cfg: cfg, stop: make(chan struct{}), drained: make(chan struct{})}, nil
 }
 
 // Run starts the consumer and consumes until ctx is cancelled or Close is called; then it
-// shuts the push consumer down (a delivery in progress finishes first; one not acknowledged
-// is delivered again, to this group's next consumer) and returns nil. A consumer that
-// cannot start (the topic does not exist, say) returns the error.
+// lets the deliveries in progress finish (their handlers are not interrupted: a handler that
+// never returns holds Run and Close), shuts the push consumer down, and returns nil. A
+// delivery that had not begun is not handled: it is delivered again, to this group's next
+// consumer. A consumer that cannot start (the topic does not exist, say) returns the error,
+// and may be run again; one that has run cannot.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.start(); err != nil {
 		return err
@@ -131,14 +141,7 @@ func (c *Consumer) start() error {
 	case c.closed:
 		return fmt.Errorf("%w: the consumer was closed", outbox.ErrClosed)
 	case c.push != nil:
-		return fmt.Errorf("inbox: consumer already running")
-	}
-	maxReconsume := int32(16) // the client's default for concurrent consumers
-	switch d := c.in.cfg.MaxDeliveries; {
-	case d == outbox.RetryForever:
-		maxReconsume = math.MaxInt32 / 2
-	case d > int(maxReconsume):
-		maxReconsume = int32(d)
+		return fmt.Errorf("inbox: the consumer is running or has run: a Consumer runs once")
 	}
 	opts := []consumer.Option{
 		consumer.WithNameServer(c.cfg.NameServers),
@@ -148,8 +151,11 @@ func (c *Consumer) start() error {
 		consumer.WithConsumerOrder(c.cfg.Orderly),
 		consumer.WithSuspendCurrentQueueTimeMillis(c.cfg.RetryPause),
 		// So that the inbox, not the client's dead-letter queue, decides when a message is
-		// given up: the client would otherwise move it to %DLQ% after 16 retries.
-		consumer.WithMaxReconsumeTimes(maxReconsume),
+		// given up: the client would otherwise move a message to %DLQ% after 16 failed
+		// deliveries, acknowledged with no effect and no rejected row. Those are deliveries
+		// the inbox could not reject either, because the database was down: an orderly
+		// consumer retrying every RetryPause would reach 16 within seconds of an outage.
+		consumer.WithMaxReconsumeTimes(maxReconsumeTimes),
 	}
 	push, err := rocketmq.NewPushConsumer(append(opts, c.cfg.ConsumerOptions...)...)
 	if err != nil {
@@ -166,25 +172,52 @@ func (c *Consumer) start() error {
 	return nil
 }
 
+// maxReconsumeTimes is the client's MaxReconsumeTimes: never reached in practice (the broker's
+// retry delays stop growing at 2 hours).
+const maxReconsumeTimes = math.MaxInt32 / 2
+
 // consume is the push consumer's callback: each message through the inbox, and the batch
 // acknowledged only once every message of it is handled, a duplicate or rejected.
 func (c *Consumer) consume(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	if !c.enter() {
+		// Shutting down: once the push consumer is shut down, the queue this came from is
+		// dropped, and whatever this returns is ignored; the message is not acknowledged.
+		<-c.drained
+		return c.again(ctx), nil
+	}
+	defer c.inflight.Done()
 	for _, m := range msgs {
 		msg := messageOf(m)
 		if _, err := c.in.Handle(ctx, msg, c.h); err != nil {
-			if c.cfg.Orderly {
-				// The client pauses the queue for the time in the call's orderly context,
-				// which it leaves at none whatever the options say: without it the message
-				// would come again at once, in a busy loop.
-				if octx, ok := primitive.GetOrderlyCtx(ctx); ok {
-					octx.SuspendCurrentQueueTimeMillis = int(c.cfg.RetryPause / time.Millisecond)
-				}
-				return consumer.SuspendCurrentQueueAMoment, nil
-			}
-			return consumer.ConsumeRetryLater, nil
+			return c.again(ctx), nil
 		}
 	}
 	return consumer.ConsumeSuccess, nil
+}
+
+// again is the answer that has a delivery come again.
+func (c *Consumer) again(ctx context.Context) consumer.ConsumeResult {
+	if !c.cfg.Orderly {
+		return consumer.ConsumeRetryLater
+	}
+	// The client pauses the queue for the time in the call's orderly context, which it
+	// leaves at none whatever the options say: without it the message would come again at
+	// once, in a busy loop.
+	if octx, ok := primitive.GetOrderlyCtx(ctx); ok {
+		octx.SuspendCurrentQueueTimeMillis = int(c.cfg.RetryPause / time.Millisecond)
+	}
+	return consumer.SuspendCurrentQueueAMoment
+}
+
+// enter counts a delivery in, unless the consumer is shutting down.
+func (c *Consumer) enter() bool {
+	c.flightMu.Lock()
+	defer c.flightMu.Unlock()
+	if c.draining {
+		return false
+	}
+	c.inflight.Add(1)
+	return true
 }
 
 // messageOf is the Message of a delivery.
@@ -212,16 +245,26 @@ func messageOf(m *primitive.MessageExt) *Message {
 // InvokeSync).
 const shutdownGrace = 3 * time.Second
 
+// shutdown lets the deliveries in progress finish while the push consumer still runs, so
+// that their outcome is acknowledged (an orderly queue stays this consumer's while its
+// handler runs), then shuts the push consumer down, and then releases the deliveries that
+// began meanwhile, unhandled. (The client stores its offsets at shutdown one way: one may
+// be lost, and its messages come again to the next consumer, as duplicates.)
 func (c *Consumer) shutdown() {
 	c.mu.Lock()
 	push, started := c.push, c.started
 	c.mu.Unlock()
 	time.Sleep(time.Until(started.Add(shutdownGrace)))
+	c.flightMu.Lock()
+	c.draining = true
+	c.flightMu.Unlock()
+	c.inflight.Wait()
 	_ = push.Shutdown()
+	close(c.drained)
 }
 
-// Close stops a running Run and waits for it to return; it is safe to call more than once,
-// and without Run.
+// Close stops a running Run and waits for it to return, its deliveries in progress finished;
+// it is safe to call more than once, and without Run.
 func (c *Consumer) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -237,4 +280,3 @@ func (c *Consumer) Close() error {
 	}
 	return nil
 }
-

@@ -52,9 +52,11 @@ type Message struct {
 // recorded as rejected and acknowledged. Any other error is retried: the message is
 // delivered again (by RocketMQ, with its backoff) until [Config.MaxDeliveries].
 //
-// The handler must not commit or roll back tx, and must do its effect through tx alone:
-// an effect outside it (an HTTP call, a write on another connection) is not undone when
-// the transaction rolls back, nor deduplicated.
+// The handler must not commit or roll back tx, must do its effect through tx alone (an
+// effect outside it, an HTTP call or a write on another connection, is not undone when the
+// transaction rolls back, nor deduplicated), and must return every statement's error: after
+// a deadlock InnoDB has rolled the whole transaction back, the inbox record with it, and a
+// handler that went on would write the rest of its effect outside any transaction.
 type Handler func(ctx context.Context, tx *sql.Tx, msg *Message) error
 
 // Outcome is what became of one delivery.
@@ -118,8 +120,13 @@ type Config struct {
 	// to 5. [outbox.RetryForever] never rejects a message for its failures.
 	MaxDeliveries int
 
-	// TxOptions are the options of the transaction the handler runs in. Defaults to READ
-	// COMMITTED, so that the inbox insert locks its own row only.
+	// TxOptions are the options of the transaction the handler runs in. Defaults to nil:
+	// the session's isolation level (the server's, REPEATABLE READ unless the DSN or the
+	// server sets another), as the service's other transactions have. The inbox needs no
+	// particular level: its record is an INSERT on a primary key. An isolation level here
+	// costs a statement per message: the driver sends SET TRANSACTION ISOLATION LEVEL
+	// before each BEGIN. To have another level at no cost, set it for the whole pool in the
+	// DSN (transaction_isolation, or tx_isolation on MariaDB before 11.1).
 	TxOptions *sql.TxOptions
 
 	// Logger receives the inbox's logs: info for a duplicate suppressed, warn for a failed
@@ -174,9 +181,6 @@ func New(db *sql.DB, cfg Config) (*Inbox, error) {
 	cfg.MaxDeliveries = cmp.Or(cfg.MaxDeliveries, maxDeliveriesDefault)
 	if cfg.MaxDeliveries < 0 {
 		return nil, fmt.Errorf("%w: MaxDeliveries must be positive, got %d", outbox.ErrInvalidConfig, cfg.MaxDeliveries)
-	}
-	if cfg.TxOptions == nil {
-		cfg.TxOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
 	in := &Inbox{db: db, cfg: cfg, table: cfg.Table, rejected: cfg.Table + "_rejected"}
 	in.log = cfg.Logger
@@ -270,6 +274,9 @@ func (in *Inbox) Handle(ctx context.Context, msg *Message, h Handler) (Outcome, 
 	if h == nil {
 		return Failed, fmt.Errorf("%w: the handler is nil", outbox.ErrInvalidConfig)
 	}
+	if msg == nil {
+		return Failed, fmt.Errorf("%w: the message is nil", outbox.ErrInvalidInput)
+	}
 	ctx, end := in.startSpan(ctx, msg)
 	start := time.Now()
 	o, err := in.handle(ctx, msg, h)
@@ -291,12 +298,15 @@ func (in *Inbox) handle(ctx context.Context, msg *Message, h Handler) (Outcome, 
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 	if _, err := tx.ExecContext(ctx, in.q.record(msg.EventID)); err != nil {
+		// The connection goes back to the pool before anything else is written: a
+		// rejection takes a connection of its own, which a full pool would never give.
+		_ = tx.Rollback()
 		if isDuplicate(err) {
 			in.log.InfoContext(ctx, "inbox: duplicate delivery suppressed",
 				slog.String("event_id", msg.EventID), slog.String("msg_id", msg.MsgID))
 			return Duplicate, nil
 		}
-		return in.failed(ctx, msg, fmt.Errorf("inbox: record event %s: %w", msg.EventID, err))
+		return in.failed(ctx, msg, fmt.Errorf("inbox: record event %s: %w", msg.EventID, schemaError(in.table, err)))
 	}
 	if err := callHandler(ctx, h, tx, msg); err != nil {
 		_ = tx.Rollback()
@@ -325,8 +335,12 @@ func callHandler(ctx context.Context, h Handler, tx *sql.Tx, msg *Message) (err 
 // allowed, when it is rejected instead.
 func (in *Inbox) failed(ctx context.Context, msg *Message, cause error) (Outcome, error) {
 	if in.cfg.MaxDeliveries != outbox.RetryForever && msg.Deliveries >= in.cfg.MaxDeliveries && ctx.Err() == nil {
-		return in.reject(ctx, msg, reasonDeliveries,
+		o, err := in.reject(ctx, msg, reasonDeliveries,
 			fmt.Sprintf("delivery %d of %d failed: %v", msg.Deliveries, in.cfg.MaxDeliveries, cause))
+		if err != nil {
+			return o, fmt.Errorf("%w; recording it as rejected failed too: %w", cause, err)
+		}
+		return o, nil
 	}
 	in.log.WarnContext(ctx, "inbox: delivery failed; the message will be delivered again",
 		slog.String("event_id", msg.EventID), slog.String("msg_id", msg.MsgID),
@@ -350,7 +364,7 @@ func (in *Inbox) reject(ctx context.Context, msg *Message, class, reason string)
 	if err != nil {
 		in.log.ErrorContext(ctx, "inbox: could not record a rejected message; it will be delivered again",
 			slog.String("event_id", msg.EventID), slog.String("msg_id", msg.MsgID), slog.Any("error", err))
-		return Failed, fmt.Errorf("inbox: record rejected message %s: %w", key, err)
+		return Failed, fmt.Errorf("inbox: record rejected message %s: %w", key, schemaError(in.rejected, err))
 	}
 	in.m.rejectedOne(ctx, class)
 	in.log.ErrorContext(ctx, "inbox: message rejected; it needs a person",
@@ -377,6 +391,25 @@ func eventTime(eventID string) time.Time {
 	}
 	sec, nsec := u.Time().UnixTime()
 	return time.Unix(sec, nsec)
+}
+
+// schemaError is err, from a statement of the inbox's on table, with the fix added when it
+// says that the table is missing (1146) or lacks a column (1054): such an error wraps
+// [outbox.ErrInvalidConfig].
+func schemaError(table string, err error) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return err
+	}
+	switch me.Number {
+	case 1146: // ER_NO_SUCH_TABLE
+		return fmt.Errorf("%w: table %s does not exist: create it with Inbox.CreateSchema or inbox/schema.sql: %w",
+			outbox.ErrInvalidConfig, table, err)
+	case 1054: // ER_BAD_FIELD_ERROR
+		return fmt.Errorf("%w: table %s lacks a column the inbox writes: it was made by hand or by an older version; "+
+			"Inbox.CreateSchema names what is missing, inbox/schema.sql defines it: %w", outbox.ErrInvalidConfig, table, err)
+	}
+	return err
 }
 
 func isDuplicate(err error) bool {

@@ -43,7 +43,10 @@ func newQueries(table, rejected, group string) queries {
 		// many row locks or fills the redo log.
 		purge: "DELETE FROM `" + table + "` WHERE consumed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)" +
 			" ORDER BY consumed_at LIMIT ?",
-		retainLock: "CONCAT('outbox-inbox-retention:', DATABASE(), '.', " + quote(table) + ")",
+		// A named lock per database and table. Lock names are server-wide and at most 64
+		// characters on MySQL (MariaDB takes longer ones), hence the hash; DATABASE() is
+		// NULL on a connection without one, which would make the whole name NULL.
+		retainLock: "CONCAT('outbox-inbox-purge:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', " + quote(table) + ")))",
 	}
 }
 

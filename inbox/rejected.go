@@ -30,7 +30,7 @@ func (in *Inbox) Rejected(ctx context.Context, after int64, limit int) ([]Reject
 	}
 	rows, err := in.db.QueryContext(ctx, in.q.rejected, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list rejected messages: %w", err)
+		return nil, fmt.Errorf("inbox: list rejected messages: %w", schemaError(in.rejected, err))
 	}
 	defer rows.Close()
 	var out []RejectedMessage
@@ -81,13 +81,14 @@ func (in *Inbox) Replay(ctx context.Context, id int64, h Handler) (Outcome, erro
 		return Failed, fmt.Errorf("%w: no rejected message %d in group %s", outbox.ErrNotFound, id, in.cfg.Group)
 	}
 	if err != nil {
-		return Failed, fmt.Errorf("inbox: read rejected message %d: %w", id, err)
+		return Failed, fmt.Errorf("inbox: read rejected message %d: %w", id, schemaError(in.rejected, err))
 	}
 	if !validEventID(r.Message.EventID) {
 		return Failed, fmt.Errorf("%w: rejected message %d has no valid event id (%s): it cannot be replayed exactly once",
 			outbox.ErrInvalidInput, id, r.ReasonClass)
 	}
 	msg := r.Message
+	start := time.Now()
 	tx, err := in.db.BeginTx(ctx, in.cfg.TxOptions)
 	if err != nil {
 		return Failed, fmt.Errorf("inbox: replay %d: begin: %w", id, err)
@@ -110,14 +111,14 @@ func (in *Inbox) Replay(ctx context.Context, id int64, h Handler) (Outcome, erro
 	if err := tx.Commit(); err != nil {
 		return Failed, fmt.Errorf("inbox: replay %d: commit: %w", id, err)
 	}
-	in.m.delivered(ctx, &msg, outcome, time.Now())
+	in.m.delivered(ctx, &msg, outcome, start)
 	return outcome, nil
 }
 
-// Purge deletes inbox rows recorded more than olderThan ago, in batches of 500 with pause
-// between them, and reports how many it deleted. Only one purge of a table runs at a time
-// (a named lock; another session's purge makes this one return at once, deleting
-// nothing). A duplicate of an event whose row was purged is handled again, so olderThan
+// Purge deletes the table's inbox rows, every group's, recorded more than olderThan ago, in
+// batches of 500 with pause between them, and reports how many it deleted. Only one purge
+// of a table runs at a time, whichever group's inbox runs it (a named lock; another
+// session's purge makes this one return at once, deleting nothing). A duplicate of an event whose row was purged is handled again, so olderThan
 // must be longer than any redelivery or resend can come late: RocketMQ redelivers a failed
 // message for up to about 4 h 46 min by default, and the publisher resends an event after
 // its lease (10 min by default). Rejected messages are never purged.
@@ -137,12 +138,12 @@ func (in *Inbox) Purge(ctx context.Context, olderThan, pause time.Duration) (int
 	if got.Int64 != 1 {
 		return 0, nil // another instance is purging
 	}
-	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK("+in.q.retainLock+")") }()
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK("+in.q.retainLock+")") }()
 	var total int64
 	for {
 		res, err := conn.ExecContext(ctx, in.q.purge, olderThan.Microseconds(), retentionBatch)
 		if err != nil {
-			return total, fmt.Errorf("inbox: purge: %w", err)
+			return total, fmt.Errorf("inbox: purge: %w", schemaError(in.table, err))
 		}
 		n, err := res.RowsAffected()
 		if err != nil {

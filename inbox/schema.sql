@@ -35,8 +35,11 @@ CREATE TABLE IF NOT EXISTS t_inbox_rejected (
     msg_id         VARCHAR(128)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     topic          VARCHAR(255)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     reason_class   VARCHAR(32)   CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    reason         VARCHAR(1024) NOT NULL,
-    properties     TEXT          NOT NULL,
+    -- The reason (the handler's error) and the properties (a JSON object of the message's,
+    -- the biz no among them) are any text: utf8mb4 whatever the database's default, which
+    -- may be latin1, where a rejection of a message with a Chinese biz no would fail.
+    reason         VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    properties     TEXT          CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     body           MEDIUMBLOB    NOT NULL,
     deliveries     INT           NOT NULL DEFAULT 1,
     first_rejected DATETIME(3)   NOT NULL,

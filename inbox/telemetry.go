@@ -22,6 +22,14 @@ type metrics struct {
 	outcomes map[Outcome]metric.MeasurementOption
 }
 
+// The histograms' buckets, in seconds: a delivery takes milliseconds; the lag runs from
+// milliseconds (a consumer keeping up) to hours (a backlog, a retry after RocketMQ's
+// backoff).
+var (
+	durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	lagBuckets      = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600}
+)
+
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if mp == nil {
 		return nil, nil
@@ -34,9 +42,11 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m.rejected, errs[1] = meter.Int64Counter("inbox.rejected", metric.WithUnit("{message}"),
 		metric.WithDescription("Messages recorded as rejected, by reason: no_event_id, invalid_event_id, permanent, max_deliveries."))
 	m.duration, errs[2] = meter.Float64Histogram("inbox.handle.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of one delivery: the inbox record, the handler and the commit."))
+		metric.WithDescription("Duration of one delivery: the inbox record, the handler and the commit."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	m.lag, errs[3] = meter.Float64Histogram("inbox.lag", metric.WithUnit("s"),
-		metric.WithDescription("Time from the event's insert (the time in its UUIDv7 event id) to the commit of its effect."))
+		metric.WithDescription("Time from the event's insert (the time in its UUIDv7 event id) to the commit of its effect."),
+		metric.WithExplicitBucketBoundaries(lagBuckets...))
 	for _, o := range []Outcome{Handled, Duplicate, Rejected, Failed} {
 		m.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o.String())))
 	}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the chaos run (tools/outbox-chaos): writers commit events while publisher processes
-# send them to RocketMQ and a consumer records every delivery; meanwhile publishers are
+# send them to RocketMQ, a consumer records every delivery, and inbox consumer processes
+# (package inbox) write one effect row per event; meanwhile publishers and consumers are
 # SIGKILLed, the broker and the database are restarted. Prints the table and exits non-zero
-# if an event was lost, dead-lettered or left SENDING, or a duplicate has no explanation.
+# if an event was lost, dead-lettered or left SENDING, a duplicate has no explanation, or an
+# event's effect was lost, doubled or rejected.
 #
 #   bash scripts/chaos.sh -short      CI: 3,000 events over 2 minutes, one fault of each kind
 #   bash scripts/chaos.sh             100,000 events, 10 minutes of random faults

@@ -38,11 +38,12 @@
 // each order and inserts the event in its context, so the outbox stores the span's W3C trace
 // context with the event; the publishers (given a TracerProvider) make each send a producer
 // span linked to it; the message carries it as the traceparent and tracestate properties;
-// and the points service extracts it and processes the message in a consumer span of the
-// same trace. The spans go to an in-memory exporter of the OpenTelemetry SDK (a service
-// would export them to its collector); the summary counts the order API's request traces,
-// those a send span links to, and those the points service's span continues. Nothing is
-// registered globally.
+// and the inbox (given the TracerProvider too) handles each delivery in a consumer span of
+// the same trace, which says what became of it (handled, duplicate, rejected, failed). The
+// spans go to an in-memory exporter of the OpenTelemetry SDK (a service would export them to
+// its collector); the summary counts the order API's request traces, those a send span links
+// to, and those the points service's span continues, and in them the deliveries of the
+// run's own events and the duplicates among them. Nothing is registered globally.
 //
 // -ordered is per-key ordering. Each order then has a life of two or three events, each
 // committed in its own transaction as the order API changes the order: ORDER_CREATED, then
@@ -50,27 +51,27 @@
 // publishers keep each order's events in commit order (MySQLConfig.Ordering = outbox.KeyOrder:
 // the store claims an order's events in order, on a table with the index ordered claims need,
 // and the publishers tell the RocketMQ sender, which sends an order's events to one queue),
-// and the points service consumes orderly (ConsumerConfig.Orderly: one goroutine per queue, in
-// queue order). Besides
-// awarding points for ORDER_CREATED, it keeps each order's status in example_order_status as
-// the events arrive, and records in example_out_of_order every event that is not the next
-// one of its order's life: the summary counts them ("out of order", 0 when ordering holds)
-// and the orders whose final status is not the one the order API gave them. A repeated
-// event (a lost acknowledgement's resend) is a duplicate, suppressed on its eventId before
-// the check (by the inbox); ordering promises that a repeat never reorders two events.
+// and the points service consumes orderly (ConsumerConfig.Orderly: one goroutine per queue,
+// in queue order). Besides awarding points for ORDER_CREATED, it keeps each order's status in
+// example_order_status as the events arrive, and records in example_out_of_order every event
+// that is not the next one of its order's life: the summary counts them ("out of order", 0
+// when ordering holds) and the orders whose final status is not the one the order API gave
+// them. A repeated event (a lost acknowledgement's resend) is a duplicate, suppressed by the
+// inbox on its eventId before the check; ordering promises that a repeat never reorders two
+// events.
 //
-// -v logs every publisher event, and the RocketMQ client's own logs, which the example
-// otherwise discards.
+// -v logs every publisher event, every duplicate the inbox suppresses, and the RocketMQ
+// client's own logs, which the example otherwise discards.
 //
 // -metrics-addr 127.0.0.1:9464 serves the publishers' and the inbox's metrics at /metrics
 // while the example runs, in Prometheus's text format (see docs/operations.md, "Metrics and
 // health", and docs/inbox.md).
 //
-// The example's tables are its own, in the database of -dsn, beside the inbox's (t_inbox and
-// t_inbox_rejected, shared by consumer groups, each group's rows its own). An outbox table left by an
-// older version of this example (from before event ids, without the event_id column) is
-// dropped and created again if all its events were sent; if some were not, the example stops
-// and says how to upgrade the table instead.
+// The example's tables are its own, in the database of -dsn, beside the inbox's tables
+// (t_inbox and t_inbox_rejected, which consumer groups share, each with rows of its own). An
+// outbox table left by an older version of this example (from before event ids, without the
+// event_id column) is dropped and created again if all its events were sent; if some were
+// not, the example stops and says how to upgrade the table instead.
 package main
 
 import (
@@ -86,24 +87,22 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2"
-	"github.com/apache/rocketmq-client-go/v2/consumer"
-	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/go-sql-driver/mysql"
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/inbox"
 )
 
 type options struct {
@@ -134,7 +133,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
 	flag.BoolVar(&o.verbose, "v", false, "log every publisher event, and the RocketMQ client's own logs (discarded without -v)")
 	flag.BoolVar(&o.ordered, "ordered", false, "per-key ordering: each order also gets ORDER_PAID and, one in five, ORDER_CANCELLED; the publishers keep each order's events in order, the consumer consumes orderly and counts events that arrive out of order")
-	flag.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the publishers' metrics at http://ADDR/metrics (a loopback address, e.g. 127.0.0.1:9464)")
+	flag.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the publishers' and the inbox's metrics at http://ADDR/metrics (a loopback address, e.g. 127.0.0.1:9464)")
 	flag.Parse()
 	if o.orders < 1 || o.instances < 1 || o.duplicate < 0 {
 		log.Fatal("-orders and -instances must be at least 1, -duplicate at least 0")
@@ -214,8 +213,8 @@ type summary struct {
 	paid, cancelled            int   // with -ordered: orders paid, and cancelled after that
 	outOfOrder                 int   // with -ordered: events that arrived out of their order's life
 	wrongStatus                int   // with -ordered: orders whose final status the points service got wrong
-	consumed, duplicates       int64 // deliveries of this run's events, and those suppressed
-	rejected                   int64 // messages recorded as unprocessable, whatever their run
+	consumed, duplicates       int   // deliveries of this run's events, and those suppressed
+	rejected                   int64 // messages the inbox rejected, whatever their run
 	lostAcks                   int64 // acknowledgements the first instance dropped on purpose
 	requests                   int   // the order API's requests: a trace each, with one event
 	traced                     int   // requests whose trace the points service's span is in
@@ -246,16 +245,24 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 
+	// The metrics: the publishers' and the inbox's on /metrics with -metrics-addr; the
+	// inbox's read for the summary too, from inboxMetrics.
+	inboxMetrics := sdkmetric.NewManualReader()
 	var ms *metricsServer
+	var mp *sdkmetric.MeterProvider
 	if o.metricsAddr != "" {
-		if ms, err = startMetrics(o.metricsAddr); err != nil {
+		if ms, err = startMetrics(o.metricsAddr, inboxMetrics); err != nil {
 			return sum, err
 		}
 		defer ms.close()
 		fmt.Fprintf(o.out, "metrics: %s\n", ms.url)
+		mp = ms.provider
+	} else {
+		mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(inboxMetrics))
+		defer func() { _ = mp.Shutdown(context.Background()) }()
 	}
 
-	points, err := startPointsService(ctx, db, o, "points-"+runID, prefix, tp)
+	points, err := startPointsService(ctx, db, o, "points-"+runID, tp, mp)
 	if err != nil {
 		return sum, err
 	}
@@ -306,7 +313,10 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		if published, err = countPrefix(ctx, db, "SELECT COUNT(*) FROM `"+o.table+"` WHERE status = 'SUCCESS' AND biz_no LIKE ?", prefix); err != nil {
 			break
 		}
-		if awarded >= o.orders && published >= wrote.events && points.finished.Load() >= int64(wrote.events)+lostAcks.Load() {
+		if err = points.failed(); err != nil {
+			break
+		}
+		if awarded >= o.orders && published >= wrote.events && followTraces(spans.GetSpans()).deliveries >= wrote.events+int(lostAcks.Load()) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -320,16 +330,19 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		return sum, err
 	}
 
+	traces := followTraces(spans.GetSpans())
 	sum = summary{prefix: prefix, orders: o.orders, published: published, awarded: awarded,
 		events: wrote.events, paid: wrote.paid, cancelled: wrote.cancelled,
-		consumed: points.consumed.Load(), duplicates: points.duplicates.Load(),
-		rejected: points.rejected.Load(), lostAcks: lostAcks.Load()}
+		consumed: traces.deliveries, duplicates: traces.duplicates, lostAcks: lostAcks.Load(),
+		requests: traces.requests, traced: traces.traced, linkedSends: traces.linkedSends}
+	if sum.rejected, err = rejectedCount(ctx, inboxMetrics); err != nil {
+		return sum, err
+	}
 	if o.ordered {
 		if sum.outOfOrder, sum.wrongStatus, err = checkLives(ctx, db, prefix, o.orders); err != nil {
 			return sum, err
 		}
 	}
-	sum.requests, sum.traced, sum.linkedSends = followTraces(spans.GetSpans())
 	mode := ""
 	if o.ordered {
 		mode = ", in key order"
@@ -526,22 +539,43 @@ func finalStatus(i int) string {
 	return "PAID"
 }
 
-// followTraces counts, in a run's spans, the order API's request traces, those that reached
-// the points service (a consumer span in the same trace) and those that a publisher's send
-// span links to.
-func followTraces(spans tracetest.SpanStubs) (requests, traced, linked int) {
+// traces is what a run's spans show.
+type traces struct {
+	requests    int // the order API's request traces
+	traced      int // those the points service's span is in
+	linkedSends int // those a publisher's send span links to
+	// deliveries are the points service's deliveries in them, the inbox's consumer spans:
+	// the deliveries of the run's events, every resend and redelivery included; duplicates
+	// are those the inbox suppressed.
+	deliveries, duplicates int
+}
+
+// outcomeKey is the attribute of the inbox's span that says what became of the delivery.
+const outcomeKey = attribute.Key("outbox.inbox.outcome")
+
+// followTraces reads a run's spans: the order API's request traces, those that reached the
+// points service (the inbox's consumer spans in the same trace, and what became of each)
+// and those that a publisher's send span links to.
+func followTraces(spans tracetest.SpanStubs) traces {
 	api := map[trace.TraceID]bool{}
 	for _, s := range spans {
 		if s.SpanKind == trace.SpanKindServer {
 			api[s.SpanContext.TraceID()] = true
 		}
 	}
+	var t traces
 	consumed, sent := map[trace.TraceID]bool{}, map[trace.TraceID]bool{}
 	for _, s := range spans {
 		switch s.SpanKind {
 		case trace.SpanKindConsumer:
 			if id := s.SpanContext.TraceID(); api[id] {
 				consumed[id] = true
+				t.deliveries++
+				for _, a := range s.Attributes {
+					if a.Key == outcomeKey && a.Value.AsString() == inbox.Duplicate.String() {
+						t.duplicates++
+					}
+				}
 			}
 		case trace.SpanKindProducer:
 			for _, l := range s.Links {
@@ -551,7 +585,28 @@ func followTraces(spans tracetest.SpanStubs) (requests, traced, linked int) {
 			}
 		}
 	}
-	return len(api), len(consumed), len(sent)
+	t.requests, t.traced, t.linkedSends = len(api), len(consumed), len(sent)
+	return t
+}
+
+// rejectedCount is how many messages the inbox has rejected, by its metrics (inbox.rejected,
+// every reason).
+func rejectedCount(ctx context.Context, r sdkmetric.Reader) (int64, error) {
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(ctx, &rm); err != nil {
+		return 0, fmt.Errorf("read the inbox's metrics: %w", err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "inbox.rejected" {
+				for _, dp := range sum.DataPoints {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n, nil
 }
 
 // orderCreated is the ORDER_CREATED event's payload.
@@ -745,196 +800,123 @@ func (l *lossyAcks) Info() outbox.SenderInfo { return l.inner.Info() }
 
 func (l *lossyAcks) Close() error { return l.inner.Close() }
 
-// pointsService awards points for ORDER_CREATED, idempotently; with -ordered it also
-// follows each order's status through all its events.
+// pointsService awards points for ORDER_CREATED, once per event; with -ordered it also
+// follows each order's status through all its events. It is an inbox consumer: the inbox
+// records each event's eventId in the transaction in which handle does the effect, and
+// suppresses a second delivery of the event before handle runs.
 type pointsService struct {
-	db                   *sql.DB
-	prefix               string
-	ordered              bool         // consume orderly, every event of an order's life
-	consumed, duplicates atomic.Int64 // deliveries of this run's events, and those suppressed
-	rejected             atomic.Int64 // messages recorded as unprocessable
-	retries              atomic.Int64 // deliveries handed back to RocketMQ for a later retry
-	consumer             rocketmq.PushConsumer
-	started              time.Time    // when the consumer started
-	finished             atomic.Int64 // deliveries of this run's events whose span has ended
-	tracer               trace.Tracer
-	topic                string
+	in      *inbox.Inbox
+	c       *inbox.Consumer
+	ordered bool       // consume orderly, every event of an order's life
+	ran     chan error // the consumer's Run, once it returns
 }
 
-// startPointsService starts the points service's consumer. Its spans go to tp.
-func startPointsService(ctx context.Context, db *sql.DB, o options, instance, prefix string, tp trace.TracerProvider) (*pointsService, error) {
-	s := &pointsService{db: db, prefix: prefix, ordered: o.ordered, tracer: tp.Tracer("points-service"), topic: o.topic}
-	// A fixed group, as a real service has: it resumes where the last run stopped.
-	opts := []consumer.Option{
-		consumer.WithNameServer([]string{o.namesrv}),
-		consumer.WithGroupName(o.group),
-		consumer.WithInstance(instance),
-		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
+// startPointsService creates the inbox's tables if they are missing and starts the points
+// service's consumer. Its spans go to tp, its metrics to mp.
+func startPointsService(ctx context.Context, db *sql.DB, o options, instance string, tp trace.TracerProvider, mp metric.MeterProvider) (*pointsService, error) {
+	level := slog.LevelWarn // failed deliveries and rejected messages
+	if o.verbose {
+		level = slog.LevelDebug // and every duplicate suppressed
+	}
+	cfg := inbox.Config{
+		// A fixed group, as a real service has: it resumes where the last run stopped, and
+		// its inbox rows are its own.
+		Group:          o.group,
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("service", "points"),
+		MeterProvider:  mp,
+		TracerProvider: tp,
 	}
 	tags := "ORDER_CREATED"
 	if o.ordered {
-		// One goroutine per queue, in queue order, while the broker grants this consumer the
-		// queue's lock: an order's events, all in one queue, are handled one after another.
-		opts = append(opts, consumer.WithConsumerOrder(true), consumer.WithSuspendCurrentQueueTimeMillis(orderlyRetryPause))
+		// A failure that may pass holds the queue until it passes, rather than being rejected
+		// after MaxDeliveries, after which the order's later events would overtake it.
+		cfg.MaxDeliveries = outbox.RetryForever
+		// READ COMMITTED: follow's locking read of an order's status row locks that row
+		// only; at REPEATABLE READ it locks the gap where a new order's row goes too, and
+		// the queues' transactions deadlock on the gaps. (It costs a statement per message,
+		// the driver's SET TRANSACTION before BEGIN.)
+		cfg.TxOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 		tags = "ORDER_CREATED || ORDER_PAID || ORDER_CANCELLED"
 	}
-	c, err := rocketmq.NewPushConsumer(opts...)
+	in, err := inbox.New(db, cfg)
 	if err != nil {
 		return nil, err
 	}
-	err = c.Subscribe(o.topic, consumer.MessageSelector{Type: consumer.TAG, Expression: tags},
-		func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-			for _, m := range msgs {
-				if err := s.handleTraced(ctx, m); err != nil {
-					log.Printf("points service: %v (will be redelivered)", err)
-					s.retries.Add(1)
-					if s.ordered {
-						// The client pauses the queue for the time in the call's orderly
-						// context, which it leaves at none whatever the options say: set
-						// it, or the message comes again at once, in a busy loop.
-						if octx, ok := primitive.GetOrderlyCtx(ctx); ok {
-							octx.SuspendCurrentQueueTimeMillis = int(orderlyRetryPause / time.Millisecond)
-						}
-						return consumer.SuspendCurrentQueueAMoment, nil
-					}
-					return consumer.ConsumeRetryLater, nil
-				}
-			}
-			return consumer.ConsumeSuccess, nil
-		})
+	if err := in.CreateSchema(ctx); err != nil {
+		return nil, err
+	}
+	s := &pointsService{in: in, ordered: o.ordered, ran: make(chan error, 1)}
+	// With Orderly, one goroutine per queue, in queue order, while the broker grants this
+	// consumer the queue's lock: an order's events, all in one queue, are handled one after
+	// another.
+	s.c, err = inbox.NewConsumer(in, s.handle, inbox.ConsumerConfig{
+		NameServers:  []string{o.namesrv},
+		Topic:        o.topic,
+		Tags:         tags,
+		Orderly:      o.ordered,
+		InstanceName: instance,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := c.Start(); err != nil {
-		return nil, fmt.Errorf("start consumer (is the topic %s created?): %w", o.topic, err)
-	}
-	s.consumer, s.started = c, time.Now()
+	go func() { s.ran <- s.c.Run(ctx) }()
 	return s, nil
 }
 
-// orderlyRetryPause is how long an orderly queue waits before a message whose handling
-// failed is delivered again.
-const orderlyRetryPause = time.Second
-
-// shutdown stops the consumer, at the earliest a few seconds after its start: the client
-// races with itself when a consumer is shut down while the rebalance its own registration
-// set off still runs (rocketmq-client-go, internal/client.go: Shutdown and InvokeSync).
-func (s *pointsService) shutdown() {
-	time.Sleep(time.Until(s.started.Add(3 * time.Second)))
-	_ = s.consumer.Shutdown()
+// failed returns the consumer's error if it could not start (the topic does not exist, say):
+// Run returns it at once.
+func (s *pointsService) failed() error {
+	select {
+	case err := <-s.ran:
+		s.ran <- err // for the next call
+		return err
+	default:
+		return nil
+	}
 }
 
-// messageProperties reads a message's properties for a propagator.
-type messageProperties struct{ m *primitive.MessageExt }
-
-func (p messageProperties) Get(key string) string { return p.m.GetProperty(key) }
-func (p messageProperties) Set(string, string)    {}
-func (p messageProperties) Keys() []string        { return nil }
-
-// handleTraced handles a message in a consumer span that continues the trace the message
-// carries (the order API's, stored with the event at insert), or starts a trace of its own
-// if it carries none. The W3C propagator is used directly: nothing global is involved.
-func (s *pointsService) handleTraced(ctx context.Context, m *primitive.MessageExt) error {
-	ctx = propagation.TraceContext{}.Extract(ctx, messageProperties{m})
-	ctx, span := s.tracer.Start(ctx, "process "+s.topic, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("messaging.system", "rocketmq"),
-			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", m.Topic),
-			attribute.String("messaging.message.id", m.MsgId)))
-	err := s.handle(ctx, m)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-	if strings.HasPrefix(m.GetProperty(outbox.PropertyBizNo), s.prefix) {
-		s.finished.Add(1)
-	}
-	return err
-}
+// shutdown stops the consumer; a delivery in progress finishes first.
+func (s *pointsService) shutdown() { _ = s.c.Close() }
 
 const errDuplicateKey = 1062
 
-// handle awards the order's points once, whatever the number of deliveries. The eventId is
-// the event's UUID, unique for all time, so it is what a delivery is recognised by: the
-// pre-check, the consumed-message row (uk_msg_id) and the points row (uk_order_type) are
-// written in one transaction, and either unique key turns a duplicate into a no-op.
-//
-// A message that can never be processed is rejected (recorded and acknowledged); an error
-// returned here is one that may pass, and the message is redelivered.
-func (s *pointsService) handle(ctx context.Context, m *primitive.MessageExt) error {
-	eventID, orderNo := m.GetProperty(outbox.PropertyEventID), m.GetProperty(outbox.PropertyBizNo)
-	mine := strings.HasPrefix(orderNo, s.prefix)
-	if mine {
-		s.consumed.Add(1)
-	}
-	if eventID == "" {
-		return s.reject(ctx, m, "no eventId property: the message cannot be deduplicated")
-	}
-	if !isUUID(eventID) {
-		return s.reject(ctx, m, fmt.Sprintf("eventId %.64q is not a UUID: it cannot be told apart from other events' ids", eventID))
-	}
-	eventType := m.GetTags()
-	if _, ok := life[eventType]; !ok {
-		return s.reject(ctx, m, fmt.Sprintf("event type %.64q is not one of an order's", eventType))
+// handle is the effect of one event, in tx, the transaction in which the inbox has recorded
+// the event's eventId: the points row for ORDER_CREATED and, with -ordered, the order's
+// status. The inbox commits them with its record, or neither. A message that can never be
+// processed is refused with outbox.Permanent, and the inbox rejects it; any other error
+// rolls back, and the message is delivered again.
+func (s *pointsService) handle(ctx context.Context, tx *sql.Tx, msg *inbox.Message) error {
+	if _, ok := life[msg.EventType]; !ok {
+		return outbox.Permanent(fmt.Errorf("event type %.64q is not one of an order's", msg.EventType))
 	}
 	var ev orderCreated // every event's payload has the orderNo; ORDER_CREATED's has all this
-	if err := json.Unmarshal(m.Body, &ev); err != nil {
-		return s.reject(ctx, m, "body is not an "+eventType+" payload: "+err.Error())
+	if err := json.Unmarshal(msg.Body, &ev); err != nil {
+		return outbox.Permanent(fmt.Errorf("body is not an %s payload: %w", msg.EventType, err))
 	}
 	if ev.OrderNo == "" {
-		return s.reject(ctx, m, "body has no orderNo")
+		return outbox.Permanent(errors.New("body has no orderNo"))
 	}
-	duplicate := func() error {
-		if mine {
-			s.duplicates.Add(1)
-		}
-		return nil
-	}
-
-	// READ COMMITTED: follow's locking read of an order's status row locks that row only,
-	// never a gap where other orders' rows go.
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	var seen int
-	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM example_consumed_message WHERE msg_id = ?", eventID).Scan(&seen); err != nil {
-		return err
-	}
-	if seen > 0 {
-		return duplicate()
-	}
-	var me *mysql.MySQLError
-	_, err = tx.ExecContext(ctx, "INSERT INTO example_consumed_message (msg_id, consumed_at) VALUES (?, NOW(3))", eventID)
-	if errors.As(err, &me) && me.Number == errDuplicateKey { // a concurrent duplicate won
-		return duplicate()
-	}
-	if err != nil {
-		return err
-	}
-	if eventType == "ORDER_CREATED" {
-		_, err = tx.ExecContext(ctx, "INSERT INTO example_user_points (user_id, order_no, type, points) VALUES (?, ?, 'ORDER_CREATED', ?)",
+	if msg.EventType == "ORDER_CREATED" {
+		// The business table's own unique key is the last line: an order awarded under
+		// another eventId (another group's award in this shared table, say) is not awarded
+		// twice.
+		_, err := tx.ExecContext(ctx, "INSERT INTO example_user_points (user_id, order_no, type, points) VALUES (?, ?, 'ORDER_CREATED', ?)",
 			ev.UserID, ev.OrderNo, ev.Amount/10)
-		if errors.As(err, &me) && me.Number == errDuplicateKey {
-			return duplicate()
-		}
-		if err != nil {
+		var me *mysql.MySQLError
+		if err != nil && !(errors.As(err, &me) && me.Number == errDuplicateKey) {
 			return err
 		}
 	}
 	if s.ordered {
-		if err := follow(ctx, tx, eventID, ev.OrderNo, eventType); err != nil {
-			return err
-		}
+		return follow(ctx, tx, msg.EventID, ev.OrderNo, msg.EventType)
 	}
-	return tx.Commit()
+	return nil
 }
 
-// follow moves an order's status on to the event's, in the transaction that records the
-// event as consumed, and records the event in example_out_of_order if it is not the next
+// follow moves an order's status on to the event's, in the transaction in which the inbox
+// records the event, and records the event in example_out_of_order if it is not the next
 // one of the order's life (an earlier one has not arrived, or a later one came first). A
-// second delivery of an event never gets here: it is a duplicate, by its eventId.
+// second delivery of an event never gets here: the inbox suppresses it, by its eventId.
 func follow(ctx context.Context, tx *sql.Tx, eventID, orderNo, eventType string) error {
 	next := life[eventType]
 	var found string
@@ -984,33 +966,6 @@ func checkLives(ctx context.Context, db *sql.DB, prefix string, n int) (outOfOrd
 		}
 	}
 	return outOfOrder, wrong, nil
-}
-
-// reject records a message that can never be processed, with the reason, so that it is
-// acknowledged rather than redelivered; a second delivery of it only counts.
-func (s *pointsService) reject(ctx context.Context, m *primitive.MessageExt, reason string) error {
-	key := m.GetProperty(outbox.PropertyEventID)
-	if !isUUID(key) {
-		key = "msgId:" + m.MsgId
-	}
-	reason = strings.ToValidUTF8(reason, "?")
-	if r := []rune(reason); len(r) > 1024 {
-		reason = string(r[:1021]) + "..."
-	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO example_rejected_message (msg_key, topic, reason, body, deliveries, rejected_at)
-	VALUES (?, ?, ?, ?, 1, NOW(3)) ON DUPLICATE KEY UPDATE deliveries = deliveries + 1`, key, m.Topic, reason, m.Body)
-	if err != nil {
-		return fmt.Errorf("record rejected message %s: %w", key, err)
-	}
-	s.rejected.Add(1)
-	log.Printf("points service: rejected message %s: %s", key, reason)
-	return nil
-}
-
-// isUUID reports whether id is a UUID in the canonical form the outbox sends.
-func isUUID(id string) bool {
-	u, err := uuid.Parse(id)
-	return err == nil && u.String() == id
 }
 
 func countPrefix(ctx context.Context, db *sql.DB, query, prefix string) (int, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -20,18 +21,23 @@ import (
 	"github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/inbox"
 	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
 // testOptions runs the example on an outbox table, a topic and a consumer group of its own,
 // so that it can run beside other tests on the shared services. The example's other tables
-// are shared; every run's orders have a prefix of their own.
+// are shared, the inbox's too (each group's rows its own); every run's orders have a prefix
+// of their own.
 func testOptions(t *testing.T, out io.Writer) options {
 	t.Helper()
 	db := testsvc.OpenDB(t) // skips, or fails in CI, without a database
@@ -48,8 +54,11 @@ func testOptions(t *testing.T, out io.Writer) options {
 		out:       out,
 	}
 	t.Cleanup(func() {
-		for _, q := range []string{"DROP TABLE IF EXISTS `" + o.table + "`", "DELETE FROM example_rejected_message WHERE topic = '" + o.topic + "'"} {
-			if _, err := db.Exec(q); err != nil {
+		for _, q := range []string{"DROP TABLE IF EXISTS `" + o.table + "`",
+			"DELETE FROM t_inbox WHERE consumer_group = '" + o.group + "'",
+			"DELETE FROM t_inbox_rejected WHERE consumer_group = '" + o.group + "'"} {
+			var me *mysql.MySQLError
+			if _, err := db.Exec(q); err != nil && !(errors.As(err, &me) && me.Number == errNoSuchTable) {
 				t.Errorf("clean up: %s: %v", q, err)
 			}
 		}
@@ -57,36 +66,34 @@ func testOptions(t *testing.T, out io.Writer) options {
 	return o
 }
 
-// forget deletes a run's rows from the example's shared tables when t ends.
-func forget(t *testing.T, db *sql.DB, prefix string, eventIDs map[int64]string) {
+const errNoSuchTable = 1146
+
+// forget deletes a run's rows from the example's shared tables when t ends (testOptions
+// deletes the inbox's rows of the test's group).
+func forget(t *testing.T, db *sql.DB, prefix string) {
 	t.Cleanup(func() {
 		for _, table := range []string{"example_orders", "example_user_points", "example_order_status", "example_out_of_order"} {
 			if _, err := db.Exec("DELETE FROM "+table+" WHERE order_no LIKE ?", prefix+"%"); err != nil {
 				t.Errorf("clean up %s: %v", table, err)
 			}
 		}
-		for _, eventID := range eventIDs {
-			if _, err := db.Exec("DELETE FROM example_consumed_message WHERE msg_id = ?", eventID); err != nil {
-				t.Errorf("clean up example_consumed_message: %v", err)
-			}
-		}
 	})
 }
 
-// consumed counts the event ids the points service has recorded as processed.
-func consumed(t *testing.T, db *sql.DB, ids map[int64]string) int {
+// consumed counts the event ids the inbox has recorded as handled in group.
+func consumed(t *testing.T, db *sql.DB, group string, ids map[int64]string) int {
 	t.Helper()
 	n := 0
 	for _, eventID := range ids {
 		var c int
-		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM example_consumed_message WHERE msg_id = ?", eventID).Scan(&c))
+		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM t_inbox WHERE consumer_group = ? AND event_id = ?", group, eventID).Scan(&c))
 		n += c
 	}
 	return n
 }
 
 // The example twice, with the outbox table dropped and created again between the runs while
-// the points service keeps its record of consumed messages, as when a table is reset or
+// the points service keeps its inbox, as when a table is reset or
 // restored from an empty backup. The second run's rows have the first run's row ids again;
 // their event ids are new, so the points service awards every order: lost 0, and the only
 // deliveries it suppresses are the second ones of the events it really had.
@@ -102,9 +109,9 @@ func TestRecreatedOutboxTableDropsNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, first.lost())
 	firstIDs := testsvc.EventIDs(t, db, o.table)
-	forget(t, db, first.prefix, firstIDs)
+	forget(t, db, first.prefix)
 	require.Len(t, firstIDs, o.orders)
-	require.Equal(t, o.orders, consumed(t, db, firstIDs), "the points service recorded every event of the first run")
+	require.Equal(t, o.orders, consumed(t, db, o.group, firstIDs), "the inbox recorded every event of the first run")
 
 	_, err = db.Exec("DROP TABLE `" + o.table + "`")
 	require.NoError(t, err)
@@ -114,19 +121,21 @@ func TestRecreatedOutboxTableDropsNothing(t *testing.T) {
 	require.NoError(t, err)
 
 	secondIDs := testsvc.EventIDs(t, db, o.table)
-	forget(t, db, second.prefix, secondIDs)
+	forget(t, db, second.prefix)
 	assert.Equal(t, slices.Sorted(maps.Keys(firstIDs)), slices.Sorted(maps.Keys(secondIDs)),
 		"the recreated table gives its rows the first run's row ids again")
 	for id, eventID := range secondIDs {
 		assert.NotEqual(t, firstIDs[id], eventID, "row %d has its predecessor's event id", id)
 	}
-	assert.Equal(t, o.orders, consumed(t, db, firstIDs), "the first run's records were kept")
+	assert.Equal(t, o.orders, consumed(t, db, o.group, firstIDs), "the first run's records were kept")
+	assert.Equal(t, o.orders, consumed(t, db, o.group, secondIDs), "the inbox recorded every event of the second run")
 	assert.Zero(t, second.lost(), "every order of the second run got its points")
 	assert.Equal(t, o.orders, second.awarded)
 	assert.Equal(t, o.orders, second.published)
-	assert.Equal(t, second.consumed-int64(o.orders), second.duplicates,
+	assert.Equal(t, second.consumed-o.orders, second.duplicates,
 		"every suppressed delivery was a second delivery of an event that was awarded")
-	assert.GreaterOrEqual(t, second.duplicates, second.lostAcks, "every resend was suppressed")
+	assert.GreaterOrEqual(t, int64(second.duplicates), second.lostAcks, "every resend was suppressed")
+	assert.Zero(t, second.rejected)
 	assert.Equal(t, int64(o.duplicate), second.lostAcks)
 	assert.Equal(t, o.orders, second.requests, "a trace per order API request")
 	assert.Equal(t, o.orders, second.traced, "every request's trace ran from the order API to the points service")
@@ -140,7 +149,7 @@ func TestRecreatedOutboxTableDropsNothing(t *testing.T) {
 // instances in key order (one of them losing acknowledgements, so that some events are sent
 // twice), and consumed orderly. No event arrives out of its order's life, every order ends
 // in the status the order API left it in, and what held before holds: every order is
-// awarded its points once, every event is recorded once by its eventId, and every
+// awarded its points once, the inbox records every event once by its eventId, and every
 // suppressed delivery is a second one.
 //
 // The example runs as a program of its own, as a user runs it, built without the race
@@ -169,7 +178,7 @@ func TestOrderedLivesArriveInOrder(t *testing.T) {
 	if len(ids) > 0 {
 		require.NoError(t, db.QueryRow("SELECT biz_no FROM `"+o.table+"` LIMIT 1").Scan(&prefix))
 		prefix = strings.TrimRight(prefix, "0123456789")
-		forget(t, db, prefix, ids)
+		forget(t, db, prefix)
 	}
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
 	sum := parseSummary(t, stdout.String())
@@ -211,7 +220,7 @@ func TestOrderedLivesArriveInOrder(t *testing.T) {
 
 	assert.Zero(t, sum["lost"], "every order got its points")
 	assert.Equal(t, orders, sum["points awarded"])
-	assert.Equal(t, events, consumed(t, db, ids), "every event recorded as consumed, by its eventId")
+	assert.Equal(t, events, consumed(t, db, o.group, ids), "the inbox recorded every event, by its eventId")
 	assert.Equal(t, duplicate, sum["acks lost on purpose"])
 	assert.GreaterOrEqual(t, sum["duplicates suppressed"], sum["acks lost on purpose"], "every resend was suppressed")
 	assert.Equal(t, sum["messages consumed"]-events, sum["duplicates suppressed"],
@@ -253,10 +262,10 @@ func parseSummary(t *testing.T, out string) map[string]int {
 	return sum
 }
 
-// A message the points service can never process, one whose body is not JSON and one
-// without an eventId, sent straight to the topic, is recorded once with its reason and
-// acknowledged: never handed back to RocketMQ to be redelivered. A good message after them
-// is still processed.
+// Messages the points service can never process, sent straight to the topic (a body that
+// is not JSON, an event type that is not an order's, no eventId), are each recorded once in
+// the inbox's rejected table with the reason and acknowledged: never handed back to RocketMQ
+// to be redelivered. A good message after them is still processed.
 func TestPoisonMessageIsRecordedAndSkipped(t *testing.T) {
 	t.Parallel()
 	o := testOptions(t, io.Discard)
@@ -268,9 +277,11 @@ func TestPoisonMessageIsRecordedAndSkipped(t *testing.T) {
 	_, err = prepareTables(ctx, db, o)
 	require.NoError(t, err)
 	prefix := testsvc.UniqueTable("ORD-poison") + "-"
-	good := uuid.Must(uuid.NewV7()).String()
-	forget(t, db, prefix, map[int64]string{0: good})
-	points, err := startPointsService(ctx, db, o, testsvc.UniqueTable("points"), prefix, noop.NewTracerProvider())
+	forget(t, db, prefix)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	points, err := startPointsService(ctx, db, o, testsvc.UniqueTable("points"), noop.NewTracerProvider(), mp)
 	require.NoError(t, err)
 	defer points.shutdown()
 
@@ -281,10 +292,12 @@ func TestPoisonMessageIsRecordedAndSkipped(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, prod.Start())
 	defer func() { _ = prod.Shutdown() }()
-	send := func(body string, eventID string) {
+	// As the publisher sends an event: the tag and the eventType property the event type.
+	send := func(eventType, body, eventID string) {
 		t.Helper()
 		m := primitive.NewMessage(o.topic, []byte(body))
 		m.WithTag("ORDER_CREATED")
+		m.WithProperty(outbox.PropertyEventType, eventType)
 		m.WithProperty(outbox.PropertyBizNo, prefix+"1")
 		if eventID != "" {
 			m.WithProperty(outbox.PropertyEventID, eventID)
@@ -293,42 +306,62 @@ func TestPoisonMessageIsRecordedAndSkipped(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, primitive.SendOK, res.Status)
 	}
-	notJSON := uuid.Must(uuid.NewV7()).String()
-	send("{not json", notJSON)
-	send(`{"orderNo":"`+prefix+`2","userId":1,"amount":100}`, "")
-	send(`{"orderNo":"`+prefix+`3","userId":7,"amount":500}`, good)
+	notJSON, refund, good := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
+	send("ORDER_CREATED", "{not json", notJSON)
+	send("ORDER_REFUNDED", `{"orderNo":"`+prefix+`4"}`, refund)
+	send("ORDER_CREATED", `{"orderNo":"`+prefix+`2","userId":1,"amount":100}`, "")
+	send("ORDER_CREATED", `{"orderNo":"`+prefix+`3","userId":7,"amount":500}`, good)
 
-	type rejected struct {
-		key, reason string
-		deliveries  int
-	}
-	var got []rejected
+	var got []inbox.RejectedMessage
 	require.Eventually(t, func() bool {
-		got = nil
-		rows, err := db.QueryContext(ctx, "SELECT msg_key, reason, deliveries FROM example_rejected_message WHERE topic = ? ORDER BY reason", o.topic)
+		require.NoError(t, points.failed())
+		got, err = points.in.Rejected(ctx, 0, 10)
 		require.NoError(t, err)
-		defer rows.Close()
-		for rows.Next() {
-			var r rejected
-			require.NoError(t, rows.Scan(&r.key, &r.reason, &r.deliveries))
-			got = append(got, r)
-		}
-		require.NoError(t, rows.Err())
 		var awarded int
 		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM example_user_points WHERE order_no = ?", prefix+"3").Scan(&awarded))
-		return len(got) == 2 && awarded == 1
-	}, 2*time.Minute, 100*time.Millisecond, "both poison messages recorded, the good one awarded")
+		return len(got) == 3 && awarded == 1
+	}, 2*time.Minute, 100*time.Millisecond, "the poison messages recorded, the good one awarded")
 
-	assert.Equal(t, notJSON, got[0].key, "recorded under its eventId")
-	assert.Contains(t, got[0].reason, "not an ORDER_CREATED payload")
-	assert.True(t, strings.HasPrefix(got[1].key, "msgId:"), "without an eventId, recorded under the broker's message id: %s", got[1].key)
-	assert.Contains(t, got[1].reason, "no eventId")
+	byKey := map[string]inbox.RejectedMessage{}
 	for _, r := range got {
-		assert.Equal(t, 1, r.deliveries, "%s was delivered once", r.key)
+		byKey[r.Key] = r
+		assert.Equal(t, 1, r.Message.Deliveries, "%s was delivered once", r.Key)
+		assert.Equal(t, o.topic, r.Message.Topic)
 	}
-	assert.Zero(t, points.retries.Load(), "nothing was handed back to RocketMQ for redelivery")
-	assert.Equal(t, int64(2), points.rejected.Load())
-	assert.Equal(t, 1, consumed(t, db, map[int64]string{0: good}), "the good message was processed")
+	require.Contains(t, byKey, notJSON, "recorded under its eventId")
+	assert.Equal(t, "permanent", byKey[notJSON].ReasonClass)
+	assert.Contains(t, byKey[notJSON].Reason, "not an ORDER_CREATED payload")
+	assert.Equal(t, "{not json", string(byKey[notJSON].Message.Body), "the body is kept")
+	require.Contains(t, byKey, refund)
+	assert.Equal(t, "permanent", byKey[refund].ReasonClass)
+	assert.Contains(t, byKey[refund].Reason, `"ORDER_REFUNDED" is not one of an order's`)
+	delete(byKey, notJSON)
+	delete(byKey, refund)
+	require.Len(t, byKey, 1)
+	for key, r := range byKey {
+		assert.True(t, strings.HasPrefix(key, "msgId:"), "without an eventId, recorded under the broker's message id: %s", key)
+		assert.Equal(t, "no_event_id", r.ReasonClass)
+		assert.Contains(t, r.Reason, "no eventId")
+	}
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	outcomes := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "inbox.messages" {
+				for _, dp := range sum.DataPoints {
+					v, _ := dp.Attributes.Value("outcome")
+					outcomes[v.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	assert.Equal(t, map[string]int64{"rejected": 3, "handled": 1}, outcomes, "nothing was handed back to RocketMQ for redelivery")
+	n, err := rejectedCount(ctx, reader)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), n, "the summary's count")
+	assert.Equal(t, 1, consumed(t, db, o.group, map[int64]string{0: good}), "the good message was processed")
+	assert.Zero(t, consumed(t, db, o.group, map[int64]string{0: notJSON, 1: refund}), "a rejected message leaves no inbox record")
 }
 
 // An outbox table left by an older version of the example, without event_id: recreated when

@@ -14,8 +14,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
-// metricsServer serves the publishers' metrics at /metrics in Prometheus's text format:
-// the publishers record them through the OpenTelemetry API on a MeterProvider of the
+// metricsServer serves the publishers' and the inbox's metrics at /metrics in Prometheus's
+// text format: they record them through the OpenTelemetry API on a MeterProvider of the
 // example's own, whose Prometheus exporter writes to a registry of its own. Nothing is
 // registered globally.
 type metricsServer struct {
@@ -26,8 +26,8 @@ type metricsServer struct {
 }
 
 // startMetrics listens on addr, which must be a loopback address: the page says how the
-// service is doing to whoever can read it.
-func startMetrics(addr string) (*metricsServer, error) {
+// service is doing to whoever can read it. The provider's metrics go to readers too.
+func startMetrics(addr string, readers ...sdkmetric.Reader) (*metricsServer, error) {
 	if err := checkLoopback(addr); err != nil {
 		return nil, err
 	}
@@ -40,10 +40,14 @@ func startMetrics(addr string) (*metricsServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-metrics-addr: %w", err)
 	}
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exporter)}
+	for _, r := range readers {
+		opts = append(opts, sdkmetric.WithReader(r))
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m := &metricsServer{
-		provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)),
+		provider: sdkmetric.NewMeterProvider(opts...),
 		url:      "http://" + ln.Addr().String() + "/metrics",
 		srv:      &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
 		done:     make(chan struct{}),

@@ -25,6 +25,13 @@
 //	OUTBOX_MARIADB_DIR=/tmp/bench-mariadb OUTBOX_MARIADB_PORT=3427 \
 //	  OUTBOX_MARIADB_ARGS=--innodb-flush-log-at-trx-commit=1 bash scripts/mariadb.sh start
 //	go -C tools run ./outbox-bench -dsn 'root@tcp(127.0.0.1:3427)/outbox_test?parseTime=true'
+//
+// With -inbox it also measures the consumer's half beside a plain consumer, in the same run:
+// statements, redo and messages/s per message of a handler that writes its effect row in a
+// transaction of its own, and of the same handler through inbox.Handle, first on the
+// database path alone (messages made beforehand), then, with -namesrv, through RocketMQ (a
+// topic published beforehand, consumed by a plain push consumer and by inbox.NewConsumer).
+// Its counts come from the same global counters: a private server, as above.
 package main
 
 import (
@@ -84,6 +91,11 @@ func main() {
 	serviceRuns := flag.Int("service-runs", 3, "service view: rounds (alone, then each way of publishing in each); the table shows each and the medians")
 	serviceReferences := flag.Bool("service-references", false, "service view: also run the reference relays (reading only; one write per event; two, as the library's lease protocol, without the library), to read the library's cost against")
 	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
+	inboxRows := flag.Bool("inbox", false, "measure the inbox beside a plain consumer: inbox.Handle on messages made beforehand, and with -namesrv through RocketMQ")
+	inboxMessages := flag.Int("inbox-messages", 20000, "inbox: messages per run (each level; through RocketMQ, the topic's)")
+	inboxWorkers := flag.Int("inbox-workers", 8, "inbox: goroutines handling messages (through RocketMQ, the push consumer's consume goroutines)")
+	inboxRuns := flag.Int("inbox-runs", 3, "inbox: rounds, each running every way of consuming once; the table shows the medians")
+	inboxBroker := flag.String("inbox-broker", "127.0.0.1:10911", "inbox: the RocketMQ broker the topic of the RocketMQ rows is created on")
 	flag.Parse()
 	if *runs < 1 {
 		log.Fatalf("-runs must be at least 1, got %d", *runs)
@@ -189,6 +201,13 @@ func main() {
 	}
 	if *serviceWriters > 0 {
 		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce, max(*serviceRuns, 1), *serviceReferences)
+	}
+
+	if *inboxRows {
+		if *inboxMessages < 1 || *inboxWorkers < 1 {
+			log.Fatalf("-inbox-messages and -inbox-workers must be positive, got %d and %d", *inboxMessages, *inboxWorkers)
+		}
+		inboxTable(ctx, env, *inboxMessages, *inboxWorkers, max(*inboxRuns, 1), *namesrv, *inboxBroker)
 	}
 
 	if *purgeRows > 0 {

@@ -1,12 +1,16 @@
-// Command outbox-chaos runs the outbox under faults and checks its guarantee: concurrent
-// writers commit events while several publisher processes (this binary, `outbox-chaos
-// publish`) send them to a real RocketMQ broker and a real push consumer records every
-// delivery; meanwhile, at random (seeded), it SIGKILLs a publisher and starts a new one,
-// restarts a broker, and restarts the database. It stops by itself, waits for the outbox to
-// drain, and prints: events committed, delivered, lost, duplicates (each explained by the
-// publishers' outcome logs), dead letters, rows left SENDING, and the time to recover after
-// each fault. It exits non-zero if anything was lost, dead-lettered or left SENDING, or a
-// duplicate has no explanation.
+// Command outbox-chaos runs the outbox and the inbox under faults and checks their
+// guarantee: concurrent writers commit events while several publisher processes (this
+// binary, `outbox-chaos publish`) send them to a real RocketMQ broker, a real push consumer
+// records every delivery, and inbox consumer processes (`outbox-chaos consume`, one consumer
+// group, package inbox) write one effect row per event in the inbox's transaction;
+// meanwhile, at random (seeded), it SIGKILLs a publisher or a consumer and starts a new
+// one, restarts a broker, and restarts the database. It stops by itself, waits for the
+// outbox to drain and the effects to catch up, and prints: events committed, delivered,
+// lost, duplicates (each explained by the publishers' outcome logs), dead letters, rows left
+// SENDING, each committed event's effect rows (lost: none, doubled: more than one), the
+// duplicates the inbox suppressed, and the time to recover after each fault. It exits
+// non-zero if anything was lost, dead-lettered or left SENDING, a duplicate has no
+// explanation, or an effect was lost, doubled or rejected.
 //
 // By default it runs its own MariaDB and RocketMQ on ports of their own, through
 // scripts/mariadb.sh and scripts/rocketmq.sh, and stops them at the end; -external uses
@@ -33,11 +37,15 @@ import (
 	"time"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/inbox"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "publish" {
 		os.Exit(runPublisher(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "consume" {
+		os.Exit(runConsumer(os.Args[2:]))
 	}
 	// The run's consumer would log the RocketMQ client's routine events to stderr at info;
 	// the run reports what it received itself, so the client's logs are discarded here.
@@ -54,7 +62,8 @@ func main() {
 type options struct {
 	short                       bool
 	events, writers, publishers int
-	brokers, payload            int
+	consumers, brokers, payload int
+	consumerHold                time.Duration
 	seed                        int64
 	duration, deadline          time.Duration
 	drainTimeout, recoverWait   time.Duration
@@ -77,10 +86,12 @@ func parseOptions(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("outbox-chaos", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: outbox-chaos [run] [flags]   (outbox-chaos publish ... is a publisher process it starts)\n\n")
+		fmt.Fprintf(fs.Output(), "usage: outbox-chaos [run] [flags]   (outbox-chaos publish|consume ... are the processes it starts)\n\n")
 		fs.PrintDefaults()
 	}
 	fs.BoolVar(&o.short, "short", false, "the CI form: 3000 events over 2m, exactly one fault of each kind, short outages (flags given explicitly still win)")
+	fs.IntVar(&o.consumers, "consumers", 2, "inbox consumer processes (one consumer group), each writing an effect row per event")
+	fs.DurationVar(&o.consumerHold, "consumer-hold", 50*time.Millisecond, "how long a consumer's handler works after writing its effect, before the commit (a kill then catches effects written, not committed)")
 	fs.IntVar(&o.events, "events", 100_000, "events to commit (at least; writers go on at the same pace until the faults end)")
 	fs.IntVar(&o.writers, "writers", 4, "concurrent writers, each committing one event per transaction")
 	fs.IntVar(&o.publishers, "publishers", 4, "publisher processes")
@@ -99,8 +110,8 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.reclaim, "reclaim", 5*time.Second, "publishers' Tuning.ReclaimInterval")
 	fs.StringVar(&o.claimMode, "claim-mode", claimBatch, "publishers' claims: batch, or per-row (Tuning.ClaimPerRow)")
 	fs.DurationVar(&o.poll, "poll", 0, "publishers' Config.PollInterval (0: the library's default)")
-	fs.StringVar(&o.faults, "faults", "kill,broker,db", "kinds of fault to inject: kill, broker, db")
-	fs.StringVar(&o.killWhen, "kill-when", "in-flight", "in-flight: SIGKILL the chosen publisher as soon as it holds claimed rows (waiting up to 10 s; at the default poll a publisher is idle most of the time); any: at once")
+	fs.StringVar(&o.faults, "faults", strings.Join(faultKinds, ","), "kinds of fault to inject: kill (a publisher), kill-consumer, broker, db")
+	fs.StringVar(&o.killWhen, "kill-when", "in-flight", "in-flight: SIGKILL the chosen publisher as soon as it holds claimed rows, the chosen consumer as soon as it is in a handler (waiting up to 10 s; at the default poll a publisher is idle most of the time); any: at once")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services running and the table at the end")
 	fs.StringVar(&o.workdir, "workdir", "/tmp/outbox-chaos-run", "where each run's logs go (a directory per run)")
 	fs.StringVar(&o.scripts, "scripts", "scripts", "the repository's scripts directory")
@@ -141,8 +152,10 @@ func parseOptions(args []string) (*options, error) {
 		o.deadline = o.duration + o.drainTimeout + 15*time.Minute
 	}
 	switch {
-	case o.events < 1 || o.writers < 1 || o.publishers < 1 || o.brokers < 1:
-		return nil, errors.New("-events, -writers, -publishers and -brokers must be at least 1")
+	case o.events < 1 || o.writers < 1 || o.publishers < 1 || o.consumers < 1 || o.brokers < 1:
+		return nil, errors.New("-events, -writers, -publishers, -consumers and -brokers must be at least 1")
+	case o.consumerHold < 0:
+		return nil, errors.New("-consumer-hold must not be negative")
 	case o.gapMin <= 0 || o.gapMax < o.gapMin || o.outageMin < 0 || o.outageMax < o.outageMin:
 		return nil, errors.New("-gap-min/-gap-max and -outage-min/-outage-max must be ordered ranges, gaps positive")
 	case o.external && (o.dsn == "" || o.namesrv == "" || o.topic == ""):
@@ -156,8 +169,8 @@ func parseOptions(args []string) (*options, error) {
 		return nil, fmt.Errorf("-claim-mode: %w", err)
 	}
 	for _, k := range strings.Split(o.faults, ",") {
-		if k != faultKill && k != faultBroker && k != faultDB {
-			return nil, fmt.Errorf("-faults: unknown kind %q (kill, broker, db)", k)
+		if !slices.Contains(faultKinds, k) {
+			return nil, fmt.Errorf("-faults: unknown kind %q (%s)", k, strings.Join(faultKinds, ", "))
 		}
 	}
 	if o.seed == 0 {
@@ -174,9 +187,13 @@ type chaos struct {
 	store   *outbox.MySQLStore
 	db      *sql.DB
 	table   string
+	effects string // the effects table
+	inbox   string // the inbox table (and inbox + "_rejected")
+	group   string // the inbox consumers' group
 	tag     string
 	rec     *recorder
 	pubs    *procs
+	cons    *procs
 	brokers []string
 
 	mu     sync.Mutex
@@ -202,7 +219,8 @@ func runChaos(args []string) int {
 		logf("%v", err)
 		return 2
 	}
-	c := &chaos{o: o, logf: logf, table: "chaos_" + stamp, tag: "c" + stamp}
+	c := &chaos{o: o, logf: logf, table: "chaos_" + stamp, effects: "chaos_" + stamp + "_effects",
+		inbox: "chaos_" + stamp + "_inbox", group: "outbox_chaos_" + stamp + "_inbox", tag: "c" + stamp}
 	if o.external {
 		c.svc = &external{sh: shell{logPath: filepath.Join(dir, "services.log")}, dsn: o.dsn, namesrv: o.namesrv,
 			dbRestart: o.dbRestart, brokerRestart: o.brokerCmd}
@@ -223,16 +241,18 @@ func runChaos(args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, o.deadline)
 	defer cancel()
 
-	fmt.Printf("outbox chaos run %s, seed %d: %d events by %d writers over %s, %d publisher processes (%s claims), %d broker(s), faults %s%s\n",
-		stamp, o.seed, o.events, o.writers, o.duration, o.publishers, o.claimMode, o.brokers, o.faults,
+	fmt.Printf("outbox chaos run %s, seed %d: %d events by %d writers over %s, %d publisher processes (%s claims), %d inbox consumer processes, %d broker(s), faults %s%s\n",
+		stamp, o.seed, o.events, o.writers, o.duration, o.publishers, o.claimMode, o.consumers, o.brokers, o.faults,
 		map[bool]string{true: " (short: one fault of each kind)"}[o.short])
 	logf("logs in %s", dir)
 	code := c.run(ctx, dir)
 	if !o.keep {
 		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		if c.db != nil {
-			if _, err := c.db.ExecContext(tctx, "DROP TABLE IF EXISTS `"+c.table+"`"); err != nil {
-				logf("drop table %s: %v", c.table, err)
+			for _, t := range []string{c.table, c.effects, c.inbox, c.inbox + "_rejected"} {
+				if _, err := c.db.ExecContext(tctx, "DROP TABLE IF EXISTS `"+t+"`"); err != nil {
+					logf("drop table %s: %v", t, err)
+				}
 			}
 		}
 		logf("stopping the services")
@@ -256,7 +276,8 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 		logf("services: %v", err)
 		return 2
 	}
-	fmt.Printf("services: MariaDB %s; RocketMQ name server %s, topic %s; table %s; logs in %s\n", dsn, namesrv, o.topic, c.table, dir)
+	fmt.Printf("services: MariaDB %s; RocketMQ name server %s, topic %s; tables %s, %s (effects), %s (inbox); inbox group %s; logs in %s\n",
+		dsn, namesrv, o.topic, c.table, c.effects, c.inbox, c.group, dir)
 	c.db, err = sql.Open("mysql", dsn)
 	if err != nil {
 		logf("%v", err)
@@ -266,6 +287,9 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 	c.store, err = outbox.NewMySQLStore(c.db, outbox.MySQLConfig{Table: c.table})
 	if err == nil {
 		err = c.store.CreateSchema(ctx)
+	}
+	if err == nil {
+		err = c.createInboxSchema(ctx)
 	}
 	if err != nil {
 		logf("schema: %v", err)
@@ -282,13 +306,23 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 		logf("%v", err)
 		return 2
 	}
-	c.pubs = &procs{exe: exe, dir: dir, logf: logf, base: publishOptions{
-		dsn: dsn, table: c.table, namesrv: namesrv, topic: o.topic, dir: dir, claimMode: o.claimMode,
-		lease: o.lease, reclaim: o.reclaim, poll: o.poll}}
-	for range o.publishers {
-		if _, err := c.pubs.start(); err != nil {
-			logf("publisher: %v", err)
+	c.pubs = &procs{exe: exe, dir: dir, logf: logf, kind: "publisher", prefix: "p", args: func(name string) []string {
+		return publishOptions{dsn: dsn, table: c.table, namesrv: namesrv, topic: o.topic, instance: name, dir: dir,
+			claimMode: o.claimMode, lease: o.lease, reclaim: o.reclaim, poll: o.poll}.args()
+	}}
+	c.cons = &procs{exe: exe, dir: dir, logf: logf, kind: "consumer", prefix: "c", args: func(name string) []string {
+		return consumeOptions{dsn: dsn, namesrv: namesrv, topic: o.topic, group: c.group, inboxTable: c.inbox,
+			effects: c.effects, tag: c.tag, instance: name, dir: dir, hold: o.consumerHold}.args()
+	}}
+	for i := range o.consumers + o.publishers {
+		ps := c.cons
+		if i >= o.consumers {
+			ps = c.pubs
+		}
+		if _, err := ps.start(); err != nil {
+			logf("%s: %v", ps.kind, err)
 			c.pubs.stopAll(30 * time.Second)
+			c.cons.stopAll(30 * time.Second)
 			c.rec.shutdown()
 			return 2
 		}
@@ -309,7 +343,7 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 	writesTook := time.Since(begin)
 	logf("writers done: %d committed in %s", w.committed.Load(), writesTook.Round(time.Second))
 
-	// Drain: nothing WAIT or SENDING, and every SUCCESS row received.
+	// Drain: nothing WAIT or SENDING, every SUCCESS row received, and its effect written.
 	drainStart := time.Now()
 	drained := c.waitDrained(ctx, o.drainTimeout)
 	close(progressDone)
@@ -326,24 +360,35 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 		logf("count SENDING: %v", err)
 	}
 	sleepFor(actx, 3*time.Second)
+	logf("stopping the consumers")
+	c.cons.stopAll(30 * time.Second)
 	c.rec.shutdown()
 	deliveries := c.rec.snapshot()
+	effects, effectsErr := c.readEffects(actx)
+	rejected, rejectedErr := c.countRejected(actx)
 
-	recs, bad, err := readOutcomeLogs(dir)
+	recs, bad, err := readOutcomeLogs(dir, "*.outcomes")
 	if err != nil {
 		logf("outcome logs: %v", err)
 	}
-	if rowsErr != nil {
-		logf("read the table: %v", rowsErr)
-		return 2
+	inboxRecs, inboxBad, err := readOutcomeLogs(dir, "*.inbox")
+	if err != nil {
+		logf("consumers' records: %v", err)
+	}
+	for _, err := range []error{rowsErr, effectsErr, rejectedErr} {
+		if err != nil {
+			logf("read the tables: %v", err)
+			return 2
+		}
 	}
 	c.mu.Lock()
 	faults := slices.Clone(c.faults)
 	broken := slices.Clone(c.broken)
 	c.mu.Unlock()
 	r := analyze(analysisInput{
-		Writers: results, Rows: rows, Deliveries: ownDeliveries(deliveries, c.tag), Records: recs, BadLines: bad,
+		Writers: results, Rows: rows, Deliveries: ownDeliveries(deliveries, c.tag), Records: recs, BadLines: bad + inboxBad,
 		Killed: c.pubs.killedAt(), Lease: o.lease, Begin: begin, Faults: faults, SendingAfterStop: sendingAfter,
+		CheckEffects: true, Effects: effects, InboxRecords: inboxRecs, InboxRejected: rejected,
 	})
 	r.Foreign += len(deliveries) - len(ownDeliveries(deliveries, c.tag))
 
@@ -365,6 +410,9 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 	}
 	if n := c.pubs.unexpectedExits(); n > 0 {
 		failures = append(failures, fmt.Sprintf("%d publisher processes exited on their own (see their .out files)", n))
+	}
+	if n := c.cons.unexpectedExits(); n > 0 {
+		failures = append(failures, fmt.Sprintf("%d consumer processes exited on their own (see their .out files)", n))
 	}
 	if len(failures) > 0 {
 		fmt.Printf("\nRESULT: FAIL: %s\n", strings.Join(failures, "; "))
@@ -391,7 +439,7 @@ func (c *chaos) faultLoop(ctx context.Context) {
 	o := c.o
 	rng := rand.New(rand.NewPCG(uint64(o.seed), 0x6f7574626f78))
 	var kinds []string
-	for _, k := range []string{faultKill, faultBroker, faultDB} {
+	for _, k := range faultKinds {
 		if !strings.Contains(","+o.faults+",", ","+k+",") {
 			continue
 		}
@@ -473,6 +521,33 @@ func (c *chaos) inject(ctx context.Context, kind string, rng *rand.Rand) fault {
 			f.Replacement = p.name
 			c.logf("started publisher %s in its place", p.name)
 		}
+	case faultKillConsumer:
+		names := c.cons.liveNames()
+		if len(names) == 0 {
+			f.Start, f.End, f.Err = time.Now(), time.Now(), "no consumer is running"
+			return f
+		}
+		f.Target = names[rng.IntN(len(names))]
+		how := ""
+		if c.o.killWhen == "in-flight" {
+			how = " (it is in no handler: killed anyway after 10 s)"
+			if c.cons.waitHandling(ctx, f.Target, 10*time.Second) {
+				how = " while it is in a handler"
+			}
+		}
+		f.Start = time.Now()
+		if err := c.cons.kill(f.Target); err != nil {
+			f.Err = err.Error()
+		}
+		c.logf("fault: SIGKILL consumer %s%s", f.Target, how)
+		p, err := c.cons.start()
+		f.End = time.Now()
+		if err != nil {
+			f.Err = err.Error()
+		} else {
+			f.Replacement = p.name
+			c.logf("started consumer %s in its place", p.name)
+		}
 	case faultBroker:
 		f.Target = c.brokers[rng.IntN(len(c.brokers))]
 		down := between(rng, c.o.outageMin, c.o.outageMax)
@@ -486,7 +561,11 @@ func (c *chaos) inject(ctx context.Context, kind string, rng *rand.Rand) fault {
 	case faultDB:
 		f.Target = "database"
 		down := between(rng, c.o.outageMin, c.o.outageMax)
-		c.logf("fault: restart the database (down for %s)", down.Round(time.Second))
+		how := ""
+		if c.o.killWhen == "in-flight" {
+			how = c.pauseConsumers(ctx)
+		}
+		c.logf("fault: restart the database%s (down for %s)", how, down.Round(time.Second))
 		f.Start = time.Now()
 		if err := c.svc.restartDB(ctx, down); err != nil {
 			f.Err = err.Error()
@@ -497,19 +576,53 @@ func (c *chaos) inject(ctx context.Context, kind string, rng *rand.Rand) fault {
 	return f
 }
 
-// waitRecovered waits until a message born after the fault's end was delivered.
+// consumerPause is how long the consumers are paused before a database restart.
+const consumerPause = 3 * time.Second
+
+// pauseConsumers makes the database restart strike while the consumers' handlers run: it
+// pauses the consumer processes (SIGSTOP) for consumerPause, so that messages queue up for
+// them, resumes them (SIGCONT), and waits (up to 2 s) until one of them is in a handler. It
+// returns how the restart strikes, for the log.
+func (c *chaos) pauseConsumers(ctx context.Context) string {
+	pause, resume := pauseSignals()
+	names := c.cons.liveNames()
+	if pause == nil || len(names) == 0 {
+		return ""
+	}
+	c.logf("pausing the consumers for %s, so that messages queue up for them", consumerPause)
+	c.cons.signalAll(pause)
+	sleepFor(ctx, consumerPause)
+	c.cons.signalAll(resume)
+	if c.cons.waitHandling(ctx, names[0], 2*time.Second) {
+		return " as the consumers, resumed, work through the queue"
+	}
+	return " (the consumers, resumed, were in no handler)"
+}
+
+// waitRecovered waits until a message born after the fault's end was delivered, and a
+// consumer wrote an effect after it.
 func (c *chaos) waitRecovered(ctx context.Context, f fault) {
 	deadline := time.Now().Add(c.o.recoverWait)
+	delivered, effected := false, false
 	for time.Now().Before(deadline) {
-		if at, ok := c.rec.firstBornAfter(f.End); ok {
+		if at, ok := c.rec.firstBornAfter(f.End); ok && !delivered {
+			delivered = true
 			c.logf("first delivery %s after the fault's end", at.Sub(f.End).Round(100*time.Millisecond))
+		}
+		if !effected {
+			if ok, err := c.effectAfter(ctx, f.End); err == nil && ok {
+				effected = true
+				c.logf("first effect within %s of the fault's end", time.Since(f.End).Round(100*time.Millisecond))
+			}
+		}
+		if delivered && effected {
 			return
 		}
 		if !sleepFor(ctx, 250*time.Millisecond) {
 			return
 		}
 	}
-	c.logf("no delivery within %s of the fault's end; going on", c.o.recoverWait)
+	c.logf("no delivery or no effect within %s of the fault's end; going on", c.o.recoverWait)
 }
 
 // progress logs the run's state every 30 s.
@@ -529,28 +642,42 @@ func (c *chaos) progress(ctx context.Context, w *writers, done <-chan struct{}) 
 		if err != nil {
 			state = "database: " + firstLine(err.Error())
 		}
-		c.logf("committed %d, received %d distinct; rows: %s", w.committed.Load(), c.rec.distinctCount(), state)
+		effects := "?"
+		if n, err := c.effectsDistinct(ctx); err == nil {
+			effects = fmt.Sprint(n)
+		}
+		c.logf("committed %d, received %d distinct, effects of %s; rows: %s", w.committed.Load(), c.rec.distinctCount(), effects, state)
 	}
 }
 
-// waitDrained waits until no row is WAIT or SENDING and every SUCCESS row was received.
+// waitDrained waits until no row is WAIT or SENDING, every SUCCESS row was received, and
+// every SUCCESS row's event has its effect (or was rejected by the inbox: the run fails then).
 func (c *chaos) waitDrained(ctx context.Context, timeout time.Duration) bool {
-	c.logf("waiting for the outbox to drain (at most %s)", timeout)
+	c.logf("waiting for the outbox to drain and the effects to catch up (at most %s)", timeout)
 	deadline := time.Now().Add(timeout)
 	last := time.Now()
 	for {
 		counts, err := c.statusCounts(ctx)
-		if err == nil && counts["WAIT"] == 0 && counts["SENDING"] == 0 && c.rec.distinctCount() >= counts["SUCCESS"] {
-			c.logf("drained: %s; received %d distinct", countList(counts), c.rec.distinctCount())
+		var effects, rejected int
+		if err == nil {
+			effects, err = c.effectsDistinct(ctx)
+		}
+		if err == nil {
+			rejected, err = c.countRejected(ctx)
+		}
+		state := fmt.Sprintf("%s; received %d distinct; effects of %d events, %d rejected", countList(counts), c.rec.distinctCount(), effects, rejected)
+		if err == nil && counts["WAIT"] == 0 && counts["SENDING"] == 0 && c.rec.distinctCount() >= counts["SUCCESS"] &&
+			effects+rejected >= counts["SUCCESS"] {
+			c.logf("drained: %s", state)
 			return true
 		}
 		if time.Now().After(deadline) {
-			c.logf("not drained after %s: %s; received %d distinct", timeout, countList(counts), c.rec.distinctCount())
+			c.logf("not drained after %s: %s", timeout, state)
 			return false
 		}
 		if time.Since(last) > 15*time.Second {
 			last = time.Now()
-			c.logf("draining: %s; received %d distinct", countList(counts), c.rec.distinctCount())
+			c.logf("draining: %s", state)
 		}
 		if !sleepFor(ctx, time.Second) {
 			return false
@@ -585,7 +712,7 @@ func (c *chaos) countStatus(ctx context.Context, status string) (int, error) {
 }
 
 func (c *chaos) readRows(ctx context.Context) ([]row, error) {
-	rows, err := c.db.QueryContext(ctx, "SELECT id, biz_no, status, retry_count, claim_owner, COALESCE(last_error, '') FROM `"+c.table+"`")
+	rows, err := c.db.QueryContext(ctx, "SELECT id, event_id, biz_no, status, retry_count, claim_owner, COALESCE(last_error, '') FROM `"+c.table+"`")
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +720,7 @@ func (c *chaos) readRows(ctx context.Context) ([]row, error) {
 	var out []row
 	for rows.Next() {
 		var r row
-		if err := rows.Scan(&r.ID, &r.BizNo, &r.Status, &r.Retries, &r.Owner, &r.LastError); err != nil {
+		if err := rows.Scan(&r.ID, &r.EventID, &r.BizNo, &r.Status, &r.Retries, &r.Owner, &r.LastError); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
@@ -601,9 +728,67 @@ func (c *chaos) readRows(ctx context.Context) ([]row, error) {
 	return out, rows.Err()
 }
 
-// readOutcomeLogs reads every publisher's outcome log in dir.
-func readOutcomeLogs(dir string) ([]record, int, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.outcomes"))
+// createInboxSchema creates the inbox's tables and the effects table.
+func (c *chaos) createInboxSchema(ctx context.Context) error {
+	in, err := inbox.New(c.db, inbox.Config{Group: c.group, Table: c.inbox})
+	if err != nil {
+		return err
+	}
+	if err := in.CreateSchema(ctx); err != nil {
+		return err
+	}
+	_, err = c.db.ExecContext(ctx, effectsSchema(c.effects))
+	return err
+}
+
+// effectsDistinct counts the events with an effect.
+func (c *chaos) effectsDistinct(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var n int
+	err := c.db.QueryRowContext(ctx, "SELECT COUNT(DISTINCT event_id) FROM `"+c.effects+"`").Scan(&n)
+	return n, err
+}
+
+// effectAfter reports whether a handler wrote an effect after t.
+func (c *chaos) effectAfter(ctx context.Context, t time.Time) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var ok bool
+	err := c.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+c.effects+"` WHERE effect_at > ?)", t).Scan(&ok)
+	return ok, err
+}
+
+// countRejected counts the messages the inbox's group rejected.
+func (c *chaos) countRejected(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var n int
+	err := c.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+c.inbox+"_rejected` WHERE consumer_group = ?", c.group).Scan(&n)
+	return n, err
+}
+
+func (c *chaos) readEffects(ctx context.Context) ([]effect, error) {
+	rows, err := c.db.QueryContext(ctx, "SELECT event_id, biz_no, consumer, effect_at FROM `"+c.effects+"`")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []effect
+	for rows.Next() {
+		var e effect
+		if err := rows.Scan(&e.EventID, &e.BizNo, &e.Consumer, &e.At); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// readOutcomeLogs reads every record file in dir that matches pattern: the publishers'
+// outcome logs (*.outcomes), or the consumers' records (*.inbox).
+func readOutcomeLogs(dir, pattern string) ([]record, int, error) {
+	files, err := filepath.Glob(filepath.Join(dir, pattern))
 	if err != nil {
 		return nil, 0, err
 	}

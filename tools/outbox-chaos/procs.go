@@ -15,12 +15,15 @@ import (
 	"time"
 )
 
-// procs are the publisher processes: this binary run as `outbox-chaos publish`.
+// procs are processes of one kind this binary runs: the publishers (`outbox-chaos
+// publish`, p01, p02, …) or the inbox consumers (`outbox-chaos consume`, c01, c02, …).
 type procs struct {
-	exe  string
-	dir  string
-	base publishOptions
-	logf func(format string, args ...any)
+	exe    string
+	dir    string
+	kind   string                     // "publisher" or "consumer", for the logs
+	prefix string                     // of the names: "p" or "c"
+	args   func(name string) []string // the command line of the process called name
+	logf   func(format string, args ...any)
 
 	mu         sync.Mutex
 	next       int
@@ -36,7 +39,7 @@ type proc struct {
 	expected bool // killed or stopped by the run
 }
 
-// start starts a new publisher process, p01, p02, … in order.
+// start starts a new process, named with the prefix and the next number (p01, p02, …).
 func (ps *procs) start() (*proc, error) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -44,20 +47,19 @@ func (ps *procs) start() (*proc, error) {
 		ps.live, ps.killed = map[string]*proc{}, map[string]time.Time{}
 	}
 	ps.next++
-	opts := ps.base
-	opts.instance = fmt.Sprintf("p%02d", ps.next)
-	out, err := os.OpenFile(filepath.Join(ps.dir, opts.instance+".out"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	name := fmt.Sprintf("%s%02d", ps.prefix, ps.next)
+	out, err := os.OpenFile(filepath.Join(ps.dir, name+".out"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer out.Close()
-	cmd := exec.Command(ps.exe, opts.args()...)
+	cmd := exec.Command(ps.exe, ps.args(name)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start publisher %s: %w", opts.instance, err)
+		return nil, fmt.Errorf("start %s %s: %w", ps.kind, name, err)
 	}
-	p := &proc{name: opts.instance, cmd: cmd, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
 	ps.live[p.name] = p
 	go func() {
 		err := cmd.Wait()
@@ -65,7 +67,7 @@ func (ps *procs) start() (*proc, error) {
 		delete(ps.live, p.name)
 		if !p.expected {
 			ps.unexpected++
-			ps.logf("publisher %s exited on its own: %v (see %s.out)", p.name, err, p.name)
+			ps.logf("%s %s exited on its own: %v (see %s.out)", ps.kind, p.name, err, p.name)
 		}
 		ps.mu.Unlock()
 		close(p.done)
@@ -73,7 +75,7 @@ func (ps *procs) start() (*proc, error) {
 	return p, nil
 }
 
-// liveNames lists the running publishers, in order.
+// liveNames lists the running processes, in order.
 func (ps *procs) liveNames() []string {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -85,13 +87,13 @@ func (ps *procs) liveNames() []string {
 	return names
 }
 
-// kill SIGKILLs a publisher and waits until it is gone.
+// kill SIGKILLs a process and waits until it is gone.
 func (ps *procs) kill(name string) error {
 	ps.mu.Lock()
 	p := ps.live[name]
 	if p == nil {
 		ps.mu.Unlock()
-		return fmt.Errorf("publisher %s is not running", name)
+		return fmt.Errorf("%s %s is not running", ps.kind, name)
 	}
 	p.expected = true
 	ps.killed[name] = time.Now()
@@ -104,8 +106,9 @@ func (ps *procs) kill(name string) error {
 	return nil
 }
 
-// stopAll stops every publisher cleanly (SIGTERM: Run records what is in flight), and
-// SIGKILLs those still running after timeout.
+// stopAll stops every process cleanly (SIGTERM: a publisher's Run records what is in
+// flight, a consumer shuts its push consumer down), and SIGKILLs those still running after
+// timeout.
 func (ps *procs) stopAll(timeout time.Duration) {
 	ps.mu.Lock()
 	var all []*proc
@@ -120,14 +123,23 @@ func (ps *procs) stopAll(timeout time.Duration) {
 		select {
 		case <-p.done:
 		case <-deadline:
-			ps.logf("publisher %s did not stop within %s: SIGKILL", p.name, timeout)
+			ps.logf("%s %s did not stop within %s: SIGKILL", ps.kind, p.name, timeout)
 			_ = p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.done
 		}
 	}
 }
 
-// killedAt returns when each killed publisher was killed.
+// signalAll sends sig to every running process.
+func (ps *procs) signalAll(sig os.Signal) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.live {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// killedAt returns when each killed process was killed.
 func (ps *procs) killedAt() map[string]time.Time {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -148,7 +160,41 @@ func (ps *procs) unexpectedExits() int {
 // outcome written under it yet), and reports whether it did within timeout. The log is read
 // from its current end, so only claims taken from now on count.
 func (ps *procs) waitHolding(ctx context.Context, name string, timeout time.Duration) bool {
-	f, err := os.Open(filepath.Join(ps.dir, name+".outcomes"))
+	held := map[int64]bool{}
+	return watchLog(ctx, filepath.Join(ps.dir, name+".outcomes"), timeout, func(rec record) bool {
+		switch {
+		case rec.Kind == kindClaim:
+			held[rec.ID] = true
+		case rec.endsClaim() || rec.Kind == kindAckError || rec.Kind == kindAckPartial ||
+			rec.Kind == kindReleaseError || rec.Kind == kindDeadError:
+			delete(held, rec.ID)
+		}
+		return len(held) > 0
+	})
+}
+
+// waitHandling watches a consumer's records until one of its handlers begins (the inbox has
+// recorded the event in the handler's transaction, the effect is being written), and
+// reports whether one did within timeout. The handler then works for -consumer-hold before
+// its transaction commits.
+func (ps *procs) waitHandling(ctx context.Context, name string, timeout time.Duration) bool {
+	open := map[string]bool{} // event ids
+	return watchLog(ctx, filepath.Join(ps.dir, name+".inbox"), timeout, func(rec record) bool {
+		switch {
+		case rec.Kind == kindHandle:
+			open[rec.Detail] = true
+		case strings.HasPrefix(rec.Kind, kindInboxPrefix):
+			delete(open, rec.Detail)
+		}
+		return len(open) > 0
+	})
+}
+
+// watchLog reads the records appended to the log at path from its current end, handing each
+// to seen, until seen returns true for the last record of what one read returned (watchLog
+// returns true) or timeout passes (false).
+func watchLog(ctx context.Context, path string, timeout time.Duration, seen func(record) bool) bool {
+	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
@@ -156,7 +202,6 @@ func (ps *procs) waitHolding(ctx context.Context, name string, timeout time.Dura
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
 		return false
 	}
-	held := map[int64]bool{}
 	var partial []byte
 	buf := make([]byte, 256<<10)
 	deadline := time.Now().Add(timeout)
@@ -169,18 +214,13 @@ func (ps *procs) waitHolding(ctx context.Context, name string, timeout time.Dura
 		data := append(partial, buf[:n]...)
 		last := bytes.LastIndexByte(data, '\n')
 		partial = append([]byte(nil), data[last+1:]...)
+		done := false
 		for _, line := range strings.Split(string(data[:last+1]), "\n") {
-			rec, ok := parseRecord(line)
-			switch {
-			case !ok:
-			case rec.Kind == kindClaim:
-				held[rec.ID] = true
-			case rec.endsClaim() || rec.Kind == kindAckError || rec.Kind == kindAckPartial ||
-				rec.Kind == kindReleaseError || rec.Kind == kindDeadError:
-				delete(held, rec.ID)
+			if rec, ok := parseRecord(line); ok {
+				done = seen(rec)
 			}
 		}
-		if len(held) > 0 {
+		if done {
 			return true
 		}
 	}

@@ -9,30 +9,37 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/go-outbox/outbox/inbox"
 )
 
 // Fault kinds.
 const (
-	faultKill   = "kill"   // SIGKILL a publisher process, start a new one
-	faultBroker = "broker" // stop a broker, start it again
-	faultDB     = "db"     // stop the database server, start it again
+	faultKill         = "kill"          // SIGKILL a publisher process, start a new one
+	faultKillConsumer = "kill-consumer" // SIGKILL an inbox consumer process, start a new one
+	faultBroker       = "broker"        // stop a broker, start it again
+	faultDB           = "db"            // stop the database server, start it again
 )
+
+// faultKinds are the kinds of fault, in the order the reports list them.
+var faultKinds = []string{faultKill, faultKillConsumer, faultBroker, faultDB}
 
 // fault is one fault the run injected.
 type fault struct {
 	Kind   string
-	Target string    // the publisher instance, the broker's name, "mariadb"
+	Target string    // the publisher or consumer instance, the broker's name, "database"
 	Start  time.Time // the kill, or the stop command started
-	// End is when the fault was over: the new publisher started, or the service answered
-	// again (its start command returned).
+	// End is when the fault was over: the new publisher or consumer started, or the
+	// service answered again (its start command returned).
 	End         time.Time
-	Replacement string // kill: the new publisher's instance id
+	Replacement string // kill, kill-consumer: the new process's instance id
 	Err         string // the restart failed
 }
 
 // row is one row of the outbox table at the end of the run.
 type row struct {
 	ID        int64
+	EventID   string
 	BizNo     string
 	Status    string
 	Retries   int
@@ -53,6 +60,13 @@ type analysisInput struct {
 	Faults     []fault
 	// SendingAfterStop is the rows still SENDING once every publisher was stopped cleanly.
 	SendingAfterStop int
+
+	// CheckEffects: inbox consumers ran, and the effects below are to be checked.
+	CheckEffects bool
+	Effects      []effect // the effects table
+	InboxRecords []record // the consumers' records (kindHandle, kindInboxPrefix + outcome)
+	// InboxRejected is the rows of the inbox's rejected table.
+	InboxRejected int
 }
 
 // claimTolerance absorbs the gap between a database write and the log line written after it
@@ -85,6 +99,14 @@ type faultResult struct {
 	FirstCommit   time.Duration // db: from End to the writers' first commit
 	InFlight      int           // kill: rows the killed publisher held with no outcome recorded
 	InFlightDone  time.Duration // kill: from the kill until every one of them was acknowledged by another
+	FirstEffect   time.Duration // from End to the first effect a handler wrote (and committed)
+	// kill-consumer: the first effect of the new consumer; the handlers the killed one was
+	// in (begun, no outcome, no effect of its own); from the kill until each of their events
+	// had its effect from another consumer.
+	NewFirstEffect time.Duration
+	InHandler      int
+	InHandlerDone  time.Duration
+	InboxFailed    int // db: deliveries the inbox counted failed from the stop until 5 s after the start
 }
 
 // report is the outcome of a run.
@@ -121,6 +143,21 @@ type report struct {
 	UnknownSendReasons map[string]int
 	Faults             []faultResult
 	Begin              time.Time
+
+	// The inbox consumers' effects, over every committed event.
+	CheckEffects     bool
+	EffectRows       int            // rows in the effects table
+	EffectsOnce      int            // committed events with exactly one effect row
+	EffectsLost      int            // committed events with none
+	EffectsDoubled   int            // committed events with more than one
+	EffectsStray     int            // effect rows of no committed event, or naming another biz no than its event's
+	EffectsByWorker  map[string]int // effect rows by consumer
+	EffectsLostEx    []string
+	EffectsDoubledEx []string
+	InboxOutcomes    map[string]int // deliveries of this run's events by the inbox's outcome
+	InboxForeign     int            // deliveries (outcome records) of no row of this run
+	HandlersBegun    int            // handler calls for this run's events
+	InboxRejected    int            // rows in the rejected table
 }
 
 // failed lists what makes the run fail; empty means it passed.
@@ -139,6 +176,13 @@ func (r *report) failed() []string {
 	add(len(r.Overlaps) > 0, "%d claims taken while another was live", len(r.Overlaps))
 	add(r.EventIDMismatch > 0, "%d events with inconsistent eventIds", r.EventIDMismatch)
 	add(r.BodyMismatch > 0, "%d messages whose body does not match their bizNo", r.BodyMismatch)
+	if r.CheckEffects {
+		add(r.EffectsLost > 0, "%d committed events without an effect", r.EffectsLost)
+		add(r.EffectsDoubled > 0, "%d committed events whose effect happened more than once", r.EffectsDoubled)
+		add(r.EffectsStray > 0, "%d effect rows of no committed event", r.EffectsStray)
+		add(r.InboxRejected > 0 || r.InboxOutcomes[inbox.Rejected.String()] > 0, "%d messages rejected by the inbox (%d rejections counted)",
+			r.InboxRejected, r.InboxOutcomes[inbox.Rejected.String()])
+	}
 	return f
 }
 
@@ -304,8 +348,66 @@ func analyze(in analysisInput) *report {
 		}
 	}
 
+	if in.CheckEffects {
+		analyzeEffects(r, in, rowByBiz, committed)
+	}
 	r.Faults = recoveries(in, recs)
 	return r
+}
+
+// analyzeEffects counts each committed event's effect rows (exactly one each, or the run
+// fails) and the inbox's outcomes.
+func analyzeEffects(r *report, in analysisInput, rowByBiz map[string]row, committed map[string]bool) {
+	r.CheckEffects = true
+	r.InboxRejected = in.InboxRejected
+	r.EffectRows = len(in.Effects)
+	r.EffectsByWorker = map[string]int{}
+	r.InboxOutcomes = map[string]int{}
+	rowByEvent := make(map[string]row, len(rowByBiz))
+	for _, rw := range rowByBiz {
+		rowByEvent[rw.EventID] = rw
+	}
+	perEvent := map[string]int{}
+	for _, e := range in.Effects {
+		r.EffectsByWorker[e.Consumer]++
+		rw, ok := rowByEvent[e.EventID]
+		if !ok || rw.BizNo != e.BizNo || !committed[rw.BizNo] {
+			r.EffectsStray++
+			continue
+		}
+		perEvent[e.EventID]++
+	}
+	for _, b := range slices.Sorted(maps.Keys(committed)) {
+		n := 0
+		if rw, ok := rowByBiz[b]; ok {
+			n = perEvent[rw.EventID]
+		}
+		switch {
+		case n == 1:
+			r.EffectsOnce++
+		case n == 0:
+			r.EffectsLost++
+			if len(r.EffectsLostEx) < 10 {
+				r.EffectsLostEx = append(r.EffectsLostEx, b)
+			}
+		default:
+			r.EffectsDoubled++
+			if len(r.EffectsDoubledEx) < 10 {
+				r.EffectsDoubledEx = append(r.EffectsDoubledEx, fmt.Sprintf("%s (%d)", b, n))
+			}
+		}
+	}
+	for _, rec := range in.InboxRecords {
+		if _, ok := rowByBiz[rec.BizNo]; !ok && rec.BizNo != "" {
+			r.InboxForeign++
+			continue
+		}
+		if rec.Kind == kindHandle {
+			r.HandlersBegun++
+		} else if o, ok := strings.CutPrefix(rec.Kind, kindInboxPrefix); ok {
+			r.InboxOutcomes[o]++
+		}
+	}
 }
 
 // Causes of a duplicate.
@@ -431,8 +533,11 @@ func minTime(a, b time.Time) time.Time {
 // deliveries and the writers' commits.
 func recoveries(in analysisInput, recs []record) []faultResult {
 	out := make([]faultResult, 0, len(in.Faults))
+	inboxRecs := slices.Clone(in.InboxRecords)
+	slices.SortStableFunc(inboxRecs, func(a, b record) int { return a.At.Compare(b.At) })
 	for _, f := range in.Faults {
-		fr := faultResult{fault: f, FirstSend: -1, FirstDelivery: -1, FirstCommit: -1, InFlightDone: -1}
+		fr := faultResult{fault: f, FirstSend: -1, FirstDelivery: -1, FirstCommit: -1, InFlightDone: -1,
+			FirstEffect: -1, NewFirstEffect: -1, InHandlerDone: -1}
 		for _, rec := range recs {
 			if rec.At.After(f.End) && rec.isSuccessfulSend() && (f.Kind != faultKill || rec.Instance == f.Replacement) {
 				fr.FirstSend = rec.At.Sub(f.End)
@@ -457,6 +562,27 @@ func recoveries(in analysisInput, recs []record) []faultResult {
 		}
 		if f.Kind == faultKill {
 			fr.InFlight, fr.InFlightDone = inFlight(recs, f.Target, f.Start)
+		}
+		for _, e := range in.Effects {
+			if !e.At.After(f.End) {
+				continue
+			}
+			if d := e.At.Sub(f.End); fr.FirstEffect < 0 || d < fr.FirstEffect {
+				fr.FirstEffect = d
+			}
+			if d := e.At.Sub(f.End); f.Kind == faultKillConsumer && e.Consumer == f.Replacement && (fr.NewFirstEffect < 0 || d < fr.NewFirstEffect) {
+				fr.NewFirstEffect = d
+			}
+		}
+		if f.Kind == faultKillConsumer {
+			fr.InHandler, fr.InHandlerDone = inHandler(inboxRecs, in.Effects, f.Target, f.Start)
+		}
+		if f.Kind == faultDB {
+			for _, rec := range inboxRecs {
+				if rec.Kind == kindInboxPrefix+inbox.Failed.String() && !rec.At.Before(f.Start) && rec.At.Before(f.End.Add(5*time.Second)) {
+					fr.InboxFailed++
+				}
+			}
 		}
 		out = append(out, fr)
 	}
@@ -500,6 +626,51 @@ func inFlight(recs []record, inst string, killedAt time.Time) (int, time.Duratio
 		}
 	}
 	return len(held), last.Sub(killedAt)
+}
+
+// inHandler finds the events the killed consumer was handling when it was killed (the
+// handler began, with no outcome counted after it and no effect of the consumer's own: its
+// transaction was rolled back by the kill) and how long after the kill the last of them had
+// its effect from another consumer (-1: not all did). recs are in time order.
+func inHandler(recs []record, effects []effect, inst string, killedAt time.Time) (int, time.Duration) {
+	open := map[string]bool{} // event ids
+	for _, rec := range recs {
+		if rec.Instance != inst || rec.At.After(killedAt) {
+			continue
+		}
+		switch {
+		case rec.Kind == kindHandle:
+			open[rec.Detail] = true
+		case strings.HasPrefix(rec.Kind, kindInboxPrefix):
+			delete(open, rec.Detail)
+		}
+	}
+	for _, e := range effects {
+		if e.Consumer == inst {
+			delete(open, e.EventID) // it committed before the kill, and the kill came before its count
+		}
+	}
+	if len(open) == 0 {
+		return 0, 0
+	}
+	done := map[string]time.Time{}
+	for _, e := range effects {
+		if open[e.EventID] && e.Consumer != inst {
+			if t, ok := done[e.EventID]; !ok || e.At.Before(t) {
+				done[e.EventID] = e.At
+			}
+		}
+	}
+	if len(done) < len(open) {
+		return len(open), -1
+	}
+	var last time.Time
+	for _, t := range done {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return len(open), last.Sub(killedAt)
 }
 
 // reasonKey shortens an error for grouping.
@@ -547,12 +718,27 @@ func (r *report) print(w io.Writer) {
 	line("eventId inconsistent", r.EventIDMismatch, must0(r.EventIDMismatch))
 	line("bodies not matching bizNo", r.BodyMismatch, must0(r.BodyMismatch))
 	line("send outcomes", r.Sends[kindSent]+r.Sends[kindSentRetried]+r.Sends[kindFailed]+r.Sends[kindUnknown], countList(r.Sends))
-	if r.AbortedPresent+r.MissingRows+r.StrangerRows+r.Foreign+r.BadLines > 0 {
+	if r.CheckEffects {
+		line("effects (inbox consumers)", r.EffectsOnce, fmt.Sprintf("effects: %d committed, lost %d, doubled %d; %d effect rows, by consumer: %s",
+			r.Committed, r.EffectsLost, r.EffectsDoubled, r.EffectRows, orNone(countList(r.EffectsByWorker))))
+		line("effects lost (0 rows)", r.EffectsLost, must0(r.EffectsLost))
+		line("effects doubled (>1 rows)", r.EffectsDoubled, must0(r.EffectsDoubled))
+		line("duplicates suppressed (inbox)", r.InboxOutcomes[inbox.Duplicate.String()],
+			"deliveries by the inbox's outcome (inbox.messages): "+orNone(countList(r.InboxOutcomes)))
+		line("rejected by the inbox", r.InboxRejected, must0(r.InboxRejected)+" (rows in its rejected table)")
+		line("handlers rolled back", r.HandlersBegun-(r.EffectRows-r.EffectsStray),
+			fmt.Sprintf("of %d begun: killed mid-handler, or the database failed (each redelivered)", r.HandlersBegun))
+		if r.EffectsStray > 0 {
+			line("effect rows of no committed event", r.EffectsStray, must0(r.EffectsStray))
+		}
+	}
+	if r.AbortedPresent+r.MissingRows+r.StrangerRows+r.Foreign+r.BadLines+r.InboxForeign > 0 {
 		line("rows of failed transactions", r.AbortedPresent, "")
 		line("committed rows missing", r.MissingRows, "")
 		line("rows no writer wrote", r.StrangerRows, "")
 		line("messages of no row", r.Foreign, "")
 		line("outcome-log lines unreadable", r.BadLines, "")
+		line("inbox deliveries of no row", r.InboxForeign, "")
 	}
 	_ = tw.Flush()
 	if len(r.UnknownSendReasons) > 0 {
@@ -560,6 +746,12 @@ func (r *report) print(w io.Writer) {
 	}
 	if len(r.LostSample) > 0 {
 		fmt.Fprintf(w, "  lost, e.g.: %s\n", strings.Join(r.LostSample, " "))
+	}
+	if len(r.EffectsLostEx) > 0 {
+		fmt.Fprintf(w, "  effects lost, e.g.: %s\n", strings.Join(r.EffectsLostEx, " "))
+	}
+	if len(r.EffectsDoubledEx) > 0 {
+		fmt.Fprintf(w, "  effects doubled (rows), e.g.: %s\n", strings.Join(r.EffectsDoubledEx, " "))
 	}
 	for i, d := range r.Unexplained {
 		if i == 20 {
@@ -583,9 +775,9 @@ func (r *report) print(w io.Writer) {
 	if len(r.Faults) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nfaults (recovery from the fault's end: the new publisher started, or the service answered again)")
+	fmt.Fprintln(w, "\nfaults (recovery from the fault's end: the new publisher or consumer started, or the service answered again)")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tat\tfault\tdown\tfirst send\tfirst delivery\tnotes\t")
+	fmt.Fprintln(tw, "#\tat\tfault\tdown\tfirst send\tfirst delivery\tfirst effect\tnotes\t")
 	start := r.Begin
 	if start.IsZero() {
 		start = r.Faults[0].Start
@@ -602,30 +794,47 @@ func (r *report) print(w io.Writer) {
 			default:
 				notes = fmt.Sprintf("new %s; it held %d rows, all SUCCESS %s after the kill", f.Replacement, f.InFlight, dur(f.InFlightDone))
 			}
+		case faultKillConsumer:
+			notes = fmt.Sprintf("new %s (its first effect %s); ", f.Replacement, dur(f.NewFirstEffect))
+			switch {
+			case f.InHandler == 0:
+				notes += "it was in no handler"
+			case f.InHandlerDone < 0:
+				notes += fmt.Sprintf("it was in %d handlers, not all their events done by another", f.InHandler)
+			default:
+				notes += fmt.Sprintf("it was in %d handlers (rolled back), their effects done by another %s after the kill", f.InHandler, dur(f.InHandlerDone))
+			}
 		case faultDB:
 			notes = "writers' first commit " + dur(f.FirstCommit)
+			if r.CheckEffects {
+				notes += fmt.Sprintf("; %d deliveries failed in the consumers (redelivered)", f.InboxFailed)
+			}
 		}
 		if f.Err != "" {
 			notes += "; restart failed: " + firstLine(f.Err)
 		}
-		fmt.Fprintf(tw, "%d\t+%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, f.Start.Sub(start).Round(time.Second), describe(f.fault),
-			dur(f.End.Sub(f.Start)), dur(f.FirstSend), dur(f.FirstDelivery), notes)
+		fmt.Fprintf(tw, "%d\t+%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, f.Start.Sub(start).Round(time.Second), describe(f.fault),
+			dur(f.End.Sub(f.Start)), dur(f.FirstSend), dur(f.FirstDelivery), effectDur(r.CheckEffects, f.FirstEffect), notes)
 	}
 	_ = tw.Flush()
 
 	fmt.Fprintln(w, "\ntime to recover, worst of each kind")
-	for _, kind := range []string{faultKill, faultBroker, faultDB} {
-		var n, held int
-		var send, deliv, inflight time.Duration
+	for _, kind := range faultKinds {
+		var n, held, handling int
+		var send, deliv, eff, inflight, inhandler time.Duration
 		for _, f := range r.Faults {
 			if f.Kind != kind {
 				continue
 			}
 			n++
-			send, deliv = worst(send, f.FirstSend), worst(deliv, f.FirstDelivery)
+			send, deliv, eff = worst(send, f.FirstSend), worst(deliv, f.FirstDelivery), worst(eff, f.FirstEffect)
 			if f.InFlight > 0 {
 				held += f.InFlight
 				inflight = worst(inflight, f.InFlightDone)
+			}
+			if f.InHandler > 0 {
+				handling += f.InHandler
+				inhandler = worst(inhandler, f.InHandlerDone)
 			}
 		}
 		if n == 0 {
@@ -633,11 +842,21 @@ func (r *report) print(w io.Writer) {
 			continue
 		}
 		extra := ""
-		if kind == faultKill {
+		if r.CheckEffects {
+			extra = ", first effect " + dur(eff)
+		}
+		switch kind {
+		case faultKill:
 			if held == 0 {
-				extra = "; no kill caught a row in flight"
+				extra += "; no kill caught a row in flight"
 			} else {
-				extra = fmt.Sprintf("; the %d rows held by killed publishers SUCCESS after %s", held, dur(inflight))
+				extra += fmt.Sprintf("; the %d rows held by killed publishers SUCCESS after %s", held, dur(inflight))
+			}
+		case faultKillConsumer:
+			if handling == 0 {
+				extra += "; no kill caught a handler"
+			} else {
+				extra += fmt.Sprintf("; the %d events in handlers of killed consumers done by another after %s", handling, dur(inhandler))
 			}
 		}
 		fmt.Fprintf(w, "  %-18s %d× : first send %s, first delivery %s%s\n", kindName(kind), n, dur(send), dur(deliv), extra)
@@ -656,6 +875,8 @@ func kindName(kind string) string {
 	switch kind {
 	case faultKill:
 		return "kill publisher"
+	case faultKillConsumer:
+		return "kill consumer"
 	case faultBroker:
 		return "restart broker"
 	case faultDB:
@@ -666,7 +887,7 @@ func kindName(kind string) string {
 
 func describe(f fault) string {
 	switch f.Kind {
-	case faultKill:
+	case faultKill, faultKillConsumer:
 		return "kill " + f.Target
 	case faultBroker:
 		return "restart " + f.Target
@@ -674,6 +895,14 @@ func describe(f fault) string {
 		return "restart database"
 	}
 	return f.Kind
+}
+
+// effectDur is dur, or "-" where no effects were checked.
+func effectDur(checked bool, d time.Duration) string {
+	if !checked {
+		return "-"
+	}
+	return dur(d)
 }
 
 func dur(d time.Duration) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func newFake(n int) *fake {
 	for i := 1; i <= n; i++ {
 		biz := fmt.Sprintf("b%d", i)
 		f.in.Writers.Committed = append(f.in.Writers.Committed, commit{BizNo: biz, At: at(0)})
-		f.in.Rows = append(f.in.Rows, row{ID: int64(i), BizNo: biz, Status: "SUCCESS"})
+		f.in.Rows = append(f.in.Rows, row{ID: int64(i), EventID: fmt.Sprint(i), BizNo: biz, Status: "SUCCESS"})
 	}
 	return f
 }
@@ -289,6 +290,164 @@ func TestRecoveryTimes(t *testing.T) {
 	assert.Contains(t, out.String(), "restart database")
 }
 
+// effect records an effect of row id's event by consumer at d.
+func (f *fake) effect(id int64, consumer string, d time.Duration) *fake {
+	f.in.CheckEffects = true
+	f.in.Effects = append(f.in.Effects, effect{EventID: fmt.Sprint(id), BizNo: fmt.Sprintf("b%d", id), Consumer: consumer, At: at(d)})
+	return f
+}
+
+// inboxLog appends a consumer's record of kind for row id's event at d.
+func (f *fake) inboxLog(d time.Duration, consumer, kind string, id int64) *fake {
+	f.in.CheckEffects = true
+	f.in.InboxRecords = append(f.in.InboxRecords, record{At: at(d), Instance: consumer, Kind: kind,
+		BizNo: fmt.Sprintf("b%d", id), Detail: fmt.Sprint(id)})
+	return f
+}
+
+// handledOnce gives row id's event a clean handling by consumer at d: the handler, its
+// effect, the inbox's count.
+func (f *fake) handledOnce(id int64, consumer string, d time.Duration) *fake {
+	return f.inboxLog(d, consumer, kindHandle, id).effect(id, consumer, d).
+		inboxLog(d+60*time.Millisecond, consumer, kindInboxPrefix+"handled", id)
+}
+
+func TestEffectsExactlyOncePass(t *testing.T) {
+	f := newFake(3)
+	for id := int64(1); id <= 3; id++ {
+		f.sentOnce(id, "p01", time.Duration(id)*time.Second).handledOnce(id, "c01", time.Duration(id)*time.Second)
+	}
+	// Event 2 delivered again (a rebalance): the inbox suppressed it.
+	f.inboxLog(5*time.Second, "c02", kindInboxPrefix+"duplicate", 2)
+	r := analyze(f.in)
+	assert.Empty(t, r.failed())
+	assert.Equal(t, 3, r.EffectsOnce)
+	assert.Zero(t, r.EffectsLost)
+	assert.Zero(t, r.EffectsDoubled)
+	assert.Equal(t, map[string]int{"handled": 3, "duplicate": 1}, r.InboxOutcomes)
+	assert.Equal(t, 3, r.HandlersBegun)
+	var out bytes.Buffer
+	r.print(&out)
+	assert.Contains(t, out.String(), "effects: 3 committed, lost 0, doubled 0; 3 effect rows, by consumer: c01 3")
+	assert.Regexp(t, `duplicates suppressed \(inbox\)\s+1\s`, out.String())
+	assert.Regexp(t, `handlers rolled back\s+0\s`, out.String())
+}
+
+func TestEffectsLostOrDoubledFail(t *testing.T) {
+	f := newFake(4)
+	for id := int64(1); id <= 4; id++ {
+		f.sentOnce(id, "p01", time.Duration(id)*time.Second)
+	}
+	f.handledOnce(1, "c01", time.Second)
+	// Event 2: no effect. Event 3: two effects (a doubled effect, which the inbox exists to
+	// prevent). Event 4: once. And an effect of no event of the run.
+	f.handledOnce(3, "c01", 3*time.Second).handledOnce(3, "c02", 4*time.Second)
+	f.handledOnce(4, "c02", 4*time.Second)
+	f.in.Effects = append(f.in.Effects, effect{EventID: "stranger", BizNo: "b9", Consumer: "c02", At: at(time.Second)})
+	r := analyze(f.in)
+	assert.Equal(t, 2, r.EffectsOnce)
+	assert.Equal(t, 1, r.EffectsLost)
+	assert.Equal(t, []string{"b2"}, r.EffectsLostEx)
+	assert.Equal(t, 1, r.EffectsDoubled)
+	assert.Equal(t, []string{"b3 (2)"}, r.EffectsDoubledEx)
+	assert.Equal(t, 1, r.EffectsStray)
+	failed := strings.Join(r.failed(), "; ")
+	assert.Contains(t, failed, "1 committed events without an effect")
+	assert.Contains(t, failed, "1 committed events whose effect happened more than once")
+	assert.Contains(t, failed, "1 effect rows of no committed event")
+	var out bytes.Buffer
+	r.print(&out)
+	assert.Contains(t, out.String(), "effects: 4 committed, lost 1, doubled 1")
+	assert.Contains(t, out.String(), "effects doubled (rows), e.g.: b3 (2)")
+
+	// An effect naming another biz no than its event's is not that event's effect.
+	f = newFake(1)
+	f.sentOnce(1, "p01", 0).handledOnce(1, "c01", 0)
+	f.in.Effects[0].BizNo = "b7"
+	r = analyze(f.in)
+	assert.Equal(t, 1, r.EffectsLost)
+	assert.Equal(t, 1, r.EffectsStray)
+}
+
+func TestRejectedByTheInboxFails(t *testing.T) {
+	f := newFake(1)
+	f.sentOnce(1, "p01", 0).handledOnce(1, "c01", 0)
+	f.in.InboxRejected = 1
+	assert.Contains(t, strings.Join(analyze(f.in).failed(), "; "), "1 messages rejected by the inbox")
+
+	f.in.InboxRejected = 0
+	f.inboxLog(time.Second, "c01", kindInboxPrefix+"rejected", 1)
+	assert.Contains(t, strings.Join(analyze(f.in).failed(), "; "), "rejected by the inbox (1 rejections counted)")
+}
+
+func TestWithoutConsumersNoEffectIsChecked(t *testing.T) {
+	f := newFake(1)
+	f.sentOnce(1, "p01", 0)
+	r := analyze(f.in)
+	assert.False(t, r.CheckEffects)
+	assert.Empty(t, r.failed())
+	var out bytes.Buffer
+	r.print(&out)
+	assert.NotContains(t, out.String(), "effects")
+}
+
+func TestConsumerKillInAHandler(t *testing.T) {
+	f := newFake(4)
+	for id := int64(1); id <= 4; id++ {
+		f.sentOnce(id, "p01", 0)
+	}
+	f.handledOnce(1, "c01", time.Second)
+	// c01 is killed at 10 s: in the handler of event 2 (begun at 9.98 s, no outcome, no
+	// effect); event 3's handler committed just before the kill, and the kill came before its
+	// count; event 4's handler failed earlier (the database) and closed.
+	f.inboxLog(9980*time.Millisecond, "c01", kindHandle, 2)
+	f.inboxLog(9900*time.Millisecond, "c01", kindHandle, 3).effect(3, "c01", 9900*time.Millisecond)
+	f.inboxLog(5*time.Second, "c01", kindHandle, 4).inboxLog(5*time.Second, "c01", kindInboxPrefix+"failed", 4)
+	// c03 replaces it at 10.1 s; after the rebalance c02 handles event 2 at 25 s and c03
+	// handles event 4 at 26 s; event 3 comes again to c03, a duplicate.
+	f.handledOnce(2, "c02", 25*time.Second).handledOnce(4, "c03", 26*time.Second)
+	f.inboxLog(27*time.Second, "c03", kindInboxPrefix+"duplicate", 3)
+	f.in.Faults = []fault{{Kind: faultKillConsumer, Target: "c01", Start: at(10 * time.Second),
+		End: at(10100 * time.Millisecond), Replacement: "c03"}}
+	r := analyze(f.in)
+	assert.Empty(t, r.failed())
+	require.Len(t, r.Faults, 1)
+	k := r.Faults[0]
+	assert.Equal(t, 1, k.InHandler, "event 2 only")
+	assert.Equal(t, 15*time.Second, k.InHandlerDone)
+	assert.Equal(t, 14900*time.Millisecond, k.FirstEffect)
+	assert.Equal(t, 15900*time.Millisecond, k.NewFirstEffect)
+	assert.Equal(t, 4, r.EffectsOnce)
+	assert.Equal(t, 6, r.HandlersBegun)
+	var out bytes.Buffer
+	r.print(&out)
+	assert.Contains(t, out.String(), "new c03 (its first effect 15.9s); it was in 1 handlers (rolled back), their effects done by another 15.0s after the kill")
+	assert.Contains(t, out.String(), "kill consumer")
+	assert.Regexp(t, `handlers rolled back\s+2\s`, out.String(), "events 2 and 4")
+
+	// Nobody handled event 2 after the kill.
+	f.in.Effects = slices.DeleteFunc(f.in.Effects, func(e effect) bool { return e.EventID == "2" })
+	r = analyze(f.in)
+	assert.Equal(t, time.Duration(-1), r.Faults[0].InHandlerDone)
+	assert.Equal(t, 1, r.EffectsLost)
+}
+
+func TestDatabaseRestartCountsTheConsumersFailures(t *testing.T) {
+	f := newFake(2)
+	f.sentOnce(1, "p01", 0).sentOnce(2, "p01", 0)
+	f.handledOnce(1, "c01", time.Second)
+	f.inboxLog(11*time.Second, "c01", kindInboxPrefix+"failed", 2).inboxLog(12*time.Second, "c02", kindInboxPrefix+"failed", 2)
+	f.inboxLog(40*time.Second, "c01", kindInboxPrefix+"failed", 2) // long after: not this outage's
+	f.handledOnce(2, "c02", 45*time.Second)
+	f.in.Faults = []fault{{Kind: faultDB, Target: "database", Start: at(10 * time.Second), End: at(20 * time.Second)}}
+	r := analyze(f.in)
+	assert.Equal(t, 2, r.Faults[0].InboxFailed)
+	assert.Equal(t, 25*time.Second, r.Faults[0].FirstEffect)
+	var out bytes.Buffer
+	r.print(&out)
+	assert.Contains(t, out.String(), "2 deliveries failed in the consumers (redelivered)")
+}
+
 func TestRecordsSurviveTheRoundTrip(t *testing.T) {
 	recs := []record{
 		{At: t0, Instance: "p01", Kind: kindClaim, ID: 7, BizNo: "b7"},
@@ -339,11 +498,17 @@ func TestShortFormKeepsExplicitFlags(t *testing.T) {
 	assert.Equal(t, 5000, o.events, "an explicit flag wins over -short")
 	assert.Equal(t, 2*time.Minute, o.duration)
 	assert.Equal(t, o.duration+o.drainTimeout+15*time.Minute, o.deadline)
+	assert.Equal(t, "kill,kill-consumer,broker,db", o.faults, "consumer kills are among the default faults")
+	assert.Equal(t, 2, o.consumers)
+	_, err = parseOptions([]string{"-faults", "kill-consumer,db"})
+	assert.NoError(t, err)
 
 	for _, bad := range [][]string{
 		{"-events", "0"},
 		{"-gap-min", "10s", "-gap-max", "5s"},
 		{"-faults", "kill,flood"},
+		{"-consumers", "0"},
+		{"-consumer-hold", "-1s"},
 		{"-claim-mode", "sometimes"},
 		{"-kill-when", "later"},
 		{"-external", "-dsn", "x"},

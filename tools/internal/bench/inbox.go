@@ -32,18 +32,20 @@ const (
 	// PlainConsumer runs the handler in a transaction of its own, with no deduplication:
 	// BEGIN, the effect's INSERT, COMMIT. The least a consumer that writes an effect can do.
 	PlainConsumer Consumer = iota + 1
-	// InboxConsumer runs the handler through inbox.Handle with the inbox's defaults:
-	// Config.TxOptions at READ COMMITTED, which the driver sets before every transaction.
+	// InboxConsumer runs the handler through inbox.Handle with the inbox's defaults (the
+	// session's isolation level, as the plain consumer's).
 	InboxConsumer
-	// InboxSessionConsumer runs the handler through inbox.Handle with Config.TxOptions
-	// &sql.TxOptions{} on a pool whose sessions are at READ COMMITTED already (set once per
-	// connection, through the DSN): the same isolation, without a statement per message
-	// to set it.
-	InboxSessionConsumer
+	// InboxReadCommittedTx runs it through inbox.Handle with Config.TxOptions at READ
+	// COMMITTED: the driver sends SET TRANSACTION ISOLATION LEVEL before every BEGIN.
+	InboxReadCommittedTx
+	// InboxReadCommittedSession runs it through inbox.Handle with the defaults on a pool
+	// whose sessions are at READ COMMITTED (set once per connection, through the DSN): the
+	// same isolation as InboxReadCommittedTx without a statement per message to set it.
+	InboxReadCommittedSession
 )
 
 // Consumers are the ways of consuming, in the order the tables show them.
-var Consumers = []Consumer{PlainConsumer, InboxConsumer, InboxSessionConsumer}
+var Consumers = []Consumer{PlainConsumer, InboxConsumer, InboxReadCommittedTx, InboxReadCommittedSession}
 
 func (c Consumer) String() string {
 	switch c {
@@ -51,8 +53,10 @@ func (c Consumer) String() string {
 		return "plain"
 	case InboxConsumer:
 		return "inbox"
-	case InboxSessionConsumer:
-		return "inbox, isolation per session"
+	case InboxReadCommittedTx:
+		return "inbox, READ COMMITTED per tx"
+	case InboxReadCommittedSession:
+		return "inbox, READ COMMITTED per session"
 	}
 	return fmt.Sprintf("Consumer(%d)", int(c))
 }
@@ -88,12 +92,12 @@ type ConsumeResult struct {
 	Elapsed time.Duration
 	// Flowing is, through RocketMQ, from the first effect committed to the last: the rate
 	// once the consumer has its queues. Zero on the database path.
-	Flowing time.Duration
+	Flowing    time.Duration
 	PerMessage PerEvent
 	// Effects and Distinct are the effect rows written and their distinct event ids.
 	Effects, Distinct int
-	// Errors counts the deliveries that failed (the handler's transaction rolled back, to
-	// be delivered again) or were rejected.
+	// Errors counts the deliveries not handled: failed (the handler's transaction rolled
+	// back, to be delivered again), rejected, or, through the inbox, duplicates.
 	Errors int64
 }
 
@@ -125,14 +129,14 @@ type consumerSetup struct {
 
 // openConsumerPool returns the consumer's pool: statements with arguments are interpolated
 // by the client (one statement on the wire, as the inbox's own INSERT is), and, for
-// InboxSessionConsumer, every session starts at READ COMMITTED.
+// InboxReadCommittedSession, every session starts at READ COMMITTED.
 func openConsumerPool(ctx context.Context, env Env, kind Consumer, workers int) (*sql.DB, error) {
 	cfg, err := mysql.ParseDSN(env.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("parse DSN: %w", err)
 	}
 	cfg.ParseTime, cfg.InterpolateParams = true, true
-	if kind == InboxSessionConsumer {
+	if kind == InboxReadCommittedSession {
 		v, err := ServerVersion(ctx, env)
 		if err != nil {
 			return nil, err
@@ -195,8 +199,8 @@ func newConsumerSetup(ctx context.Context, env Env, kind Consumer, workers int, 
 	}
 	s.meters = sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.reader), sdkmetric.WithView(onlyMessages))
 	cfg := inbox.Config{Group: group, Table: table, MeterProvider: s.meters, Logger: slog.New(slog.DiscardHandler)}
-	if kind == InboxSessionConsumer {
-		cfg.TxOptions = &sql.TxOptions{} // the session's isolation, READ COMMITTED (see openConsumerPool)
+	if kind == InboxReadCommittedTx {
+		cfg.TxOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
 	if s.in, err = inbox.New(db, cfg); err == nil {
 		err = s.in.CreateSchema(ctx)
@@ -557,7 +561,7 @@ func (c Consume) runBroker(ctx context.Context, env Env) (ConsumeResult, error) 
 	var first time.Time
 	deadline := start.Add(2*time.Minute + time.Duration(c.Topic.Messages)*time.Millisecond*10)
 	for {
-		n, _, err := progress()
+		n, failed, err := progress()
 		if err != nil {
 			stop()
 			return res, err
@@ -572,7 +576,8 @@ func (c Consume) runBroker(ctx context.Context, env Env) (ConsumeResult, error) 
 		}
 		if now.After(deadline) {
 			stop()
-			return res, fmt.Errorf("consume %s: %d of %d effects committed after %s", c.Consumer, n, c.Topic.Messages, now.Sub(start).Round(time.Second))
+			return res, fmt.Errorf("consume %s: %d of %d effects committed after %s (%d deliveries not handled)",
+				c.Consumer, n, c.Topic.Messages, now.Sub(start).Round(time.Second), failed)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
