@@ -57,11 +57,13 @@ type ConsumerConfig struct {
 // Consumer is a RocketMQ push consumer whose every delivery goes through an [Inbox]: a
 // message's effect (the [Handler]) happens once in the inbox's consumer group, however
 // often the message is delivered, and nothing is acknowledged before the handler's
-// transaction has committed. Run starts it; Close stops it:
+// transaction has committed. Start (or Run, which blocks) starts it; Close stops it:
 //
 //	c, err := inbox.NewConsumer(in, handle, inbox.ConsumerConfig{NameServers: ns, Topic: "ORDER_EVENT_TOPIC"})
+//	if err := c.Start(ctx); err != nil {
+//		return err
+//	}
 //	defer c.Close()
-//	go c.Run(ctx)
 //
 // A new group consumes the topic from its first message (ConsumeFromFirstOffset), so that
 // events published before its first start are not missed; the inbox suppresses what was
@@ -115,23 +117,45 @@ func NewConsumer(in *Inbox, h Handler, cfg ConsumerConfig) (*Consumer, error) {
 	return &Consumer{in: in, h: h, cfg: cfg, stop: make(chan struct{}), drained: make(chan struct{})}, nil
 }
 
-// Run starts the consumer and consumes until ctx is cancelled or Close is called; then it
-// lets the deliveries in progress finish (their handlers are not interrupted: a handler that
-// never returns holds Run and Close), shuts the push consumer down, and returns nil. A
-// delivery that had not begun is not handled: it is delivered again, to this group's next
-// consumer. A consumer that cannot start (the topic does not exist, say) returns the error,
-// and may be run again; one that has run cannot.
+// Start starts the consumer and returns: it consumes in the background until ctx is
+// cancelled or Close is called. A consumer that cannot start (the topic does not exist,
+// say) returns the error at once, and may be started again; one that has run cannot. Use
+// Start where the caller must know that consuming began:
+//
+//	if err := c.Start(ctx); err != nil {
+//		return err
+//	}
+//	defer c.Close()
+func (c *Consumer) Start(ctx context.Context) error {
+	if err := c.start(); err != nil {
+		return err
+	}
+	go c.serve(ctx)
+	return nil
+}
+
+// Run is Start that blocks: it starts the consumer and consumes until ctx is cancelled or
+// Close is called; then it lets the deliveries in progress finish (their handlers are not
+// interrupted: a handler that never returns holds Run and Close), shuts the push consumer
+// down, and returns nil. A delivery that arrives once the shutdown has begun is not
+// handled: it is delivered again, to this group's next consumer. A consumer that cannot
+// start returns the error, as Start does.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.start(); err != nil {
 		return err
 	}
+	c.serve(ctx)
+	return nil
+}
+
+// serve waits for the end of a started consumer, then shuts it down.
+func (c *Consumer) serve(ctx context.Context) {
 	defer close(c.done)
 	select {
 	case <-ctx.Done():
 	case <-c.stop:
 	}
 	c.shutdown()
-	return nil
 }
 
 func (c *Consumer) start() error {

@@ -34,7 +34,6 @@ import (
 
 // consRig is one test's outbox, publisher, inbox and effects table.
 type consRig struct {
-	t       *testing.T
 	db      *sql.DB // the outbox's database: the shared test server
 	inDB    *sql.DB // the inbox's and the effects' database
 	store   *outbox.MySQLStore
@@ -59,7 +58,7 @@ type consRigOptions struct {
 func newConsRig(t *testing.T, o consRigOptions) *consRig {
 	t.Helper()
 	db := testsvc.OpenDB(t)
-	r := &consRig{t: t, db: db, inDB: o.inDB, table: testsvc.UniqueTable("t_event"),
+	r := &consRig{db: db, inDB: o.inDB, table: testsvc.UniqueTable("t_event"),
 		topic: testsvc.NewTopic(t, "INBOX_CONS"), group: testsvc.UniqueTable("cg_inbox"),
 		inTable: testsvc.UniqueTable("t_inbox"), effects: testsvc.UniqueTable("t_effect")}
 	if r.inDB == nil {
@@ -203,12 +202,8 @@ func (r *consRig) consume(t *testing.T, h inbox.Handler, cfg inbox.ConsumerConfi
 	cfg.Topic = r.topic
 	c, err := inbox.NewConsumer(r.in, h, cfg)
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(context.Background()) }()
-	t.Cleanup(func() {
-		assert.NoError(t, c.Close())
-		assert.NoError(t, <-done, "Run")
-	})
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	return c
 }
 
@@ -346,7 +341,7 @@ func (c *callCount) get(id string) int {
 	return c.n[id]
 }
 
-// (1) The happy path: events committed while a concurrent consumer runs are each handled
+// The happy path: events committed while a concurrent consumer runs are each handled
 // once, in parallel, and recorded in the inbox.
 func TestConsumerHandlesEveryEventOnce(t *testing.T) {
 	t.Parallel()
@@ -375,7 +370,7 @@ func TestConsumerHandlesEveryEventOnce(t *testing.T) {
 	assert.Greater(t, most.Load(), int32(1), "a concurrent consumer handles messages in parallel")
 }
 
-// (2) Every event sent twice more on purpose, straight through a sender (once while the
+// Every event sent twice more on purpose, straight through a sender (once while the
 // first delivery may be in flight, once after every effect is in): the duplicates are
 // suppressed and each effect happens once.
 func TestConsumerSuppressesDuplicatesSentOnPurpose(t *testing.T) {
@@ -406,7 +401,7 @@ func TestConsumerSuppressesDuplicatesSentOnPurpose(t *testing.T) {
 	r.checkLedger(t)
 }
 
-// (3) A handler that fails the first delivery of some events, after writing their effect:
+// A handler that fails the first delivery of some events, after writing their effect:
 // the effect is rolled back, the message comes again through the group's retry topic, and
 // the effect happens once, on the second delivery.
 func TestConsumerRedeliversAFailedDelivery(t *testing.T) {
@@ -442,7 +437,7 @@ func TestConsumerRedeliversAFailedDelivery(t *testing.T) {
 	assert.Equal(t, int64(len(ok)+len(flaky)), o["handled"])
 }
 
-// (4) A handler that refuses an event with outbox.Permanent: the event is recorded in the
+// A handler that refuses an event with outbox.Permanent: the event is recorded in the
 // rejected table with its reason, properties and body, acknowledged, and never delivered
 // again (checked once a canary that failed its first delivery, at the same time, has come
 // back through the retry topic: a redelivery of the rejected one would have come too).
@@ -495,7 +490,7 @@ func TestConsumerRejectsAPermanentFailureOnce(t *testing.T) {
 	assert.Equal(t, int64(1), o["rejected"])
 }
 
-// (6) Rebalance: a second consumer of the group joins while events flow, and the first
+// Rebalance: a second consumer of the group joins while events flow, and the first
 // leaves (Close). Both handle some; whatever the handover delivered twice is suppressed,
 // and every effect happens once.
 func TestConsumerRebalanceJoinAndLeave(t *testing.T) {
@@ -539,7 +534,7 @@ func TestConsumerRebalanceJoinAndLeave(t *testing.T) {
 	assert.Equal(t, int64(total), o["handled"])
 }
 
-// (7) The inbox's database goes away while handlers run: some are in the middle of their
+// The inbox's database goes away while handlers run: some are in the middle of their
 // transaction when the server stops, more messages arrive while it is down. Nothing is
 // acknowledged without its effect: once the server is back, every message comes again
 // and its effect happens once.
@@ -650,7 +645,7 @@ func TestConsumerCloseWaitsForTheHandlerInProgress(t *testing.T) {
 	t.Logf("outcomes %v", r.outcomes(t))
 }
 
-// (9) NewConsumer's configuration errors, and Run on a topic that does not exist.
+// NewConsumer refuses a configuration it cannot run, naming what is wrong.
 func TestNewConsumerRefusesBadConfig(t *testing.T) {
 	t.Parallel()
 	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/none") // never dialled
@@ -683,6 +678,8 @@ func TestNewConsumerRefusesBadConfig(t *testing.T) {
 	}
 }
 
+// Run on a topic that does not exist returns an error that names it; a closed consumer
+// cannot be run.
 func TestConsumerRunOnAMissingTopic(t *testing.T) {
 	t.Parallel()
 	ns := testsvc.RocketMQNameServer(t)
@@ -697,8 +694,12 @@ func TestConsumerRunOnAMissingTopic(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	err = c.Start(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), topic, "Start says which topic")
 	err = c.Run(ctx)
 	require.Error(t, err)
+	t.Logf("Run: %v", err)
 	assert.Contains(t, err.Error(), topic)
 	assert.NoError(t, ctx.Err(), "Run returned the error, not the deadline")
 	require.NoError(t, c.Close())

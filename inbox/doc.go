@@ -14,8 +14,8 @@
 //		return err
 //	}
 //	c, err := inbox.NewConsumer(in, handle, inbox.ConsumerConfig{NameServers: ns, Topic: "ORDER_EVENT_TOPIC"})
+//	err = c.Start(ctx) // consumes in the background until Close
 //	defer c.Close()
-//	go c.Run(ctx)
 //
 // The handler's effect and the record commit together or not at all. A delivery whose event
 // is recorded already is acknowledged without calling the handler; a handler error rolls

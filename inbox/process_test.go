@@ -286,7 +286,7 @@ func plainBinary(t *testing.T) string {
 	return bin
 }
 
-// (8) A consumer process is SIGKILLed in the middle of a handler, its effect written and its
+// A consumer process is SIGKILLed in the middle of a handler, its effect written and its
 // transaction open. The transaction never commits; a second consumer of the group, started
 // afterwards, is delivered the message again and its effect happens once. The events the
 // first process had handled, and whose acknowledgement may not have reached the broker, are
@@ -324,7 +324,7 @@ func TestConsumerProcessKilledMidHandler(t *testing.T) {
 	t.Logf("outcomes in the survivor %v", r.outcomes(t))
 }
 
-// (5) Orderly: a store in key order, several events per biz no committed in order, and an
+// Orderly: a store in key order, several events per biz no committed in order, and an
 // orderly consumer (in a process of its own, see consumerChildEnv). Each biz no's effects
 // happen in commit order. One event fails every delivery: with MaxDeliveries 3 it holds its
 // queue for three deliveries, is then rejected, and its queue (its own biz no's later events

@@ -74,6 +74,7 @@ func effectsSchema(table string) string {
 		"consumer VARCHAR(32) NOT NULL, " +
 		"msg_id VARCHAR(128) NOT NULL, " +
 		"deliveries INT NOT NULL, " +
+		"born_at DATETIME(3) NOT NULL, " +
 		"effect_at DATETIME(6) NOT NULL, " +
 		"PRIMARY KEY (id), KEY idx_event_id (event_id), KEY idx_effect_at (effect_at)" +
 		") ENGINE = InnoDB"
@@ -84,6 +85,7 @@ type effect struct {
 	EventID  string
 	BizNo    string
 	Consumer string
+	Born     time.Time // when the message was sent (its born timestamp)
 	At       time.Time // when the handler wrote it (before its commit)
 }
 
@@ -156,13 +158,13 @@ func consumeInbox(o consumeOptions) error {
 // effectHandler is the consumers' handler: for an event of the run, a record that it began,
 // then its effect row, written in tx, then -hold of work before the inbox commits.
 func effectHandler(o consumeOptions, recs *outcomeLog) inbox.Handler {
-	insert := "INSERT INTO `" + o.effects + "` (event_id, biz_no, consumer, msg_id, deliveries, effect_at) VALUES (?, ?, ?, ?, ?, ?)"
+	insert := "INSERT INTO `" + o.effects + "` (event_id, biz_no, consumer, msg_id, deliveries, born_at, effect_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
 	return func(ctx context.Context, tx *sql.Tx, msg *inbox.Message) error {
 		if !strings.HasPrefix(msg.BizNo, o.tag+"-") {
 			return nil // another run's message: no effect
 		}
 		recs.write([]record{{Kind: kindHandle, BizNo: msg.BizNo, Detail: msg.EventID}})
-		if _, err := tx.ExecContext(ctx, insert, msg.EventID, msg.BizNo, o.instance, msg.MsgID, msg.Deliveries, time.Now()); err != nil {
+		if _, err := tx.ExecContext(ctx, insert, msg.EventID, msg.BizNo, o.instance, msg.MsgID, msg.Deliveries, msg.BornAt, time.Now()); err != nil {
 			return err
 		}
 		time.Sleep(o.hold)

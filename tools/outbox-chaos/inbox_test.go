@@ -49,7 +49,7 @@ func TestConsumersHalf(t *testing.T) {
 		// The push consumer's context, as it calls the consumer with one message.
 		mctx := primitive.WithConsumerCtx(ctx, &primitive.ConsumeMessageContext{Msgs: []*primitive.MessageExt{m}})
 		msg := &inbox.Message{EventID: eventID, BizNo: biz, Body: m.Body, Topic: "T", MsgID: m.MsgId, Deliveries: 1,
-			Properties: m.GetProperties()}
+			Properties: m.GetProperties(), BornAt: time.Now().Add(-time.Millisecond)}
 		o, err := in.Handle(mctx, msg, h)
 		require.NoError(t, err)
 		return o
@@ -63,8 +63,9 @@ func TestConsumersHalf(t *testing.T) {
 	effects, err := c.readEffects(ctx)
 	require.NoError(t, err)
 	require.Len(t, effects, 1)
-	assert.Equal(t, effect{EventID: e1, BizNo: "run1-1", Consumer: "c01", At: effects[0].At}, effects[0])
+	assert.Equal(t, effect{EventID: e1, BizNo: "run1-1", Consumer: "c01", Born: effects[0].Born, At: effects[0].At}, effects[0])
 	assert.WithinDuration(t, time.Now(), effects[0].At, time.Minute)
+	assert.WithinDuration(t, effects[0].At, effects[0].Born, time.Second)
 	n, err := c.effectsDistinct(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
@@ -74,12 +75,15 @@ func TestConsumersHalf(t *testing.T) {
 	ok, err = c.effectAfter(ctx, time.Now().Add(time.Minute))
 	require.NoError(t, err)
 	assert.False(t, ok)
+	ok, err = c.effectAfter(ctx, effects[0].Born.Add(time.Millisecond))
+	require.NoError(t, err)
+	assert.False(t, ok, "written after t, but born before it")
 	rejected, err := c.countRejected(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, rejected)
 
 	// No unique key on the event: a doubled effect is a second row, which the report counts.
-	_, err = db.ExecContext(ctx, "INSERT INTO `"+c.effects+"` (event_id, biz_no, consumer, msg_id, deliveries, effect_at) VALUES (?, 'run1-1', 'x', '', 1, NOW(6))", e1)
+	_, err = db.ExecContext(ctx, "INSERT INTO `"+c.effects+"` (event_id, biz_no, consumer, msg_id, deliveries, born_at, effect_at) VALUES (?, 'run1-1', 'x', '', 1, NOW(3), NOW(6))", e1)
 	require.NoError(t, err)
 	n, err = c.effectsDistinct(ctx)
 	require.NoError(t, err)

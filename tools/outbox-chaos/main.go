@@ -600,7 +600,7 @@ func (c *chaos) pauseConsumers(ctx context.Context) string {
 }
 
 // waitRecovered waits until a message born after the fault's end was delivered, and a
-// consumer wrote an effect after it.
+// consumer wrote the effect of one.
 func (c *chaos) waitRecovered(ctx context.Context, f fault) {
 	deadline := time.Now().Add(c.o.recoverWait)
 	delivered, effected := false, false
@@ -612,7 +612,7 @@ func (c *chaos) waitRecovered(ctx context.Context, f fault) {
 		if !effected {
 			if ok, err := c.effectAfter(ctx, f.End); err == nil && ok {
 				effected = true
-				c.logf("first effect within %s of the fault's end", time.Since(f.End).Round(100*time.Millisecond))
+				c.logf("first effect of a message born after the fault's end within %s of it", time.Since(f.End).Round(100*time.Millisecond))
 			}
 		}
 		if delivered && effected {
@@ -750,12 +750,13 @@ func (c *chaos) effectsDistinct(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// effectAfter reports whether a handler wrote an effect after t.
+// effectAfter reports whether a handler wrote the effect of a message born at or after t.
 func (c *chaos) effectAfter(ctx context.Context, t time.Time) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var ok bool
-	err := c.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+c.effects+"` WHERE effect_at > ?)", t).Scan(&ok)
+	err := c.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+c.effects+"` WHERE effect_at >= ? AND born_at >= ?)",
+		t.Truncate(time.Millisecond), t.Truncate(time.Millisecond)).Scan(&ok)
 	return ok, err
 }
 
@@ -769,7 +770,7 @@ func (c *chaos) countRejected(ctx context.Context) (int, error) {
 }
 
 func (c *chaos) readEffects(ctx context.Context) ([]effect, error) {
-	rows, err := c.db.QueryContext(ctx, "SELECT event_id, biz_no, consumer, effect_at FROM `"+c.effects+"`")
+	rows, err := c.db.QueryContext(ctx, "SELECT event_id, biz_no, consumer, born_at, effect_at FROM `"+c.effects+"`")
 	if err != nil {
 		return nil, err
 	}
@@ -777,7 +778,7 @@ func (c *chaos) readEffects(ctx context.Context) ([]effect, error) {
 	var out []effect
 	for rows.Next() {
 		var e effect
-		if err := rows.Scan(&e.EventID, &e.BizNo, &e.Consumer, &e.At); err != nil {
+		if err := rows.Scan(&e.EventID, &e.BizNo, &e.Consumer, &e.Born, &e.At); err != nil {
 			return nil, err
 		}
 		out = append(out, e)

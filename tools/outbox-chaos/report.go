@@ -99,7 +99,7 @@ type faultResult struct {
 	FirstCommit   time.Duration // db: from End to the writers' first commit
 	InFlight      int           // kill: rows the killed publisher held with no outcome recorded
 	InFlightDone  time.Duration // kill: from the kill until every one of them was acknowledged by another
-	FirstEffect   time.Duration // from End to the first effect a handler wrote (and committed)
+	FirstEffect   time.Duration // from End to the first effect (committed) of a message born after End
 	// kill-consumer: the first effect of the new consumer; the handlers the killed one was
 	// in (begun, no outcome, no effect of its own); from the kill until each of their events
 	// had its effect from another consumer.
@@ -567,10 +567,11 @@ func recoveries(in analysisInput, recs []record) []faultResult {
 			if !e.At.After(f.End) {
 				continue
 			}
-			if d := e.At.Sub(f.End); fr.FirstEffect < 0 || d < fr.FirstEffect {
+			d := e.At.Sub(f.End)
+			if !e.Born.Before(f.End.Truncate(time.Millisecond)) && (fr.FirstEffect < 0 || d < fr.FirstEffect) {
 				fr.FirstEffect = d
 			}
-			if d := e.At.Sub(f.End); f.Kind == faultKillConsumer && e.Consumer == f.Replacement && (fr.NewFirstEffect < 0 || d < fr.NewFirstEffect) {
+			if f.Kind == faultKillConsumer && e.Consumer == f.Replacement && (fr.NewFirstEffect < 0 || d < fr.NewFirstEffect) {
 				fr.NewFirstEffect = d
 			}
 		}

@@ -293,7 +293,8 @@ func TestRecoveryTimes(t *testing.T) {
 // effect records an effect of row id's event by consumer at d.
 func (f *fake) effect(id int64, consumer string, d time.Duration) *fake {
 	f.in.CheckEffects = true
-	f.in.Effects = append(f.in.Effects, effect{EventID: fmt.Sprint(id), BizNo: fmt.Sprintf("b%d", id), Consumer: consumer, At: at(d)})
+	f.in.Effects = append(f.in.Effects, effect{EventID: fmt.Sprint(id), BizNo: fmt.Sprintf("b%d", id), Consumer: consumer,
+		Born: at(d - 10*time.Millisecond), At: at(d)})
 	return f
 }
 
@@ -433,16 +434,19 @@ func TestConsumerKillInAHandler(t *testing.T) {
 }
 
 func TestDatabaseRestartCountsTheConsumersFailures(t *testing.T) {
-	f := newFake(2)
-	f.sentOnce(1, "p01", 0).sentOnce(2, "p01", 0)
+	f := newFake(3)
+	f.sentOnce(1, "p01", 0).sentOnce(2, "p01", 0).sentOnce(3, "p01", 0)
 	f.handledOnce(1, "c01", time.Second)
 	f.inboxLog(11*time.Second, "c01", kindInboxPrefix+"failed", 2).inboxLog(12*time.Second, "c02", kindInboxPrefix+"failed", 2)
 	f.inboxLog(40*time.Second, "c01", kindInboxPrefix+"failed", 2) // long after: not this outage's
-	f.handledOnce(2, "c02", 45*time.Second)
+	// Event 2, born before the outage, has its effect at 45 s (after its redelivery); event
+	// 3, born after it, at 30 s: the first effect of a message born after the fault.
+	f.handledOnce(2, "c02", 45*time.Second).handledOnce(3, "c01", 30*time.Second)
+	f.in.Effects[1].Born = at(9 * time.Second)
 	f.in.Faults = []fault{{Kind: faultDB, Target: "database", Start: at(10 * time.Second), End: at(20 * time.Second)}}
 	r := analyze(f.in)
 	assert.Equal(t, 2, r.Faults[0].InboxFailed)
-	assert.Equal(t, 25*time.Second, r.Faults[0].FirstEffect)
+	assert.Equal(t, 10*time.Second, r.Faults[0].FirstEffect)
 	var out bytes.Buffer
 	r.print(&out)
 	assert.Contains(t, out.String(), "2 deliveries failed in the consumers (redelivered)")
