@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -151,12 +152,44 @@ func (c *Consumer) Run(ctx context.Context) error {
 // serve waits for the end of a started consumer, then shuts it down.
 func (c *Consumer) serve(ctx context.Context) {
 	defer close(c.done)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if c.in.cfg.Retention > 0 {
+		wg.Go(func() { c.retain(ctx) })
+	}
 	select {
 	case <-ctx.Done():
 	case <-c.stop:
 	}
+	cancel()
+	wg.Wait()
 	c.shutdown()
 }
+
+// retain purges the inbox rows older than Config.Retention every RetentionInterval, the
+// first time at once, until ctx is done.
+func (c *Consumer) retain(ctx context.Context) {
+	for {
+		start := time.Now()
+		n, err := c.in.Purge(ctx, c.in.cfg.Retention, retentionPause)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.in.log.WarnContext(ctx, "inbox: retention purge failed; trying again next interval",
+				slog.Any("error", err), slog.Int64("deleted", n))
+		case n > 0:
+			c.in.log.InfoContext(ctx, "inbox: retention purged old inbox rows", slog.Int64("deleted", n),
+				slog.Duration("older_than", c.in.cfg.Retention), slog.Duration("took", time.Since(start)))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.in.cfg.RetentionInterval):
+		}
+	}
+}
+
+// retentionPause is the pause between two retention DELETEs.
+const retentionPause = 100 * time.Millisecond
 
 func (c *Consumer) start() error {
 	c.mu.Lock()

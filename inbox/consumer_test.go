@@ -16,6 +16,7 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -705,4 +706,55 @@ func TestConsumerRunOnAMissingTopic(t *testing.T) {
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close(), "Close twice")
 	assert.ErrorIs(t, c.Run(context.Background()), outbox.ErrClosed, "Run after Close")
+}
+
+// A consumer of an inbox with Retention purges the rows older than it, and only those, while
+// it runs; without Retention nothing is purged.
+func TestConsumerRetention(t *testing.T) {
+	t.Parallel()
+	db := testsvc.OpenDB(t)
+	ctx := context.Background()
+	table := testsvc.UniqueTable("t_inbox")
+	in, err := inbox.New(db, inbox.Config{Group: testsvc.UniqueTable("cg_ret"), Table: table,
+		Retention: time.Hour, RetentionInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, in.CreateSchema(ctx))
+	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS `" + table + "`, `" + table + "_rejected`") })
+	noop := func(context.Context, *sql.Tx, *inbox.Message) error { return nil }
+	var old, fresh []string
+	for i := range 6 {
+		id := uuid.Must(uuid.NewV7()).String()
+		o, err := in.Handle(ctx, &inbox.Message{EventID: id, Deliveries: 1}, noop)
+		require.NoError(t, err)
+		require.Equal(t, inbox.Handled, o)
+		if i%2 == 0 {
+			old = append(old, id)
+		} else {
+			fresh = append(fresh, id)
+		}
+	}
+	for _, id := range old {
+		_, err := db.Exec("UPDATE `"+table+"` SET consumed_at = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 2 HOUR) WHERE event_id = ?", id)
+		require.NoError(t, err)
+	}
+	count := func() int {
+		var n int
+		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM `"+table+"`").Scan(&n))
+		return n
+	}
+	require.Equal(t, 6, count())
+
+	c, err := inbox.NewConsumer(in, noop, inbox.ConsumerConfig{NameServers: []string{testsvc.RocketMQNameServer(t)},
+		Topic: testsvc.NewTopic(t, "INBOX_RET")})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	require.Eventually(t, func() bool { return count() == len(fresh) }, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.Close())
+	for _, id := range fresh {
+		o, err := in.Handle(ctx, &inbox.Message{EventID: id, Deliveries: 1}, noop)
+		require.NoError(t, err)
+		assert.Equal(t, inbox.Duplicate, o, "a row younger than Retention is kept")
+	}
+	_, err = inbox.New(db, inbox.Config{Group: "g", Retention: -time.Hour})
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 }

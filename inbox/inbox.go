@@ -140,6 +140,16 @@ type Config struct {
 	// TracerProvider, if set, makes every delivery a consumer span that continues the trace
 	// the message carries (traceparent, tracestate). Nil makes no spans.
 	TracerProvider trace.TracerProvider
+
+	// Retention, when positive, makes every Consumer of the inbox delete, every
+	// RetentionInterval, the inbox rows recorded more than Retention ago ([Inbox.Purge]:
+	// in batches, one purge of the table at a time across instances). It must be longer
+	// than a duplicate can come late (see Purge); days are a safe choice. Zero (the
+	// default) keeps every row.
+	Retention time.Duration
+
+	// RetentionInterval is the pause between two retention runs. Defaults to 10 minutes.
+	RetentionInterval time.Duration
 }
 
 var (
@@ -181,6 +191,11 @@ func New(db *sql.DB, cfg Config) (*Inbox, error) {
 	cfg.MaxDeliveries = cmp.Or(cfg.MaxDeliveries, maxDeliveriesDefault)
 	if cfg.MaxDeliveries < 0 {
 		return nil, fmt.Errorf("%w: MaxDeliveries must be positive, got %d", outbox.ErrInvalidConfig, cfg.MaxDeliveries)
+	}
+	cfg.RetentionInterval = cmp.Or(cfg.RetentionInterval, 10*time.Minute)
+	if cfg.Retention < 0 || cfg.RetentionInterval < 0 {
+		return nil, fmt.Errorf("%w: Retention and RetentionInterval must not be negative, got %s and %s",
+			outbox.ErrInvalidConfig, cfg.Retention, cfg.RetentionInterval)
 	}
 	in := &Inbox{db: db, cfg: cfg, table: cfg.Table, rejected: cfg.Table + "_rejected"}
 	in.log = cfg.Logger
