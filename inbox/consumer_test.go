@@ -758,3 +758,27 @@ func TestConsumerRetention(t *testing.T) {
 	_, err = inbox.New(db, inbox.Config{Group: "g", Retention: -time.Hour})
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 }
+
+// The broker restarts while the consumer consumes and the publisher publishes: every
+// committed event's effect happens once. Not parallel: it stops broker-a, under this
+// package's other tests otherwise (the CI runs packages one at a time, -p 1).
+func TestConsumerBrokerRestart(t *testing.T) {
+	r := newConsRig(t, consRigOptions{})
+	r.publish(t)
+	r.consume(t, r.effectHandler("c1", nil), inbox.ConsumerConfig{})
+	const before, during = 50, 50
+	r.insert(t, "ORD-B", before)
+	r.waitEffects(t, before, 60*time.Second)
+	testsvc.StopBroker(t)
+	for i := range 10 { // committed while the broker is down, a few at a time
+		r.insert(t, fmt.Sprintf("ORD-D%d", i), during/10)
+		time.Sleep(300 * time.Millisecond)
+	}
+	testsvc.StartBroker(t)
+	r.waitEffects(t, before+during, 3*time.Minute)
+	r.checkLedger(t)
+	o := r.outcomes(t)
+	t.Logf("outcomes %v", o)
+	assert.Equal(t, int64(before+during), o["handled"])
+	assert.Zero(t, o["rejected"])
+}
