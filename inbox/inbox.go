@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -116,7 +118,10 @@ type Config struct {
 
 	// MaxDeliveries is how many deliveries of a message may fail (the handler or the
 	// database returning an error that is not Permanent) before the message is rejected
-	// rather than delivered again: a poison message stops costing a redelivery. Defaults
+	// rather than delivered again: a poison message stops costing a redelivery. A failure
+	// that is the infrastructure's (the database unreachable or its connection lost, a
+	// deadlock, a lock wait timeout, an error the handler marked [outbox.Unavailable]) is
+	// delivered again whatever the count: a fault alone never rejects a message. Defaults
 	// to 5. [outbox.RetryForever] never rejects a message for its failures.
 	MaxDeliveries int
 
@@ -349,7 +354,7 @@ func callHandler(ctx context.Context, h Handler, tx *sql.Tx, msg *Message) (err 
 // failed answers a delivery that failed: to be delivered again, unless it was the last one
 // allowed, when it is rejected instead.
 func (in *Inbox) failed(ctx context.Context, msg *Message, cause error) (Outcome, error) {
-	if in.cfg.MaxDeliveries != outbox.RetryForever && msg.Deliveries >= in.cfg.MaxDeliveries && ctx.Err() == nil {
+	if in.cfg.MaxDeliveries != outbox.RetryForever && msg.Deliveries >= in.cfg.MaxDeliveries && ctx.Err() == nil && !isFault(cause) {
 		o, err := in.reject(ctx, msg, reasonDeliveries,
 			fmt.Sprintf("delivery %d of %d failed: %v", msg.Deliveries, in.cfg.MaxDeliveries, cause))
 		if err != nil {
@@ -425,6 +430,27 @@ func schemaError(table string, err error) error {
 			"Inbox.CreateSchema names what is missing, inbox/schema.sql defines it: %w", outbox.ErrInvalidConfig, table, err)
 	}
 	return err
+}
+
+// isFault reports a failure that is the infrastructure's, not the message's: the database
+// unreachable or its connection lost, a deadlock or a lock wait timeout, a context that
+// ended, or an error the handler marked [outbox.Unavailable]. Such a failure never counts
+// towards MaxDeliveries: a fault alone never rejects a message.
+func isFault(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1205, 1213, // lock wait timeout, deadlock
+			1040, 1053, 1152, 1158, 1159, 1160, 1161, 1927, // too many connections, shutdown, connection aborted or killed
+			1290, 1836: // read-only (a failover in progress)
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || errors.As(err, &ne) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
+		outbox.IsUnavailable(err)
 }
 
 func isDuplicate(err error) bool {

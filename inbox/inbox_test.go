@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -486,6 +488,34 @@ func TestHandleMaxDeliveries(t *testing.T) {
 			assert.Equal(t, 0, f.recorded(t, f.in.Group(), msg.EventID))
 		})
 	}
+}
+
+// A failure that is the infrastructure's never counts towards MaxDeliveries: a deadlock, a
+// lost connection or an error the handler marks Unavailable, at the last allowed delivery,
+// is Failed (delivered again), never Rejected; the message's own failure there is.
+func TestHandleFaultsNeverReject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, inbox.Config{MaxDeliveries: 2})
+	for _, fault := range []error{
+		outbox.Unavailable(errors.New("the points service's downstream is down")),
+		fmt.Errorf("award points: %w", &mysql.MySQLError{Number: 1213, Message: "Deadlock found"}),
+		fmt.Errorf("award points: %w", &mysql.MySQLError{Number: 1205, Message: "Lock wait timeout exceeded"}),
+		fmt.Errorf("award points: %w", mysql.ErrInvalidConn),
+		fmt.Errorf("award points: %w", driver.ErrBadConn),
+	} {
+		msg := newMessage()
+		msg.Deliveries = 7 // past MaxDeliveries
+		o, err := f.in.Handle(ctx, msg, f.failing(fault))
+		assert.Equal(t, inbox.Failed, o, "%v", fault)
+		assert.ErrorIs(t, err, fault)
+	}
+	assert.Empty(t, rejectedRows(t, f.in), "a fault alone rejects nothing")
+	msg := newMessage()
+	msg.Deliveries = 2
+	o, err := f.in.Handle(ctx, msg, f.failing(errors.New("the payload names no user")))
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Rejected, o, "the message's own failure is rejected at the last delivery")
 }
 
 func TestHandleRetryForeverNeverRejects(t *testing.T) {
