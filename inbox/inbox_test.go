@@ -831,18 +831,30 @@ func TestHandleLastDeliveryRejectsOnPoolOfOne(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "1205", "a lock wait timeout")
 
+	// The last allowed delivery meets the same lock wait timeout: a fault, so it is not
+	// rejected (a fault alone never rejects) but Failed, and at once: the failed insert's
+	// transaction gave the pool's one connection back first.
 	msg.Deliveries = 2
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	o, err = f.in.Handle(dctx, msg, f.effect)
+	assert.Equal(t, inbox.Failed, o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "1205")
+	require.NoError(t, dctx.Err(), "not by waiting for the context to end")
+	assert.Empty(t, rejectedRows(t, f.in), "a lock wait timeout is a fault: nothing rejected")
+
+	// Once the lock is gone, a failure of the message's own at the last delivery is
+	// rejected, on the same pool of one.
+	require.NoError(t, tx.Rollback())
+	o, err = f.in.Handle(dctx, msg, f.failing(errors.New("the payload names no user")))
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Rejected, o)
-	require.NoError(t, dctx.Err(), "not by waiting for the context to end")
 	rows := rejectedRows(t, f.in)
 	require.Len(t, rows, 1)
 	assert.Equal(t, "max_deliveries", rows[0].ReasonClass)
-	assert.Contains(t, rows[0].Reason, "1205")
-	assert.Zero(t, f.calls.Load())
+	assert.Contains(t, rows[0].Reason, "the payload names no user")
+	assert.Equal(t, int64(1), f.calls.Load(), "the handler ran only when the record went in")
 }
 
 // comCounters reads the server's Com_* counters: how many statements of each kind it ran.
