@@ -240,6 +240,10 @@ func stressBatchWorker(ctx context.Context, s *outbox.MySQLStore, owner string, 
 			continue
 		}
 		failed := map[string]bool{}
+		// A failed event's retry is written after the claim's later events of its key are
+		// released, as their "not sent": made due again first, it could be claimed by
+		// another worker while this one still holds its key's later events.
+		var retries []func() error
 		for _, ev := range res.Events {
 			if len(held) == 0 || held[len(held)-1] != ev.BizNo {
 				held = append(held, ev.BizNo)
@@ -258,15 +262,22 @@ func stressBatchWorker(ctx context.Context, s *outbox.MySQLStore, owner string, 
 				continue
 			}
 			failed[ev.BizNo] = true
-			// The key is freed by this write (when nothing of it succeeded in this claim).
-			w.free(claim, ev.BizNo)
 			if isDead {
+				// The key is freed by this write (when nothing of it succeeded in this claim).
+				w.free(claim, ev.BizNo)
 				if _, err := s.MarkFail(ctx, ev.ID, owner, ev.RetryCount+1, "poison"); err != nil {
 					return err
 				}
 				continue
 			}
-			if _, err := s.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount+1, 5*time.Millisecond, "boom"); err != nil {
+			retries = append(retries, func() error {
+				w.free(claim, ev.BizNo) // the key is freed by this write
+				_, err := s.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount+1, 5*time.Millisecond, "boom")
+				return err
+			})
+		}
+		for _, retry := range retries {
+			if err := retry(); err != nil {
 				return err
 			}
 		}
