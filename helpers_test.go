@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/testsvc"
@@ -25,60 +24,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	// Importing the package leaves the RocketMQ client's logger alone (its default writes
-	// to stderr); the tests opt in, so that the clients they start stay quiet. Tests that
-	// read the client's logs route them to a sink of their own (RocketMQConfig.Logger).
-	outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler))
-	// Goroutines that exist before any test (the RocketMQ client starts a cache janitor at
-	// package init) are the process's, not the tests'.
-	before := goleak.IgnoreCurrent()
-	code := m.Run()
-	if code == 0 {
-		if err := findLeaks(15*time.Second, append(rocketmqClientLifetimes, before)...); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak: goroutines outlived the tests:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// rocketmqClientLifetimes are goroutines of the RocketMQ client that outlive a proper
-// Shutdown, each for a reason in the client's own code (rocketmq-client-go v2, read there):
-//   - the reader of the name-server connection every producer, consumer and admin opens
-//     (internal/namesrv.go, NewNamesrv): nothing ever closes that connection. Broker
-//     connections are closed by Shutdown; a producer never shut down still shows its
-//     heartbeat and route goroutines, which are not ignored;
-//   - the push consumer's statistics goroutines, which sleep until the next minute, hour or
-//     month before they first look at their close signal (consumer/statistics.go);
-//   - the push consumer's expired-message cleaner, which sleeps ConsumeTimeout (15 min)
-//     first (consumer/push_consumer.go, Start);
-//   - long-poll pulls in flight at Shutdown, whose responses never complete.
-//
-// The library itself only produces; consumers run in the tests and the example, to see what
-// arrived.
-var rocketmqClientLifetimes = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/apache/rocketmq-client-go/v2/internal/remote.(*remotingClient).receiveResponse"),
-	goleak.IgnoreAnyFunction("github.com/apache/rocketmq-client-go/v2/consumer.(*statsItemSet).init.func4"),
-	goleak.IgnoreAnyFunction("github.com/apache/rocketmq-client-go/v2/consumer.(*statsItemSet).init.func5"),
-	goleak.IgnoreAnyFunction("github.com/apache/rocketmq-client-go/v2/consumer.(*statsItemSet).init.func6"),
-	goleak.IgnoreAnyFunction("github.com/apache/rocketmq-client-go/v2/consumer.(*pushConsumer).Start.func1.2"),
-	goleak.IgnoreAnyFunction("github.com/apache/rocketmq-client-go/v2/consumer.(*pushConsumer).pullMessage"),
-}
-
-// findLeaks reports goroutines still running after wait. The RocketMQ client's background
-// goroutines sleep up to 10 s before they first look at their shutdown signal
-// (internal/client.go, rmqClient.Start), so a producer that was shut down properly still has
-// goroutines for a while: they are waited for, not ignored, so a producer or consumer that
-// is never shut down is still reported.
-func findLeaks(wait time.Duration, opts ...goleak.Option) error {
-	deadline := time.Now().Add(wait)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	os.Exit(testsvc.RunWithLeakCheck(m))
 }
 
 // bundle is what most tests need: a fresh outbox table and direct access to it.

@@ -478,7 +478,7 @@ func TestRocketMQSenderWhoseProducerCannotStart(t *testing.T) {
 	_, err = outbox.NewRocketMQSender(cfg)
 	require.ErrorIs(t, err, rmqerrors.ErrProducerCreated)
 	assert.ErrorContains(t, err, "InstanceName")
-	require.NoError(t, findLeaks(10*time.Second, append(rocketmqClientLifetimes, before)...))
+	require.NoError(t, testsvc.FindLeaks(10*time.Second, append(testsvc.RocketMQClientLifetimes, before)...))
 
 	ev := outbox.Event{ID: 1, EventID: "start", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`)}
 	require.NoError(t, sendAlone(context.Background(), first, ev), "the sender whose client was shared still sends")

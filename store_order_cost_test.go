@@ -21,20 +21,7 @@ import (
 // connection, so that the session is the one the store's statements ran on.
 func handlerCounters(t testing.TB, db *sql.DB) map[string]int64 {
 	t.Helper()
-	rows, err := db.Query("SHOW SESSION STATUS LIKE 'Handler_read%'")
-	require.NoError(t, err)
-	defer rows.Close()
-	m := map[string]int64{}
-	for rows.Next() {
-		var (
-			name string
-			v    int64
-		)
-		require.NoError(t, rows.Scan(&name, &v))
-		m[name] = v
-	}
-	require.NoError(t, rows.Err())
-	return m
+	return testsvc.ServerStatus(t, db, "SHOW SESSION STATUS LIKE 'Handler_read%'")
 }
 
 // handlerDelta runs f and returns how far it moved each Handler_read_* counter of db's one

@@ -860,20 +860,7 @@ func TestHandleLastDeliveryRejectsOnPoolOfOne(t *testing.T) {
 // comCounters reads the server's Com_* counters: how many statements of each kind it ran.
 func comCounters(t testing.TB, db *sql.DB) map[string]int64 {
 	t.Helper()
-	rows, err := db.Query(`SHOW GLOBAL STATUS LIKE 'Com\_%'`)
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var (
-			name string
-			v    int64
-		)
-		require.NoError(t, rows.Scan(&name, &v))
-		out[name] = v
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return testsvc.ServerStatus(t, db, `SHOW GLOBAL STATUS LIKE 'Com\_%'`)
 }
 
 // statements is the statements the server ran during fn, by kind, the SHOW STATUS that

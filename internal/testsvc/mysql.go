@@ -221,3 +221,29 @@ func EventIDs(t testing.TB, db *sql.DB, table string) map[int64]string {
 	}
 	return ids
 }
+
+// ServerStatus runs a SHOW STATUS statement (query, e.g. "SHOW GLOBAL STATUS LIKE 'Com\\_%'")
+// and returns its counters by name.
+func ServerStatus(t testing.TB, db *sql.DB, query string) map[string]int64 {
+	t.Helper()
+	rows, err := db.Query(query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			name string
+			v    int64
+		)
+		if err := rows.Scan(&name, &v); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		out[name] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return out
+}
