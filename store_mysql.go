@@ -57,6 +57,13 @@ type MySQLConfig struct {
 	// payload column holds). Defaults to 4 MiB, RocketMQ's default message size limit.
 	MaxPayloadBytes int
 
+	// RelayTable names the checkpoint table of a binlog relay (module
+	// github.com/go-outbox/outbox/relay, docs/relay.md) that publishes this table: while a
+	// relay leads, the store's publishers claim nothing and stand by, and they take the
+	// table over when the relay's heartbeat is older than its FallbackAfter. Set it on every
+	// publisher of a relayed table (the relay's default is "t_outbox_relay"). Empty: no relay.
+	RelayTable string
+
 	// The settings below are for servers and proxies that need them; most services leave
 	// them unset (see docs/configuration.md).
 
@@ -140,6 +147,8 @@ type MySQLStore struct {
 
 	subsMu sync.Mutex
 	subs   map[chan struct{}]struct{}
+
+	relay *relayGate // nil without MySQLConfig.RelayTable
 }
 
 // mysqlQueries holds every statement with the configured table name in place.
@@ -169,11 +178,18 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 	if cfg.Ordering < Unordered || cfg.Ordering > KeyOrderSkipDeadLetters {
 		return nil, fmt.Errorf("%w: unknown Ordering %d", ErrInvalidConfig, cfg.Ordering)
 	}
+	if cfg.RelayTable != "" && (!tableNameRE.MatchString(cfg.RelayTable) || cfg.RelayTable == table) {
+		return nil, fmt.Errorf("%w: RelayTable %q must be letters, digits and underscores, at most 64, and not the outbox table",
+			ErrInvalidConfig, cfg.RelayTable)
+	}
 	s := &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
 		pooledClaims: cfg.PooledClaims, claimTurnWait: claimTurnWait, q: newMySQLQueries(table), oq: newOrderQueries(table), born: time.Now(),
 		ordering: cfg.Ordering, scanFromStart: cfg.ScanFromStart}
 	if s.ordering != Unordered {
 		s.q.schema = orderedSchema(s.q.schema)
+	}
+	if cfg.RelayTable != "" {
+		s.relay = newRelayGate(table, cfg.RelayTable)
 	}
 	s.backlog.Store(true) // a publisher starting may find one
 	return s, nil
@@ -212,6 +228,9 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 // the table has the index and the status value ordered claims need (the error wraps
 // [ErrInvalidConfig] and names the ALTER TABLE to run).
 func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
+	if err := s.checkRelay(ctx); err != nil {
+		return s.ordering, err
+	}
 	if s.ordering == Unordered {
 		return Unordered, nil
 	}

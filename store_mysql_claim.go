@@ -13,6 +13,9 @@ import (
 // later events are worth trying only once its earlier ones are claimed, sent and
 // recorded, which [MySQLStore.Claim] checks again, atomically.
 func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error) {
+	if leads, err := s.relayLeads(ctx, s.db, ""); leads || err != nil {
+		return nil, err
+	}
 	if s.ordering != Unordered {
 		return s.orderedCandidates(ctx, limit)
 	}
@@ -113,6 +116,24 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 			s.floor.reset()
 		}
 	}()
+	// While a binlog relay publishes the table, the claim only records the successes.
+	leads, err := s.relayLeads(ctx, c.q, req.Owner)
+	if err != nil {
+		return res, c.fail(err)
+	}
+	if leads {
+		if len(req.Succeeded) > 0 {
+			if res.Succeeded, err = s.claimAndAck(ctx, c.q, nil, nil, req.Owner, req.Succeeded); err != nil {
+				return ClaimResult{}, c.fail(err)
+			}
+		}
+		if err := c.commit(); err != nil {
+			return ClaimResult{}, c.fail(s.wrap("claim due events: commit", err))
+		}
+		committed = true
+		s.backlog.Store(false)
+		return res, nil
+	}
 	// In key order the successes are recorded first, so that the SELECT sees them done and
 	// takes their keys' next events in this same claim.
 	ordered := s.ordering != Unordered

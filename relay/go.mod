@@ -7,6 +7,7 @@ replace github.com/go-outbox/outbox => ../
 require (
 	github.com/go-mysql-org/go-mysql v1.16.0
 	github.com/go-outbox/outbox v0.0.0
+	github.com/go-sql-driver/mysql v1.10.1
 )
 
 require (
@@ -15,7 +16,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/emirpasic/gods v1.12.0 // indirect
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/goccy/go-json v0.10.6 // indirect
 	github.com/golang/mock v1.3.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect

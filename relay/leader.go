@@ -1,0 +1,136 @@
+package relay
+
+import (
+	"context"
+	"crypto/sha1"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// errNotLeader ends a term: another relay holds the lock, or took the table over (a higher
+// epoch), or the pollers did.
+var errNotLeader = errors.New("relay: not the leader")
+
+// lockName is the GET_LOCK name of the table's leadership: one per database and table
+// (MySQL limits lock names to 64 characters, so a long pair is hashed).
+func (r *Relay) lockName() string {
+	name := "outbox-relay:" + r.conn.DBName + "." + r.cfg.Table
+	if len(name) <= 64 {
+		return name
+	}
+	sum := sha1.Sum([]byte(r.conn.DBName + "." + r.cfg.Table))
+	return "outbox-relay:" + hex.EncodeToString(sum[:])
+}
+
+// lead tries once to become the table's leader. As leader it runs terms until it loses the
+// leadership or ctx ends, and hands the table back to the pollers when ctx ends.
+func (r *Relay) lead(ctx context.Context, info serverInfo) error {
+	lock, err := r.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	// The lock belongs to the connection's session: the connection is closed, never
+	// returned to the pool, so that the lock ends with it.
+	defer func() {
+		_ = lock.Raw(func(any) error { return driver.ErrBadConn })
+		_ = lock.Close()
+	}()
+	var got sql.NullInt64
+	if err := lock.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", r.lockName()).Scan(&got); err != nil {
+		return fmt.Errorf("relay: GET_LOCK: %w", err)
+	}
+	if got.Int64 != 1 {
+		return errNotLeader
+	}
+	epoch, resume, err := r.takeOver(ctx)
+	if err != nil {
+		return err
+	}
+	r.counters.terms.Add(1)
+	r.setLeader(epoch, true)
+	defer r.setLeader(epoch, false)
+	r.cfg.Logger.InfoContext(ctx, "relay: leading", slog.String("table", r.cfg.Table), slog.Int64("epoch", epoch),
+		slog.String("resume_from", resume))
+	for {
+		t := newTerm(r, info, epoch, lock)
+		err := t.run(ctx, resume)
+		switch {
+		case ctx.Err() != nil:
+			r.handBack(epoch)
+			return nil
+		case errors.Is(err, errPositionLost):
+			// Still the leader: read from the current position, after sweeping the table.
+			r.counters.handovers.Add(1)
+			r.cfg.Logger.WarnContext(ctx, "relay: the binlog cannot be followed here; sweeping the table and reading on from the current position",
+				slog.Any("reason", err))
+			resume = ""
+			continue
+		}
+		return err
+	}
+}
+
+// takeOver makes this relay the table's publisher: a new epoch, and the position to resume
+// from ("" when the last publisher was not a relay, or left none).
+func (r *Relay) takeOver(ctx context.Context) (epoch int64, resume string, err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	defer tx.Rollback()
+	var mode, gtid string
+	fallback := r.cfg.FallbackAfter.Milliseconds()
+	// FOR UPDATE waits for the pollers' claims in flight (each reads the row LOCK IN SHARE
+	// MODE): once this commits, no poller claims.
+	err = tx.QueryRowContext(ctx, r.q.lockRow, r.cfg.Table).Scan(&epoch, &mode, &gtid)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, r.q.insertRow, r.cfg.Table, r.cfg.InstanceID, fallback); err != nil {
+			return 0, "", fmt.Errorf("relay: take the table over: %w", err)
+		}
+		epoch = 1
+	case err != nil:
+		return 0, "", fmt.Errorf("relay: take the table over: %w", err)
+	default:
+		if mode == "relay" {
+			resume = gtid
+		}
+		if _, err := tx.ExecContext(ctx, r.q.takeRow, r.cfg.InstanceID, resume, fallback, r.cfg.Table); err != nil {
+			return 0, "", fmt.Errorf("relay: take the table over: %w", err)
+		}
+		epoch++
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, "", fmt.Errorf("relay: take the table over: %w", err)
+	}
+	return epoch, resume, nil
+}
+
+// handBack gives the table to the polling publishers, as the leader stops.
+func (r *Relay) handBack(epoch int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := r.db.ExecContext(ctx, r.q.giveBack, r.cfg.Table, epoch); err != nil {
+		r.cfg.Logger.WarnContext(ctx, "relay: could not hand the table to the pollers; they take it over once the heartbeat is old",
+			slog.Any("error", err), slog.Duration("fallback_after", r.cfg.FallbackAfter))
+	}
+}
+
+// stillLeader checks the lock's connection: the session that took the lock must still hold
+// it (a KILLed connection, or a restarted server, has lost it).
+func (r *Relay) stillLeader(ctx context.Context, lock *sql.Conn) error {
+	var mine sql.NullInt64
+	err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", r.lockName()).Scan(&mine)
+	if err != nil {
+		return fmt.Errorf("%w: the lock's connection: %v", errNotLeader, err)
+	}
+	if mine.Int64 != 1 {
+		return fmt.Errorf("%w: the lock is no longer held", errNotLeader)
+	}
+	return nil
+}

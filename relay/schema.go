@@ -1,0 +1,132 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/go-outbox/outbox"
+)
+
+// checkpointDDL creates the checkpoint table; %s is its name.
+//
+// One row per relayed outbox table. epoch is the fencing token: every takeover (a relay's,
+// or the polling publishers' when a relay's heartbeat is FallbackAfter old) adds one, and
+// every write of a leader is conditional on the epoch it took, so a deposed leader's writes
+// change nothing. mode says who publishes: 'relay' (the leader, while heartbeat_at is
+// fresh) or 'polling'. gtid is the binlog position up to which everything is sent and
+// marked (” when there is none to resume from). Times are the database's, in UTC.
+const checkpointDDL = `CREATE TABLE IF NOT EXISTS %s (
+    outbox_table      VARCHAR(64)   CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    epoch             BIGINT        NOT NULL,
+    mode              ENUM('relay', 'polling') NOT NULL,
+    leader            VARCHAR(64)   NOT NULL,
+    gtid              VARCHAR(4096) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
+    fallback_after_ms BIGINT        NOT NULL,
+    heartbeat_at      DATETIME(3)   NOT NULL,
+    updated_at        DATETIME(3)   NOT NULL,
+    PRIMARY KEY (outbox_table)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4`
+
+// CreateSchema creates the checkpoint table named by cfg.CheckpointTable (default
+// t_outbox_relay) if it does not exist. The outbox table is the store's
+// ([outbox.MySQLStore.CreateSchema]).
+func CreateSchema(ctx context.Context, db *sql.DB, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(checkpointDDL, cfg.CheckpointTable)); err != nil {
+		return fmt.Errorf("relay: create %s: %w", cfg.CheckpointTable, err)
+	}
+	return nil
+}
+
+// checkTables checks that both tables exist and have the columns the relay reads.
+func (r *Relay) checkTables(ctx context.Context) error {
+	for _, t := range []struct {
+		name, fix string
+		cols      []string
+	}{
+		{r.cfg.Table, "create it with outbox.MySQLStore.CreateSchema or schema.sql",
+			[]string{"id", "event_id", "biz_no", "event_type", "payload", "status", "retry_count", "next_retry_time", "create_time", "trace_parent", "trace_state"}},
+		{r.cfg.CheckpointTable, "create it with relay.CreateSchema",
+			[]string{"outbox_table", "epoch", "mode", "leader", "gtid", "fallback_after_ms", "heartbeat_at"}},
+	} {
+		rows, err := r.db.QueryContext(ctx, "SELECT * FROM "+t.name+" LIMIT 0")
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1146 {
+			return fmt.Errorf("%w: relay: table %s.%s does not exist: %s", outbox.ErrInvalidConfig, r.conn.DBName, t.name, t.fix)
+		}
+		if err != nil {
+			return fmt.Errorf("relay: read %s: %w", t.name, err)
+		}
+		cols, err := rows.Columns()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("relay: read %s: %w", t.name, err)
+		}
+		have := map[string]bool{}
+		for _, c := range cols {
+			have[strings.ToLower(c)] = true
+		}
+		for _, c := range t.cols {
+			if !have[c] {
+				return fmt.Errorf("%w: relay: table %s has no column %s: %s", outbox.ErrInvalidConfig, t.name, c, t.fix)
+			}
+		}
+	}
+	return nil
+}
+
+// queries are the relay's statements for its tables.
+type queries struct {
+	// takeover
+	lockRow, insertRow, takeRow string
+	// the leader's fenced writes
+	checkpoint, markSuccess, retry, fail, giveBack string
+	// reads
+	eventCols, waitingIDs, eventsByID, keyWaiting, failedKeys, statusByID string
+}
+
+func newQueries(table, cp string) queries {
+	// The event's columns, then how long until it is due by the database clock (µs).
+	cols := "id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time, trace_parent, trace_state, " +
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), next_retry_time)"
+	// fence joins the checkpoint row of the table at the leader's epoch: a statement with it
+	// changes nothing once another relay or the pollers took the table over.
+	fence := " JOIN " + cp + " f ON f.outbox_table = ? AND f.epoch = ? AND f.mode = 'relay'"
+	return queries{
+		lockRow: "SELECT epoch, mode, gtid FROM " + cp + " WHERE outbox_table = ? FOR UPDATE",
+		insertRow: "INSERT INTO " + cp + " (outbox_table, epoch, mode, leader, gtid, fallback_after_ms, heartbeat_at, updated_at) " +
+			"VALUES (?, 1, 'relay', ?, '', ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+		takeRow: "UPDATE " + cp + " SET epoch = epoch + 1, mode = 'relay', leader = ?, gtid = ?, fallback_after_ms = ?, " +
+			"heartbeat_at = UTC_TIMESTAMP(3), updated_at = UTC_TIMESTAMP(3) WHERE outbox_table = ?",
+		checkpoint: "UPDATE " + cp + " SET gtid = ?, heartbeat_at = UTC_TIMESTAMP(3), updated_at = UTC_TIMESTAMP(3) " +
+			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
+		giveBack: "UPDATE " + cp + " SET mode = 'polling', epoch = epoch + 1, updated_at = UTC_TIMESTAMP(3) " +
+			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
+		markSuccess: "UPDATE " + table + " t" + fence + " SET t.status = 'SUCCESS', t.claim_owner = ?, " +
+			"t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id IN (%s)",
+		retry: "UPDATE " + table + " t" + fence + " SET t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
+			"t.next_retry_time = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, t.update_time = UTC_TIMESTAMP(3) " +
+			"WHERE t.status = 'WAIT' AND t.id = ?",
+		fail: "UPDATE " + table + " t" + fence + " SET t.status = 'FAIL', t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
+			"t.claim_owner = ?, t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id = ?",
+		eventCols:  cols,
+		waitingIDs: "SELECT id FROM " + table + " WHERE status = 'WAIT'",
+		eventsByID: "SELECT " + cols + " FROM " + table + " WHERE status = 'WAIT' AND id IN (%s) ORDER BY id",
+		keyWaiting: "SELECT " + cols + " FROM " + table + " WHERE status = 'WAIT' AND biz_no = ? ORDER BY id",
+		failedKeys: "SELECT DISTINCT biz_no FROM " + table + " WHERE status = 'FAIL'",
+		statusByID: "SELECT id FROM " + table + " WHERE status = 'WAIT' AND id IN (%s)",
+	}
+}
+
+// placeholders returns "?, ?, ..." for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}

@@ -1,0 +1,541 @@
+package relay
+
+import (
+	"container/heap"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/go-outbox/outbox"
+)
+
+// send takes the reader's items in commit order and delivers them, until the term ends.
+func (t *term) send() error {
+	for {
+		var wait <-chan time.Time
+		var timer *time.Timer
+		if next, ok := t.timers.next(); ok {
+			timer = time.NewTimer(time.Until(next))
+			wait = timer.C
+		}
+		fired := false
+		select {
+		case <-t.ctx.Done():
+		case <-wait:
+			fired = true
+		case <-t.q.wake:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if t.ctx.Err() != nil {
+			return nil
+		}
+		if fired {
+			if err := t.fire(); err != nil {
+				return err
+			}
+			continue
+		}
+		for t.q.len() > 0 {
+			if err := t.deliverItems(t.q.take(t.r.cfg.BatchSize)); err != nil {
+				return err
+			}
+			if t.ctx.Err() != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// deliverItems delivers consecutive items: their inserted events in one batch, then what
+// else they carry, and advances the processed position past the last.
+func (t *term) deliverItems(items []item) error {
+	var (
+		fresh, known []outbox.Event // after the catch-up position, and up to it
+	)
+	for _, it := range items {
+		for _, owner := range it.claimed {
+			t.log().ErrorContext(t.ctx, "relay: a polling publisher claims rows of a relayed table: set its MySQLConfig.RelayTable so it stands by while the relay leads; events may be sent twice meanwhile",
+				slog.String("claim_owner", owner))
+		}
+		if t.caughtUp(it.pos) {
+			fresh = append(fresh, it.events...)
+		} else {
+			known = append(known, it.events...)
+		}
+	}
+	if len(known) > 0 {
+		if err := t.deliver(known, true); err != nil {
+			return err
+		}
+	}
+	if len(fresh) > 0 {
+		if err := t.deliver(fresh, false); err != nil {
+			return err
+		}
+	}
+	for _, it := range items {
+		for _, k := range it.unblock {
+			if t.r.cfg.Ordering == outbox.KeyOrder && t.blocked[k] {
+				delete(t.blocked, k)
+				if err := t.resumeKey(k); err != nil {
+					return err
+				}
+			}
+		}
+		if len(it.reread) > 0 {
+			if err := t.reread(it.reread); err != nil {
+				return err
+			}
+		}
+		if it.hazard != "" {
+			return fmt.Errorf("%w: a statement changed the outbox table in a way its rows do not show: %.200s", errPositionLost, it.hazard)
+		}
+	}
+	last := items[len(items)-1].pos
+	t.processed.Store(&last)
+	return nil
+}
+
+// caughtUp reports whether a transaction ending at pos committed after the term's sweep.
+func (t *term) caughtUp(pos string) bool {
+	if t.catchUp == nil {
+		return true
+	}
+	set, err := gomysql.ParseGTIDSet(t.info.flavor, pos)
+	if err != nil {
+		return false
+	}
+	if t.catchUp.Contain(set) {
+		return false
+	}
+	t.catchUp = nil // every later transaction is later still
+	return true
+}
+
+// deliver sends evs in order (checking first that they still wait, when check), marks the
+// sent ones SUCCESS and records the failures. It returns once every event is sent, written
+// as a retry or a dead letter, or held back for its key; only the term's end or a database
+// failure stops it sooner.
+func (t *term) deliver(evs []outbox.Event, check bool) error {
+	evs = t.unblocked(evs)
+	if check && len(evs) > 0 {
+		var err error
+		if evs, err = t.stillWaiting(evs); err != nil {
+			return err
+		}
+	}
+	for start := 0; start < len(evs); start += t.r.cfg.BatchSize {
+		if err := t.sendBatch(evs[start:min(start+t.r.cfg.BatchSize, len(evs))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unblocked drops the events of held-back keys (in key order): they stay WAIT, and the
+// key's release reads them from the table.
+func (t *term) unblocked(evs []outbox.Event) []outbox.Event {
+	if !t.keyOrder() || len(t.blocked) == 0 {
+		return evs
+	}
+	return slices.DeleteFunc(slices.Clone(evs), func(ev outbox.Event) bool { return t.blocked[ev.BizNo] })
+}
+
+func (t *term) sendBatch(pending []outbox.Event) error {
+	r := t.r
+	info := r.sender.Info()
+	timeout := r.cfg.SendTimeout
+	if info.SendTimeout > 0 {
+		timeout = info.SendTimeout
+	}
+	for len(pending) > 0 {
+		if err := t.ctx.Err(); err != nil {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(t.ctx, timeout)
+		errs := r.sender.Send(ctx, pending, t.keyOrder())
+		cancel()
+		if len(errs) != len(pending) {
+			return fmt.Errorf("relay: the sender returned %d results for %d events", len(errs), len(pending))
+		}
+		var sent []int64
+		var next []outbox.Event
+		unavailable := false
+		for i, ev := range pending {
+			err := errs[i]
+			switch {
+			case err == nil:
+				sent = append(sent, ev.ID)
+			case errors.Is(err, outbox.ErrNotSent):
+				next = append(next, ev)
+			case outbox.IsUnavailable(err) && len(sent) == 0:
+				unavailable = true
+				next = append(next, ev)
+			default:
+				if err := t.failed(ev, err); err != nil {
+					return err
+				}
+			}
+		}
+		if err := t.markSent(sent); err != nil {
+			return err
+		}
+		// A key whose event failed goes no further in this round.
+		pending = t.unblocked(next)
+		if unavailable {
+			t.pause = min(max(2*t.pause, 100*time.Millisecond), 5*time.Second)
+			t.log().WarnContext(t.ctx, "relay: the broker is unavailable; retrying without counting attempts",
+				slog.Int("events", len(pending)), slog.Duration("pause", t.pause), slog.Any("error", firstErr(errs)))
+			select {
+			case <-t.ctx.Done():
+				return nil
+			case <-time.After(t.pause):
+			}
+		} else {
+			t.pause = 0
+		}
+	}
+	return nil
+}
+
+func firstErr(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// markSent marks the sent events SUCCESS in one fenced statement.
+func (t *term) markSent(ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	r := t.r
+	args := make([]any, 0, len(ids)+3)
+	args = append(args, r.cfg.Table, t.epoch, r.cfg.InstanceID)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	n, err := t.exec("mark sent", fmt.Sprintf(r.q.markSuccess, placeholders(len(ids))), args...)
+	if err != nil {
+		return err
+	}
+	r.counters.sent.Add(int64(len(ids)))
+	if n < int64(len(ids)) {
+		if err := t.checkEpoch(); err != nil {
+			return err
+		}
+		// Someone else recorded them first: a poller, or an earlier leader.
+		r.counters.resent.Add(int64(len(ids)) - n)
+	}
+	return nil
+}
+
+// failed records a failed send: a retry after the backoff, or a dead letter once the
+// attempts are spent or the error is permanent. In key order the key is held back.
+func (t *term) failed(ev outbox.Event, cause error) error {
+	r := t.r
+	attempt := ev.RetryCount + 1
+	reason := cause.Error()
+	if attempt >= r.cfg.MaxAttempts || outbox.IsPermanent(cause) {
+		n, err := t.exec("dead letter", r.q.fail, r.cfg.Table, t.epoch, attempt, reason, r.cfg.InstanceID, ev.ID)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return t.checkEpoch()
+		}
+		r.counters.deadLettered.Add(1)
+		t.log().ErrorContext(t.ctx, "relay: event dead-lettered", slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID),
+			slog.String("biz_no", ev.BizNo), slog.Int("retry_count", attempt), slog.Bool("permanent", outbox.IsPermanent(cause)),
+			slog.Any("error", cause))
+		if r.cfg.Ordering == outbox.KeyOrder {
+			t.blocked[ev.BizNo] = true
+		}
+		if r.cfg.OnDeadLetter != nil {
+			ev.Status, ev.RetryCount, ev.LastError = outbox.StatusFail, attempt, reason
+			r.cfg.OnDeadLetter(t.ctx, ev, cause)
+		}
+		return nil
+	}
+	delay := r.cfg.Backoff(attempt)
+	n, err := t.exec("retry", r.q.retry, r.cfg.Table, t.epoch, attempt, reason, delay.Microseconds(), ev.ID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return t.checkEpoch()
+	}
+	r.counters.retried.Add(1)
+	t.log().WarnContext(t.ctx, "relay: send failed, will retry", slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID),
+		slog.String("biz_no", ev.BizNo), slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
+	t.later(ev, delay)
+	return nil
+}
+
+// later schedules a look at ev after d (by the database clock's delay): in key order its
+// whole key is held back until then.
+func (t *term) later(ev outbox.Event, d time.Duration) {
+	at := time.Now().Add(d)
+	if t.keyOrder() {
+		t.blocked[ev.BizNo] = true
+		heap.Push(&t.timers, timer{at: at, key: ev.BizNo, keyed: true})
+		return
+	}
+	heap.Push(&t.timers, timer{at: at, id: ev.ID})
+}
+
+// fire handles the timers that are due.
+func (t *term) fire() error {
+	var ids []int64
+	for {
+		next, ok := t.timers.next()
+		if !ok || next.After(time.Now()) {
+			break
+		}
+		tm := heap.Pop(&t.timers).(timer)
+		if tm.keyed {
+			delete(t.blocked, tm.key)
+			if err := t.resumeKey(tm.key); err != nil {
+				return err
+			}
+			continue
+		}
+		ids = append(ids, tm.id)
+	}
+	if len(ids) > 0 {
+		return t.reread(ids)
+	}
+	return nil
+}
+
+// reread reads rows that became WAIT and delivers those due; the others are looked at again
+// when they are due.
+func (t *term) reread(ids []int64) error {
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	for start := 0; start < len(ids); start += t.r.cfg.BatchSize {
+		chunk := ids[start:min(start+t.r.cfg.BatchSize, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		evs, err := t.readEvents(fmt.Sprintf(t.r.q.eventsByID, placeholders(len(chunk))), args...)
+		if err != nil {
+			return err
+		}
+		if t.keyOrder() {
+			// A key's event that became WAIT may have later events parked: the key's
+			// waiting events are read and sent in order.
+			keys := map[string]bool{}
+			for _, ev := range evs {
+				if !t.blocked[ev.ev.BizNo] && !keys[ev.ev.BizNo] {
+					keys[ev.ev.BizNo] = true
+					if err := t.resumeKey(ev.ev.BizNo); err != nil {
+						return err
+					}
+				}
+			}
+			continue
+		}
+		if err := t.deliver(t.due(evs), false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resumeKey reads a key's waiting events in id order and delivers the due ones, up to the
+// first that is not due (which holds the key back until it is).
+func (t *term) resumeKey(key string) error {
+	evs, err := t.readEvents(t.r.q.keyWaiting, key)
+	if err != nil {
+		return err
+	}
+	due := t.due(evs)
+	t.r.counters.swept.Add(int64(len(due)))
+	return t.deliver(due, false)
+}
+
+// due returns the due events of evs, in order, and schedules the others; in key order a
+// key's events after its first event not due are held back with it.
+func (t *term) due(evs []timedEvent) []outbox.Event {
+	out := make([]outbox.Event, 0, len(evs))
+	for _, te := range evs {
+		if t.keyOrder() && t.blocked[te.ev.BizNo] {
+			continue
+		}
+		if te.in > 0 {
+			t.later(te.ev, te.in)
+			continue
+		}
+		out = append(out, te.ev)
+	}
+	return out
+}
+
+// timedEvent is an event read from the table, with how long until it is due by the
+// database clock.
+type timedEvent struct {
+	ev outbox.Event
+	in time.Duration
+}
+
+func (t *term) readEvents(q string, args ...any) ([]timedEvent, error) {
+	rows, err := t.r.db.QueryContext(t.ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("relay: read events: %w", err)
+	}
+	defer rows.Close()
+	var out []timedEvent
+	for rows.Next() {
+		var te timedEvent
+		ev := &te.ev
+		var in sql.NullInt64
+		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
+			&ev.NextRetryTime, &ev.CreateTime, &ev.TraceParent, &ev.TraceState, &in); err != nil {
+			return nil, fmt.Errorf("relay: read events: %w", err)
+		}
+		ev.Status = outbox.StatusWait
+		te.in = time.Duration(in.Int64) * time.Microsecond
+		out = append(out, te)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("relay: read events: %w", err)
+	}
+	return out, nil
+}
+
+// stillWaiting returns the events of evs whose rows still wait, in order.
+func (t *term) stillWaiting(evs []outbox.Event) ([]outbox.Event, error) {
+	waiting := map[int64]bool{}
+	for start := 0; start < len(evs); start += 1000 {
+		chunk := evs[start:min(start+1000, len(evs))]
+		args := make([]any, len(chunk))
+		for i, ev := range chunk {
+			args[i] = ev.ID
+		}
+		rows, err := t.r.db.QueryContext(t.ctx, fmt.Sprintf(t.r.q.statusByID, placeholders(len(chunk))), args...)
+		if err != nil {
+			return nil, fmt.Errorf("relay: read statuses: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			waiting[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return slices.DeleteFunc(evs, func(ev outbox.Event) bool { return !waiting[ev.ID] }), nil
+}
+
+// sweep delivers every event waiting in the table, in id order: what committed before the
+// term's binlog position, and what an earlier leader left.
+func (t *term) sweep() error {
+	rows, err := t.r.db.QueryContext(t.ctx, t.r.q.waitingIDs)
+	if err != nil {
+		return fmt.Errorf("relay: sweep: %w", err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("relay: sweep: %w", err)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for start := 0; start < len(ids); start += t.r.cfg.BatchSize {
+		chunk := ids[start:min(start+t.r.cfg.BatchSize, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		evs, err := t.readEvents(fmt.Sprintf(t.r.q.eventsByID, placeholders(len(chunk))), args...)
+		if err != nil {
+			return err
+		}
+		due := t.due(evs)
+		if err := t.deliver(due, false); err != nil {
+			return err
+		}
+		t.r.counters.swept.Add(int64(len(due)))
+		if t.ctx.Err() != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// exec runs a fenced write; the database's failures end the term.
+func (t *term) exec(what, q string, args ...any) (int64, error) {
+	res, err := t.r.db.ExecContext(t.ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("relay: %s: %w", what, err)
+	}
+	return res.RowsAffected()
+}
+
+// checkEpoch returns errNotLeader if the checkpoint row's epoch moved on.
+func (t *term) checkEpoch() error {
+	var epoch int64
+	var mode string
+	err := t.r.db.QueryRowContext(t.ctx, "SELECT epoch, mode FROM "+t.r.cfg.CheckpointTable+" WHERE outbox_table = ?", t.r.cfg.Table).Scan(&epoch, &mode)
+	if err != nil {
+		return fmt.Errorf("relay: read the checkpoint row: %w", err)
+	}
+	if epoch != t.epoch || mode != "relay" {
+		return fmt.Errorf("%w: epoch %d (mode %s) replaced %d", errNotLeader, epoch, mode, t.epoch)
+	}
+	return nil
+}
+
+// timer is a look at an event (or, in key order, a key) once it is due.
+type timer struct {
+	at    time.Time
+	id    int64
+	key   string
+	keyed bool
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func (h timerHeap) next() (time.Time, bool) {
+	if len(h) == 0 {
+		return time.Time{}, false
+	}
+	return h[0].at, true
+}

@@ -1,0 +1,199 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/go-outbox/outbox"
+)
+
+// errPositionLost ends a term whose binlog cannot be followed: the position was purged
+// (error 1236), or a statement changed the outbox table in a way rows do not show (DDL,
+// TRUNCATE, a statement-format insert). The next term sweeps the table.
+var errPositionLost = errors.New("relay: binlog position lost")
+
+// A term is one stretch of leadership reading one binlog stream: it sweeps the table, then
+// reads the binlog from the resume position (or the position before the sweep), sends in
+// commit order, marks, and checkpoints.
+type term struct {
+	r      *Relay
+	info   serverInfo
+	epoch  int64
+	lock   *sql.Conn
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	q queue
+	// processed is the position (a GTID set) up to which every event is sent and marked,
+	// or left WAIT in the table for a table read to pick up (a blocked key, a retry).
+	processed atomic.Pointer[string]
+	// written is the position last recorded in the checkpoint row.
+	written string
+	// catchUp is the position the server had when the term's sweep ended: events committed
+	// up to it may have been sent already (by the sweep, or by the last leader after its
+	// checkpoint), so their status is read before they are sent.
+	catchUp gomysql.GTIDSet
+
+	// Only the sender goroutine uses the fields below.
+	blocked map[string]bool // keys held back: a dead letter (KeyOrder) or a retry not yet due
+	timers  timerHeap
+	pause   time.Duration // the current pause after an unavailable broker
+}
+
+func newTerm(r *Relay, info serverInfo, epoch int64, lock *sql.Conn) *term {
+	t := &term{r: r, info: info, epoch: epoch, lock: lock, blocked: map[string]bool{}}
+	t.q.init(16 * r.cfg.BatchSize)
+	return t
+}
+
+func (t *term) keyOrder() bool { return t.r.cfg.Ordering != outbox.Unordered }
+
+// run runs the term until it fails or ctx ends.
+func (t *term) run(parent context.Context, resume string) error {
+	r := t.r
+	t.ctx, t.cancel = context.WithCancelCause(parent)
+	defer t.cancel(nil)
+	from := resume
+	if from == "" {
+		pos, err := currentPosition(t.ctx, r.db, t.info.flavor)
+		if err != nil {
+			return err
+		}
+		from = pos
+	}
+	start, err := gomysql.ParseGTIDSet(t.info.flavor, from)
+	if err != nil {
+		return fmt.Errorf("relay: the checkpoint's position %q: %w", from, err)
+	}
+	t.processed.Store(&from)
+	t.written = resume
+	if t.r.cfg.Ordering == outbox.KeyOrder {
+		if err := t.loadDeadLetterKeys(); err != nil {
+			return err
+		}
+	}
+	// The guard runs from here on: a sweep of a large table may take longer than the
+	// fallback, and the heartbeat must go on meanwhile.
+	var wg sync.WaitGroup
+	wg.Go(t.guard)
+	defer wg.Wait()
+	defer t.cancel(nil)
+
+	if err := t.sweep(); err != nil {
+		return t.cause(err)
+	}
+	end, err := currentPosition(t.ctx, r.db, t.info.flavor)
+	if err != nil {
+		return t.cause(err)
+	}
+	if t.catchUp, err = gomysql.ParseGTIDSet(t.info.flavor, end); err != nil {
+		return t.cause(err)
+	}
+	wg.Go(func() {
+		if err := t.read(start); err != nil {
+			t.cancel(err)
+		}
+	})
+	err = t.send()
+	return t.cause(err)
+}
+
+// cause is the reason the term ended: the first of the cancellation's cause and err.
+func (t *term) cause(err error) error {
+	if c := context.Cause(t.ctx); c != nil && !errors.Is(c, context.Canceled) {
+		return c
+	}
+	if t.ctx.Err() != nil {
+		if pc := t.ctx.Err(); pc != nil && err == nil {
+			return pc
+		}
+	}
+	return err
+}
+
+// guard checks the lock and records the checkpoint (and with it the heartbeat) every
+// CheckpointInterval, and a last time when the term ends.
+func (t *term) guard() {
+	tick := time.NewTicker(t.r.cfg.CheckpointInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			if context.Cause(t.ctx) == nil || errors.Is(context.Cause(t.ctx), context.Canceled) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = t.checkpoint(ctx)
+				cancel()
+			}
+			return
+		case <-tick.C:
+		}
+		if err := t.r.stillLeader(t.ctx, t.lock); err != nil {
+			t.cancel(err)
+			return
+		}
+		if err := t.checkpoint(t.ctx); err != nil {
+			t.cancel(err)
+			return
+		}
+	}
+}
+
+// checkpoint records the processed position and the heartbeat, fenced by the epoch.
+func (t *term) checkpoint(ctx context.Context) error {
+	pos := *t.processed.Load()
+	res, err := t.r.db.ExecContext(ctx, t.r.q.checkpoint, pos, t.r.cfg.Table, t.epoch)
+	if err != nil {
+		return fmt.Errorf("relay: checkpoint: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		// MySQL reports 0 for an UPDATE that changes nothing, but heartbeat_at always
+		// changes (UTC_TIMESTAMP(3) moves on); 0 means the epoch moved.
+		return fmt.Errorf("%w: the checkpoint row has a newer epoch", errNotLeader)
+	}
+	t.written = pos
+	t.r.setPosition(pos)
+	return nil
+}
+
+// loadDeadLetterKeys blocks the biz nos that have a dead letter (KeyOrder).
+func (t *term) loadDeadLetterKeys() error {
+	rows, err := t.r.db.QueryContext(t.ctx, t.r.q.failedKeys)
+	if err != nil {
+		return fmt.Errorf("relay: read dead-lettered keys: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return err
+		}
+		t.blocked[k] = true
+	}
+	return rows.Err()
+}
+
+// currentPosition reads the server's binlog position as a GTID set.
+func currentPosition(ctx context.Context, db *sql.DB, flavor string) (string, error) {
+	q := "SELECT @@GLOBAL.gtid_binlog_pos"
+	if flavor == gomysql.MySQLFlavor {
+		q = "SELECT @@GLOBAL.gtid_executed"
+	}
+	var pos string
+	if err := db.QueryRowContext(ctx, q).Scan(&pos); err != nil {
+		return "", fmt.Errorf("relay: read the binlog position: %w", err)
+	}
+	return pos, nil
+}
+
+// logger is the relay's logger with the term's attributes.
+func (t *term) log() *slog.Logger {
+	return t.r.cfg.Logger.With(slog.String("table", t.r.cfg.Table), slog.Int64("epoch", t.epoch))
+}

@@ -1,0 +1,81 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// relayGate lets a store's publishers stand by while a binlog relay (module
+// github.com/go-outbox/outbox/relay) publishes the table, and take the table over when the
+// relay's heartbeat is older than the relay says it may be ([MySQLConfig.RelayTable]).
+//
+// The relay's checkpoint row has the table's publishing epoch and mode. Each claim reads it
+// LOCK IN SHARE MODE inside its own transaction, so that a relay taking the table over
+// (which locks the row FOR UPDATE) waits for the claims in flight, and no claim starts
+// after it: from then on the relay alone sends the table's events. A takeover by the
+// publishers adds one to the epoch too, so that the relay's next write, fenced on its
+// epoch, changes nothing and tells it it no longer leads.
+type relayGate struct {
+	table      string
+	read, take string
+}
+
+func newRelayGate(outboxTable, relayTable string) *relayGate {
+	return &relayGate{
+		table: outboxTable,
+		read: "SELECT epoch, mode = 'relay', " +
+			"heartbeat_at >= UTC_TIMESTAMP(3) - INTERVAL fallback_after_ms * 1000 MICROSECOND FROM " + relayTable +
+			" WHERE outbox_table = ? LOCK IN SHARE MODE",
+		take: "UPDATE " + relayTable + " SET mode = 'polling', epoch = epoch + 1, leader = ?, updated_at = UTC_TIMESTAMP(3) " +
+			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
+	}
+}
+
+// relayLeads reports whether a relay publishes the table now, in q's transaction (or on its
+// own with a pooled q). A relay whose heartbeat is too old is deposed: owner's publishers
+// take the table over.
+func (s *MySQLStore) relayLeads(ctx context.Context, q querier, owner string) (bool, error) {
+	g := s.relay
+	if g == nil {
+		return false, nil
+	}
+	var (
+		epoch       int64
+		relay, live bool
+	)
+	err := q.QueryRowContext(ctx, g.read, g.table).Scan(&epoch, &relay, &live)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil // no relay ever took the table
+	case err != nil:
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1146 {
+			return false, fmt.Errorf("%w: MySQLConfig.RelayTable: %v (create it with relay.CreateSchema)", ErrInvalidConfig, err)
+		}
+		return false, s.wrap("read the relay's checkpoint row", err)
+	case !relay:
+		return false, nil
+	case live:
+		return true, nil
+	}
+	if _, err := q.ExecContext(ctx, g.take, owner, g.table, epoch); err != nil {
+		return false, s.wrap("take the table over from a silent relay", err)
+	}
+	return false, nil
+}
+
+// checkRelay reports a RelayTable that cannot be read.
+func (s *MySQLStore) checkRelay(ctx context.Context) error {
+	if s.relay == nil {
+		return nil
+	}
+	_, err := s.relayLeads(ctx, s.db, "")
+	if errors.Is(err, ErrInvalidConfig) {
+		return err
+	}
+	return nil
+}
