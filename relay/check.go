@@ -1,0 +1,451 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	mysqldriver "github.com/go-sql-driver/mysql"
+
+	"github.com/go-outbox/outbox"
+)
+
+// serverInfo is what the relay learned about the server when it checked it.
+type serverInfo struct {
+	// flavor is gomysql.MariaDBFlavor or gomysql.MySQLFlavor, as the binlog client wants it.
+	flavor string
+	// version is the server's VERSION(), e.g. "10.11.19-MariaDB-0+deb12u1-log".
+	version string
+	// serverID is the server's own @@server_id.
+	serverID uint32
+	// gtidPos is the server's current GTID position: MariaDB's @@gtid_binlog_pos
+	// ("domain-server-seq" per domain), MySQL's @@gtid_executed (newlines removed). It is
+	// empty on a server that has logged no transaction yet, or MySQL without gtid_mode.
+	gtidPos string
+	// rowImage is @@GLOBAL.binlog_row_image: FULL or NOBLOB.
+	rowImage string
+	// replicasUnchecked, when not empty, says why the client's server id could not be
+	// compared with the registered replicas' (the account may not list them: MariaDB 10.5+
+	// asks for REPLICATION MASTER ADMIN), with the grant that would allow it. The relay can
+	// still run; it should log this as a warning.
+	replicasUnchecked string
+}
+
+// Server error numbers the check tells apart.
+const (
+	errSpecificAccessDenied = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR: a privilege is missing
+	errParse                = 1064 // ER_PARSE_ERROR: a statement this version does not know
+)
+
+// checkServer checks that the server db points at can feed the relay, and that
+// clientServerID (the id the binlog client registers with) is free. It refuses, with an
+// error that wraps outbox.ErrInvalidConfig and names the fix, in this order, when:
+//   - the binary log is off (log_bin, which needs a restart);
+//   - binlog_format is not ROW globally: STATEMENT and MIXED log InnoDB inserts as
+//     statements, which carry no row values;
+//   - binlog_row_image is MINIMAL, which leaves out the columns an INSERT did not name
+//     (the status and times its defaults fill in);
+//   - binlog_row_metadata is not FULL, without which the binlog carries no column names
+//     (servers before MariaDB 10.5 and MySQL 8.0 lack the setting);
+//   - the account lacks REPLICATION SLAVE (to stream the binlog) or REPLICATION CLIENT
+//     (MariaDB 10.5+: BINLOG MONITOR; to read the binlog's position);
+//   - clientServerID is 0, the server's own @@server_id, or a registered replica's: the
+//     server disconnects a replica when another client registers with its id.
+//
+// A session may still set binlog_format itself; the relay's reader detects the statements
+// such a session logs, so the check looks only at the global format.
+//
+// How privileges are learnt, from the servers' documentation and, for MariaDB, tried on
+// MariaDB 10.11: REPLICATION CLIENT by probing SHOW BINARY LOGS, which needs it (or SUPER)
+// on both servers, so that privileges held through roles or SUPER count as the server
+// counts them. REPLICATION SLAVE has no harmless probe on MariaDB (SHOW SLAVE HOSTS needs
+// REPLICATION MASTER ADMIN there since 10.5.2), so on MariaDB the global grants of SHOW
+// GRANTS are read: without FOR, MariaDB lists the grants of the active roles too, which
+// SHOW GRANTS FOR CURRENT_USER() leaves out. On MySQL, SHOW REPLICAS (SHOW SLAVE HOSTS
+// before 8.0.22) needs REPLICATION SLAVE, and MySQL's SHOW GRANTS shows neither the
+// privileges of roles nor ALL PRIVILEGES at the global level, so the probe decides there.
+// The MySQL paths follow MySQL's documentation and were not run against a MySQL server.
+//
+// A registered replica is any client that registered with the server, including another
+// relay instance streaming with the same id: instances of one deployment that may stream
+// at the same time need ids of their own.
+func checkServer(ctx context.Context, db *sql.DB, clientServerID uint32) (serverInfo, error) {
+	vars, err := globalVariables(ctx, db)
+	if err != nil {
+		return serverInfo{}, err
+	}
+	info, err := checkSettings(vars)
+	if err != nil {
+		return info, err
+	}
+	account, err := currentUser(ctx, db)
+	if err != nil {
+		return info, err
+	}
+	var missing []string
+	var replicas []replicaHost
+	listed := false
+	if info.flavor == gomysql.MariaDBFlavor {
+		grants, err := globalGrants(ctx, db)
+		if err != nil {
+			return info, err
+		}
+		if !grants.has("REPLICATION SLAVE", "REPLICATION REPLICA") {
+			missing = append(missing, "REPLICATION SLAVE")
+		}
+	} else {
+		replicas, err = listReplicas(ctx, db, info.flavor)
+		switch {
+		case isAccessDenied(err):
+			missing = append(missing, "REPLICATION SLAVE")
+		case err != nil:
+			return info, err
+		default:
+			listed = true
+		}
+	}
+	if err := probe(ctx, db, "SHOW BINARY LOGS"); isAccessDenied(err) {
+		if info.flavor == gomysql.MariaDBFlavor {
+			missing = append(missing, "BINLOG MONITOR")
+		} else {
+			missing = append(missing, "REPLICATION CLIENT")
+		}
+	} else if err != nil {
+		return info, fmt.Errorf("relay: check the server: SHOW BINARY LOGS: %w", err)
+	}
+	if len(missing) > 0 {
+		return info, grantError(info.flavor, account, missing)
+	}
+
+	switch {
+	case clientServerID == 0:
+		return info, fmt.Errorf("%w: relay: the binlog client's server id (Config.ServerID) must not be 0: "+
+			"set it to a number unique among the server (server_id %d) and its replicas", outbox.ErrInvalidConfig, info.serverID)
+	case clientServerID == info.serverID:
+		return info, fmt.Errorf("%w: relay: the binlog client's server id (Config.ServerID) %d is the server's own server_id: "+
+			"choose another id, unique among the server and its replicas", outbox.ErrInvalidConfig, clientServerID)
+	}
+	if info.flavor == gomysql.MariaDBFlavor {
+		replicas, err = listReplicas(ctx, db, info.flavor)
+		switch {
+		case isAccessDenied(err):
+			info.replicasUnchecked = fmt.Sprintf("the account may not list the replicas (SHOW SLAVE HOSTS), so the binlog client's "+
+				"server id %d was not compared with theirs: %s lets the relay check it", clientServerID,
+				"GRANT REPLICATION MASTER ADMIN ON *.* TO "+account)
+		case err != nil:
+			return info, err
+		default:
+			listed = true
+		}
+	}
+	if listed {
+		for _, r := range replicas {
+			if r.serverID == clientServerID {
+				return info, fmt.Errorf("%w: relay: the binlog client's server id (Config.ServerID) %d is taken by the replica %s "+
+					"(SHOW SLAVE HOSTS): the server keeps one binlog client per server id, so the relay would disconnect it; choose an id no replica uses",
+					outbox.ErrInvalidConfig, clientServerID, r)
+			}
+		}
+	}
+	return info, nil
+}
+
+// relayVariables are the server variables checkServer reads.
+var relayVariables = []string{
+	"version", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
+	"server_id", "gtid_binlog_pos", "gtid_executed",
+}
+
+// globalVariables reads relayVariables with SHOW GLOBAL VARIABLES, which needs no
+// privilege and leaves out, rather than fails on, a variable the server does not have.
+func globalVariables(ctx context.Context, db *sql.DB) (map[string]string, error) {
+	query := "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('" + strings.Join(relayVariables, "', '") + "')"
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("relay: check the server: read its variables: %w", err)
+	}
+	defer rows.Close()
+	vars := map[string]string{}
+	for rows.Next() {
+		var name, value string
+		if err := rows.Scan(&name, &value); err != nil {
+			return nil, fmt.Errorf("relay: check the server: read its variables: %w", err)
+		}
+		vars[strings.ToLower(name)] = value
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("relay: check the server: read its variables: %w", err)
+	}
+	return vars, nil
+}
+
+// checkSettings checks the server's binlog settings, read by globalVariables, in
+// checkServer's order, and returns what it learnt of the server.
+func checkSettings(vars map[string]string) (serverInfo, error) {
+	info := serverInfo{
+		flavor:   gomysql.MySQLFlavor,
+		version:  vars["version"],
+		rowImage: strings.ToUpper(vars["binlog_row_image"]),
+	}
+	if strings.Contains(vars["version"], "MariaDB") {
+		info.flavor = gomysql.MariaDBFlavor
+		info.gtidPos = vars["gtid_binlog_pos"]
+	} else {
+		info.gtidPos = strings.ReplaceAll(vars["gtid_executed"], "\n", "")
+	}
+	if id, err := strconv.ParseUint(vars["server_id"], 10, 32); err == nil {
+		info.serverID = uint32(id)
+	}
+	// How to change a dynamic setting for good: MySQL 8's SET PERSIST also writes it to
+	// mysqld-auto.cnf; MariaDB has no SET PERSIST, so its option file must say it too.
+	set := func(name, value string) string {
+		if info.flavor == gomysql.MySQLFlavor {
+			return fmt.Sprintf("run SET PERSIST %s = '%s' (no restart needed; PERSIST keeps it across restarts)", name, value)
+		}
+		return fmt.Sprintf("run SET GLOBAL %s = '%s' (no restart needed) and put %s=%s in the server's option file, "+
+			"so that a restart keeps it", name, value, name, value)
+	}
+	invalid := func(format string, args ...any) (serverInfo, error) {
+		return info, fmt.Errorf("%w: relay: "+format, append([]any{outbox.ErrInvalidConfig}, args...)...)
+	}
+
+	if logBin := strings.ToUpper(vars["log_bin"]); logBin != "ON" && logBin != "1" {
+		return invalid("the server's binary log is off (log_bin=%s): start the server with --log-bin "+
+			"(log_bin in its option file) and --binlog-format=ROW; log_bin cannot change while the server runs, "+
+			"so this needs a restart", orNone(vars["log_bin"]))
+	}
+	if format := strings.ToUpper(vars["binlog_format"]); format != "ROW" {
+		return invalid("the server logs binlog_format=%s, which logs InnoDB inserts as statements the relay cannot read: "+
+			"%s; sessions already connected keep their format until they reconnect, and the relay hands over to polling "+
+			"when it meets their statements", orNone(vars["binlog_format"]), set("binlog_format", "ROW"))
+	}
+	if info.rowImage != "FULL" && info.rowImage != "NOBLOB" {
+		return invalid("the server logs binlog_row_image=%s, which leaves out the columns an INSERT did not name "+
+			"(the status and times their defaults fill in): %s",
+			orNone(vars["binlog_row_image"]), set("binlog_row_image", "FULL"))
+	}
+	metadata, ok := vars["binlog_row_metadata"]
+	if !ok {
+		return invalid("the server (version %s) has no binlog_row_metadata setting, without which its binlog carries no "+
+			"column names: the relay needs MariaDB 10.5 or later, or MySQL 8.0 or later, with binlog_row_metadata=FULL",
+			orNone(info.version))
+	}
+	if strings.ToUpper(metadata) != "FULL" {
+		return invalid("the server logs binlog_row_metadata=%s, so its binlog carries no column names for the relay to map "+
+			"the outbox table's columns by: %s", orNone(metadata), set("binlog_row_metadata", "FULL"))
+	}
+	return info, nil
+}
+
+func orNone(v string) string {
+	if v == "" {
+		return "(empty)"
+	}
+	return v
+}
+
+// currentUser returns the account the server authenticated the session as, quoted for a
+// GRANT statement: 'user'@'host'.
+func currentUser(ctx context.Context, db *sql.DB) (string, error) {
+	var cur string
+	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&cur); err != nil {
+		return "", fmt.Errorf("relay: check the server: SELECT CURRENT_USER(): %w", err)
+	}
+	// The user name may hold an @; the host cannot.
+	user, host := cur, ""
+	if i := strings.LastIndexByte(cur, '@'); i >= 0 {
+		user, host = cur[:i], cur[i+1:]
+	}
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	return quote(user) + "@" + quote(host), nil
+}
+
+// grantError is the refusal for the privileges missing, with the GRANT statement that
+// gives them to account.
+func grantError(flavor, account string, missing []string) error {
+	what := "REPLICATION SLAVE (to stream the binlog)"
+	switch {
+	case len(missing) == 2:
+		what = "REPLICATION SLAVE (to stream the binlog) and " + missing[1] + " (to read the binlog's files and position)"
+	case missing[0] != "REPLICATION SLAVE":
+		what = missing[0] + " (to read the binlog's files and position)"
+	}
+	if flavor == gomysql.MariaDBFlavor && strings.Contains(what, "BINLOG MONITOR") {
+		what += "; BINLOG MONITOR is REPLICATION CLIENT's name since MariaDB 10.5"
+	}
+	return fmt.Errorf("%w: relay: the account %s lacks %s: run GRANT %s ON *.* TO %s",
+		outbox.ErrInvalidConfig, account, what, strings.Join(missing, ", "), account)
+}
+
+// privileges is a set of global privileges, by their upper-case names.
+type privileges map[string]bool
+
+// has reports whether the set holds any of names, or ALL PRIVILEGES.
+func (p privileges) has(names ...string) bool {
+	if p["ALL PRIVILEGES"] || p["ALL"] {
+		return true
+	}
+	for _, n := range names {
+		if p[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// globalGrants reads SHOW GRANTS (the current account's, and on MariaDB its active
+// roles') and returns the privileges granted ON *.*.
+func globalGrants(ctx context.Context, db *sql.DB) (privileges, error) {
+	rows, err := db.QueryContext(ctx, "SHOW GRANTS")
+	if err != nil {
+		return nil, fmt.Errorf("relay: check the server: SHOW GRANTS: %w", err)
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return nil, fmt.Errorf("relay: check the server: SHOW GRANTS: %w", err)
+		}
+		lines = append(lines, line)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("relay: check the server: SHOW GRANTS: %w", err)
+	}
+	return parseGlobalGrants(lines), nil
+}
+
+// parseGlobalGrants returns the privileges that lines of SHOW GRANTS grant ON *.*, e.g.
+// "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO `relay`@`%`". Grants on a database,
+// table or routine, of roles ("GRANT `r` TO ...") and of PROXY are not global and are
+// left out. Global privileges never carry column lists, so the list splits on commas.
+func parseGlobalGrants(lines []string) privileges {
+	p := privileges{}
+	for _, line := range lines {
+		upper := strings.ToUpper(strings.TrimSpace(line))
+		rest, ok := strings.CutPrefix(upper, "GRANT ")
+		if !ok {
+			continue
+		}
+		list, _, ok := strings.Cut(rest, " ON *.* TO ")
+		if !ok {
+			continue
+		}
+		for _, priv := range strings.Split(list, ",") {
+			p[strings.Join(strings.Fields(priv), " ")] = true
+		}
+	}
+	return p
+}
+
+// replicaHost is a row of SHOW SLAVE HOSTS / SHOW REPLICAS.
+type replicaHost struct {
+	serverID uint32
+	host     string
+	port     string
+}
+
+// String names the replica by its server id and reported host and port.
+func (r replicaHost) String() string {
+	host := r.host
+	if host == "" {
+		host = "(no report_host)"
+	}
+	return fmt.Sprintf("with server_id %d at %s:%s", r.serverID, host, r.port)
+}
+
+// listReplicas lists the replicas registered with the server: SHOW SLAVE HOSTS on
+// MariaDB, SHOW REPLICAS on MySQL 8.0.22 and later, SHOW SLAVE HOSTS before. Its error is
+// the server's own when a privilege is missing (see isAccessDenied).
+func listReplicas(ctx context.Context, db *sql.DB, flavor string) ([]replicaHost, error) {
+	query := "SHOW SLAVE HOSTS"
+	if flavor == gomysql.MySQLFlavor {
+		query = "SHOW REPLICAS"
+	}
+	rows, err := db.QueryContext(ctx, query)
+	if flavor == gomysql.MySQLFlavor && serverErrorNumber(err) == errParse {
+		query = "SHOW SLAVE HOSTS"
+		rows, err = db.QueryContext(ctx, query)
+	}
+	if isAccessDenied(err) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("relay: check the server: %s: %w", query, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("relay: check the server: %s: %w", query, err)
+	}
+	idCol, hostCol, portCol := -1, -1, -1
+	for i, c := range cols {
+		switch strings.ToLower(c) {
+		case "server_id":
+			idCol = i
+		case "host":
+			hostCol = i
+		case "port":
+			portCol = i
+		}
+	}
+	if idCol < 0 {
+		return nil, fmt.Errorf("relay: check the server: %s has no Server_id column (it has %v)", query, cols)
+	}
+	var out []replicaHost
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, fmt.Errorf("relay: check the server: %s: %w", query, err)
+		}
+		id, err := strconv.ParseUint(vals[idCol].String, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("relay: check the server: %s: Server_id %q: %w", query, vals[idCol].String, err)
+		}
+		r := replicaHost{serverID: uint32(id)}
+		if hostCol >= 0 {
+			r.host = vals[hostCol].String
+		}
+		if portCol >= 0 {
+			r.port = vals[portCol].String
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("relay: check the server: %s: %w", query, err)
+	}
+	return out, nil
+}
+
+// probe runs a statement for its permission check alone and discards its rows.
+func probe(ctx context.Context, db *sql.DB, query string) error {
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	return rows.Err()
+}
+
+// isAccessDenied reports whether err is the server's refusal for a missing privilege.
+func isAccessDenied(err error) bool {
+	return serverErrorNumber(err) == errSpecificAccessDenied
+}
+
+func serverErrorNumber(err error) uint16 {
+	var myErr *mysqldriver.MySQLError
+	if errors.As(err, &myErr) {
+		return myErr.Number
+	}
+	return 0
+}
