@@ -68,7 +68,9 @@ func (e *env) insert(t testing.TB, n int, key func(i int) string) []string {
 	return ids
 }
 
-func byIndex(prefix string) func(int) string { return func(i int) string { return fmt.Sprintf("%s-%d", prefix, i) } }
+func byIndex(prefix string) func(int) string {
+	return func(i int) string { return fmt.Sprintf("%s-%d", prefix, i) }
+}
 
 func (e *env) config(id string) relay.Config {
 	return relay.Config{Table: e.table, CheckpointTable: e.relayTbl, InstanceID: id, Ordering: e.ordering,
