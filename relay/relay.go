@@ -289,6 +289,9 @@ func (r *Relay) check(ctx context.Context) (serverInfo, error) {
 		if err == nil {
 			err = r.checkTables(ctx)
 		}
+		if err == nil && info.replicasUnchecked != "" {
+			r.cfg.Logger.WarnContext(ctx, "relay: "+info.replicasUnchecked, slog.Uint64("server_id", uint64(r.cfg.ServerID)))
+		}
 		if err == nil || errors.Is(err, outbox.ErrInvalidConfig) || ctx.Err() != nil {
 			return info, err
 		}
