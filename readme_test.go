@@ -80,6 +80,7 @@ var fragmentImports = []struct{ name, path, ref string }{
 	{"time", "time", "time.Now"},
 	{"outbox", "github.com/go-outbox/outbox", "outbox.DefaultInstanceID"},
 	{"inbox", "github.com/go-outbox/outbox/inbox", "inbox.New"},
+	{"relay", "github.com/go-outbox/outbox/relay", "relay.New"},
 	{"mysql", "github.com/go-sql-driver/mysql", "mysql.ParseDSN"},
 	{"rocketmq", "github.com/apache/rocketmq-client-go/v2", "rocketmq.NewPushConsumer"},
 	{"consumer", "github.com/apache/rocketmq-client-go/v2/consumer", "consumer.WithNameServer"},
@@ -183,7 +184,7 @@ func TestDocsGoBlocksCompile(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module docblocks\n\ngo 1.26.0\n"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.work"),
-		fmt.Appendf(nil, "go 1.26.0\n\nuse (\n\t%s\n\t%s\n)\n", wd, dir), 0o600))
+		fmt.Appendf(nil, "go 1.26.0\n\nuse (\n\t%s\n\t%s\n\t%s\n)\n", wd, filepath.Join(wd, "relay"), dir), 0o600))
 
 	var blocks []docBlock
 	for _, file := range docFiles(t) {

@@ -157,7 +157,7 @@ func checkServer(ctx context.Context, db *sql.DB, clientServerID uint32) (server
 // relayVariables are the server variables checkServer reads.
 var relayVariables = []string{
 	"version", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-	"server_id", "gtid_binlog_pos", "gtid_executed",
+	"server_id", "gtid_binlog_pos", "gtid_executed", "gtid_mode",
 }
 
 // globalVariables reads relayVariables with SHOW GLOBAL VARIABLES, which needs no
@@ -237,6 +237,13 @@ func checkSettings(vars map[string]string) (serverInfo, error) {
 	if strings.ToUpper(metadata) != "FULL" {
 		return invalid("the server logs binlog_row_metadata=%s, so its binlog carries no column names for the relay to map "+
 			"the outbox table's columns by: %s", orNone(metadata), set("binlog_row_metadata", "FULL"))
+	}
+	// The relay resumes by GTID. MariaDB always has GTIDs; MySQL only with gtid_mode=ON.
+	if info.flavor == gomysql.MySQLFlavor && strings.ToUpper(vars["gtid_mode"]) != "ON" {
+		return invalid("the server runs gtid_mode=%s, and the relay records and resumes its position by GTID: set "+
+			"enforce_gtid_consistency=ON and gtid_mode=ON (online, in the steps MySQL's manual gives: OFF_PERMISSIVE, "+
+			"ON_PERMISSIVE, then ON), or start the server with --gtid-mode=ON --enforce-gtid-consistency=ON",
+			orNone(vars["gtid_mode"]))
 	}
 	return info, nil
 }

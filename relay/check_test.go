@@ -265,7 +265,7 @@ func TestCheckSettingsWithoutServer(t *testing.T) {
 	t.Parallel()
 	mysql8 := map[string]string{
 		"version": "8.0.36", "log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
-		"binlog_row_metadata": "FULL", "server_id": "3",
+		"binlog_row_metadata": "FULL", "server_id": "3", "gtid_mode": "ON",
 		"gtid_executed": "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5,\n7C6A1C2F-71CA-11E1-9E33-C80AA9429562:1-2",
 	}
 	info, err := checkSettings(mysql8)
@@ -273,6 +273,11 @@ func TestCheckSettingsWithoutServer(t *testing.T) {
 	assert.Equal(t, gomysql.MySQLFlavor, info.flavor)
 	assert.Equal(t, uint32(3), info.serverID)
 	assert.Equal(t, "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5,7C6A1C2F-71CA-11E1-9E33-C80AA9429562:1-2", info.gtidPos)
+
+	mysql8["gtid_mode"] = "OFF"
+	_, err = checkSettings(mysql8)
+	requireRefusal(t, err, "gtid_mode=OFF", "--gtid-mode=ON --enforce-gtid-consistency=ON")
+	mysql8["gtid_mode"] = "ON"
 
 	mysql8["binlog_format"] = "MIXED"
 	_, err = checkSettings(mysql8)
