@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -22,7 +24,18 @@ import (
 type relayGate struct {
 	table      string
 	read, take string
+	// leadsUntil is when (this process's monotonic clock, since the store was made) the
+	// last read that found a relay leading stops counting: until then a claim claims
+	// nothing without reading the row again. Claiming nothing is always safe; claiming
+	// is what needs the row's lock.
+	leadsUntil atomic.Int64
 }
+
+// relayLeadsFor is how long a claim that found a relay leading spares the claims after it
+// the read: at a steady commit rate the publishers wake for every commit, and each would
+// otherwise be a transaction on the server that the relay exists to spare. It delays a
+// takeover from a silent relay by as much, on top of the relay's FallbackAfter.
+const relayLeadsFor = time.Second
 
 func newRelayGate(outboxTable, relayTable string) *relayGate {
 	return &relayGate{
@@ -43,6 +56,10 @@ func (s *MySQLStore) relayLeads(ctx context.Context, q querier, owner string) (b
 	if g == nil {
 		return false, nil
 	}
+	now := int64(time.Since(s.born))
+	if now < g.leadsUntil.Load() {
+		return true, nil
+	}
 	var (
 		epoch       int64
 		relay, live bool
@@ -60,6 +77,7 @@ func (s *MySQLStore) relayLeads(ctx context.Context, q querier, owner string) (b
 	case !relay:
 		return false, nil
 	case live:
+		g.leadsUntil.Store(now + int64(relayLeadsFor))
 		return true, nil
 	}
 	if _, err := q.ExecContext(ctx, g.take, owner, g.table, epoch); err != nil {
@@ -73,6 +91,7 @@ func (s *MySQLStore) checkRelay(ctx context.Context) error {
 	if s.relay == nil {
 		return nil
 	}
+	s.relay.leadsUntil.Store(0) // read the row
 	_, err := s.relayLeads(ctx, s.db, "")
 	if errors.Is(err, ErrInvalidConfig) {
 		return err

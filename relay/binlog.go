@@ -118,8 +118,8 @@ func (t *term) read(start gomysql.GTIDSet) error {
 			return err
 		}
 		t.log().WarnContext(t.ctx, "relay: binlog stream broken; reopening it", slog.Any("error", err))
-		// Wait until the sender has taken everything queued, then resume after it.
-		for t.q.len() > 0 {
+		// Wait until the sender has delivered everything queued, then resume after it.
+		for t.q.len() > 0 || *t.processed.Load() != t.pushed {
 			select {
 			case <-t.ctx.Done():
 				return nil
@@ -177,6 +177,7 @@ func (t *term) stream(from gomysql.GTIDSet) error {
 			if err := t.q.push(t.ctx, it); err != nil {
 				return err
 			}
+			t.pushed = it.pos
 		}
 	}
 }

@@ -34,19 +34,22 @@ func (r *Relay) lead(ctx context.Context, info serverInfo) error {
 	if err != nil {
 		return err
 	}
+	var got sql.NullInt64
+	if err := lock.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", r.lockName()).Scan(&got); err != nil {
+		_ = lock.Raw(func(any) error { return driver.ErrBadConn }) // it may hold the lock
+		_ = lock.Close()
+		return fmt.Errorf("relay: GET_LOCK: %w", err)
+	}
+	if got.Int64 != 1 {
+		_ = lock.Close() // holds nothing: back to the pool, for the next try
+		return errNotLeader
+	}
 	// The lock belongs to the connection's session: the connection is closed, never
 	// returned to the pool, so that the lock ends with it.
 	defer func() {
 		_ = lock.Raw(func(any) error { return driver.ErrBadConn })
 		_ = lock.Close()
 	}()
-	var got sql.NullInt64
-	if err := lock.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", r.lockName()).Scan(&got); err != nil {
-		return fmt.Errorf("relay: GET_LOCK: %w", err)
-	}
-	if got.Int64 != 1 {
-		return errNotLeader
-	}
 	epoch, resume, err := r.takeOver(ctx)
 	if err != nil {
 		return err

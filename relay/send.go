@@ -191,7 +191,7 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 		}
 		// A key whose event failed goes no further in this round.
 		pending = t.unblocked(next)
-		if unavailable {
+		if unavailable || len(sent) == 0 && len(pending) > 0 {
 			t.pause = min(max(2*t.pause, 100*time.Millisecond), 5*time.Second)
 			t.log().WarnContext(t.ctx, "relay: the broker is unavailable; retrying without counting attempts",
 				slog.Int("events", len(pending)), slog.Duration("pause", t.pause), slog.Any("error", firstErr(errs)))

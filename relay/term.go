@@ -35,6 +35,8 @@ type term struct {
 	// processed is the position (a GTID set) up to which every event is sent and marked,
 	// or left WAIT in the table for a table read to pick up (a blocked key, a retry).
 	processed atomic.Pointer[string]
+	// pushed is the position of the last item the reader queued (the reader's own).
+	pushed string
 	// written is the position last recorded in the checkpoint row.
 	written string
 	// catchUp is the position the server had when the term's sweep ended: events committed
@@ -74,7 +76,7 @@ func (t *term) run(parent context.Context, resume string) error {
 		return fmt.Errorf("relay: the checkpoint's position %q: %w", from, err)
 	}
 	t.processed.Store(&from)
-	t.written = resume
+	t.pushed, t.written = from, resume
 	if t.r.cfg.Ordering == outbox.KeyOrder {
 		if err := t.loadDeadLetterKeys(); err != nil {
 			return err
