@@ -60,6 +60,22 @@
 // inbox on its eventId before the check; ordering promises that a repeat never reorders two
 // events.
 //
+// -relay publishes through the binlog relay (module github.com/go-outbox/outbox/relay, see
+// docs/relay.md) instead of by polling: each instance runs a relay beside its publisher,
+// with the same sender. One relay leads (the first instance's: the example lets it lead
+// before the other instances start), reading each event from the server's binary log as the
+// order API commits it, sending it and marking it sent; the other relays stand by, to take
+// over should it stop. The publishers' store names the relay's checkpoint table
+// (MySQLConfig.RelayTable), so they stand by as well while a relay leads, and take the table
+// over if its heartbeat goes silent. The instances start before the order API writes, for the
+// relay to follow the binlog. The summary counts the events the relay sent and those the
+// publishers sent, by the claim_owner their rows were marked with (a relay writes its
+// InstanceID); the run fails if the relay sent none. -duplicate still loses the first
+// instance's acknowledgements: its relay, the leader, sends those events again. The relay
+// makes no send spans, so "linked by a send" counts the publishers' sends alone. The server
+// needs its binary log on, in row format with full metadata: mariadbd --log-bin
+// --binlog-format=ROW --binlog-row-metadata=FULL --sync-binlog=1 --server-id=1.
+//
 // -v logs every publisher event, every duplicate the inbox suppresses, and the RocketMQ
 // client's own logs, which the example otherwise discards.
 //
@@ -103,6 +119,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/inbox"
+	"github.com/go-outbox/outbox/relay"
 )
 
 type options struct {
@@ -111,6 +128,7 @@ type options struct {
 	orders, instances   int
 	duplicate           int
 	ordered             bool // per-key ordering: each order's life of events, kept in order
+	relay               bool // each instance runs a binlog relay, which sends while the publishers stand by
 	timeout             time.Duration
 	verbose             bool
 	out                 io.Writer // where the progress and the summary go
@@ -133,6 +151,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
 	flag.BoolVar(&o.verbose, "v", false, "log every publisher event, and the RocketMQ client's own logs (discarded without -v)")
 	flag.BoolVar(&o.ordered, "ordered", false, "per-key ordering: each order also gets ORDER_PAID and, one in five, ORDER_CANCELLED; the publishers keep each order's events in order, the consumer consumes orderly and counts events that arrive out of order")
+	flag.BoolVar(&o.relay, "relay", false, "each instance also runs a binlog relay, which reads the events from the binlog and sends them while the publishers stand by (the server needs --log-bin --binlog-format=ROW --binlog-row-metadata=FULL)")
 	flag.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the publishers' and the inbox's metrics at http://ADDR/metrics (a loopback address, e.g. 127.0.0.1:9464)")
 	flag.Parse()
 	if o.orders < 1 || o.instances < 1 || o.duplicate < 0 {
@@ -145,7 +164,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if sum.lost() != 0 || sum.outOfOrder != 0 || sum.wrongStatus != 0 {
+	if sum.lost() != 0 || sum.outOfOrder != 0 || sum.wrongStatus != 0 || (o.relay && sum.byRelay == 0) {
 		os.Exit(1)
 	}
 }
@@ -219,6 +238,8 @@ type summary struct {
 	requests                   int   // the order API's requests: a trace each, with one event
 	traced                     int   // requests whose trace the points service's span is in
 	linkedSends                int   // requests whose trace a publisher's send span links to
+	byRelay, byPublishers      int   // with -relay: this run's events the relays sent, and the publishers
+	relaysLed                  int   // with -relay: the relays that led the table at some time
 }
 
 // lost is how many orders got no points.
@@ -268,6 +289,50 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	}
 	defer points.shutdown()
 
+	var instances []*instance
+	stopInstances := func() {
+		// Close stops the relay, then the publisher's Run, which returns once its sends in
+		// flight are recorded and what it claimed and did not send is released; only then
+		// does it close the sender. The instances stop side by side.
+		var wg sync.WaitGroup
+		for _, in := range instances {
+			wg.Go(in.close)
+		}
+		wg.Wait()
+		instances = nil
+	}
+	defer stopInstances()
+	var lostAcks atomic.Int64 // acknowledgements the first instance dropped on purpose
+	startInstances := func() error {
+		for i := range o.instances {
+			in, err := newInstance(o, i, &lostAcks, tp, ms)
+			if err != nil {
+				return err
+			}
+			instances = append(instances, in)
+			in.start(ctx)
+			if in.relay != nil && i == 0 {
+				// The first instance's relay leads (with -duplicate, its sender is the one
+				// that loses acknowledgements); the relays started after it stand by.
+				if err := in.awaitLeading(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		if o.relay {
+			fmt.Fprintf(o.out, "relay %s leads %s: the other %d relays stand by, and so do the %d publishers\n",
+				instances[0].relayID, o.table, len(instances)-1, len(instances))
+		}
+		return nil
+	}
+	if o.relay {
+		// The relay reads the events from the binlog as the order API commits them: the
+		// instances start first.
+		if err := startInstances(); err != nil {
+			return sum, err
+		}
+	}
+
 	start := time.Now()
 	wrote, err := createOrders(ctx, store, prefix, o.orders, o.ordered, tp.Tracer("order-api"))
 	if err != nil {
@@ -279,28 +344,11 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	} else {
 		fmt.Fprintf(o.out, "order API: created %d orders, each with its event, in one transaction per order\n", o.orders)
 	}
-
-	var instances []*instance
-	stopPublishers := func() {
-		// Close stops Run, which returns once its sends in flight are recorded and what it
-		// claimed and did not send is released; only then does it close the sender. The
-		// instances stop side by side.
-		var wg sync.WaitGroup
-		for _, in := range instances {
-			wg.Go(in.close)
-		}
-		wg.Wait()
-		instances = nil
-	}
-	defer stopPublishers()
-	var lostAcks atomic.Int64 // acknowledgements the first instance dropped on purpose
-	for i := range o.instances {
-		in, err := newInstance(o, i, &lostAcks, tp, ms)
-		if err != nil {
+	if !o.relay {
+		// The publishers start on the orders' backlog of events.
+		if err := startInstances(); err != nil {
 			return sum, err
 		}
-		instances = append(instances, in)
-		go in.pub.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
 	}
 
 	// Done when every order has its points, every event is published, and every delivery
@@ -316,6 +364,9 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		if err = points.failed(); err != nil {
 			break
 		}
+		if err = failed(instances); err != nil {
+			break
+		}
 		if awarded >= o.orders && published >= wrote.events && followTraces(spans.GetSpans()).deliveries >= wrote.events+int(lostAcks.Load()) {
 			break
 		}
@@ -325,7 +376,16 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	if err == nil && ctx.Err() == nil && ms != nil && o.metricsReady != nil {
 		o.metricsReady(ms.url)
 	}
-	stopPublishers()
+	relayIDs, relaysLed := map[string]bool{}, 0
+	for _, in := range instances {
+		if in.relay != nil {
+			relayIDs[in.relayID] = true
+			if in.relay.Stats().Terms > 0 {
+				relaysLed++
+			}
+		}
+	}
+	stopInstances()
 	if err != nil {
 		return sum, err
 	}
@@ -334,7 +394,12 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 	sum = summary{prefix: prefix, orders: o.orders, published: published, awarded: awarded,
 		events: wrote.events, paid: wrote.paid, cancelled: wrote.cancelled,
 		consumed: traces.deliveries, duplicates: traces.duplicates, lostAcks: lostAcks.Load(),
-		requests: traces.requests, traced: traces.traced, linkedSends: traces.linkedSends}
+		requests: traces.requests, traced: traces.traced, linkedSends: traces.linkedSends, relaysLed: relaysLed}
+	if o.relay {
+		if sum.byRelay, sum.byPublishers, err = countSenders(ctx, db, o.table, prefix, relayIDs); err != nil {
+			return sum, err
+		}
+	}
 	if sum.rejected, err = rejectedCount(ctx, inboxMetrics); err != nil {
 		return sum, err
 	}
@@ -343,19 +408,31 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 			return sum, err
 		}
 	}
+	instancesAre := "publisher instances"
+	if o.relay {
+		instancesAre = "instances, each a relay and a publisher"
+	}
 	mode := ""
 	if o.ordered {
 		mode = ", in key order"
 	}
-	fmt.Fprintf(o.out, "\nsummary (%d publisher instances%s, %s)\n", o.instances, mode, elapsed.Round(time.Millisecond))
+	fmt.Fprintf(o.out, "\nsummary (%d %s%s, %s)\n", o.instances, instancesAre, mode, elapsed.Round(time.Millisecond))
 	fmt.Fprintf(o.out, "  orders created        %6d\n", sum.orders)
 	if o.ordered {
 		fmt.Fprintf(o.out, "  orders paid           %6d\n", sum.paid)
 		fmt.Fprintf(o.out, "  orders cancelled      %6d\n", sum.cancelled)
 	}
 	fmt.Fprintf(o.out, "  events published      %6d\n", sum.published)
+	if o.relay {
+		fmt.Fprintf(o.out, "  sent by the relay     %6d   (%d of %d relays led, the others stood by)\n", sum.byRelay, sum.relaysLed, o.instances)
+		fmt.Fprintf(o.out, "  sent by publishers    %6d   (they stand by while a relay leads)\n", sum.byPublishers)
+	}
 	fmt.Fprintf(o.out, "  messages consumed     %6d\n", sum.consumed)
-	fmt.Fprintf(o.out, "  acks lost on purpose  %6d   (-duplicate: sent again)\n", sum.lostAcks)
+	if o.relay {
+		fmt.Fprintf(o.out, "  acks lost on purpose  %6d   (-duplicate: by the first instance's sender, which its relay sends with: sent again)\n", sum.lostAcks)
+	} else {
+		fmt.Fprintf(o.out, "  acks lost on purpose  %6d   (-duplicate: sent again)\n", sum.lostAcks)
+	}
 	fmt.Fprintf(o.out, "  duplicates suppressed %6d\n", sum.duplicates)
 	fmt.Fprintf(o.out, "  messages rejected     %6d\n", sum.rejected)
 	fmt.Fprintf(o.out, "  points awarded        %6d\n", sum.awarded)
@@ -365,12 +442,42 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 		fmt.Fprintf(o.out, "  wrong final status    %6d\n", sum.wrongStatus)
 	}
 	fmt.Fprintf(o.out, "  request traces        %6d   (one per order API request, each wrote one event)\n", sum.requests)
-	fmt.Fprintf(o.out, "  linked by a send      %6d   (a publisher's send span links to the trace)\n", sum.linkedSends)
+	if o.relay {
+		fmt.Fprintf(o.out, "  linked by a send      %6d   (a publisher's send span links to the trace; the relay makes no spans)\n", sum.linkedSends)
+	} else {
+		fmt.Fprintf(o.out, "  linked by a send      %6d   (a publisher's send span links to the trace)\n", sum.linkedSends)
+	}
 	fmt.Fprintf(o.out, "  continued by consumer %6d   (the points service's span is in the trace)\n", sum.traced)
 	if published < wrote.events {
 		return sum, fmt.Errorf("%d events still unpublished after %s", wrote.events-published, o.timeout)
 	}
+	if o.relay && sum.byRelay == 0 {
+		fmt.Fprintf(o.out, "the relay sent none of the events\n")
+	}
 	return sum, nil
+}
+
+// countSenders counts a run's sent events by who sent them, from the claim_owner their rows
+// were marked SUCCESS with: a publisher's InstanceID, or a relay's (relayIDs).
+func countSenders(ctx context.Context, db *sql.DB, table, prefix string, relayIDs map[string]bool) (byRelay, byPublishers int, err error) {
+	rows, err := db.QueryContext(ctx, "SELECT claim_owner, COUNT(*) FROM `"+table+"` WHERE status = 'SUCCESS' AND biz_no LIKE ? GROUP BY claim_owner", prefix+"%")
+	if err != nil {
+		return 0, 0, fmt.Errorf("count the events by sender: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var owner string
+		var n int
+		if err := rows.Scan(&owner, &n); err != nil {
+			return 0, 0, err
+		}
+		if relayIDs[owner] {
+			byRelay += n
+		} else {
+			byPublishers += n
+		}
+	}
+	return byRelay, byPublishers, rows.Err()
 }
 
 // prepareTables creates the example's tables where they are missing and returns the outbox
@@ -412,6 +519,12 @@ func prepareTables(ctx context.Context, db *sql.DB, o options) (*outbox.MySQLSto
 	}
 	if err := store.CreateSchema(ctx); err != nil {
 		return nil, err
+	}
+	if o.relay {
+		// The relay's checkpoint table: one row per relayed outbox table.
+		if err := relay.CreateSchema(ctx, db, relay.Config{CheckpointTable: relayTable}); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		return nil, fmt.Errorf("create example tables: %w", err)
@@ -699,15 +812,71 @@ func ordering(o options) outbox.Ordering {
 	return outbox.Unordered
 }
 
+// relayTable is the relay's checkpoint table, the default one: its rows are per outbox table.
+const relayTable = relay.DefaultCheckpointTable
+
 // instance is one instance of the order-service: its own connection pool, producer and
-// publisher, as a separate process would have.
+// publisher, and with -relay its relay, as a separate process would have.
 type instance struct {
-	pub *outbox.Publisher
-	db  *sql.DB
+	pub      *outbox.Publisher
+	db       *sql.DB
+	relay    *relay.Relay // with -relay
+	relayID  string       // the relay's InstanceID
+	relayRan chan error   // the relay's Run, once it returns
 }
 
-// close stops the publisher (which closes its sender), then closes the pool.
+// start runs the relay, if there is one, and the publisher, until they are closed.
+func (in *instance) start(ctx context.Context) {
+	if in.relay != nil {
+		go func() { in.relayRan <- in.relay.Run(ctx) }()
+	}
+	go in.pub.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
+}
+
+// failed returns the relay's error if it could not run: Run returns at once when the
+// server cannot feed a relay (its binlog is off, say), with an error that names the fix.
+// Other failures (the database or the broker down) it rides out, as a standby or leader.
+func (in *instance) failed() error {
+	select {
+	case err := <-in.relayRan:
+		in.relayRan <- err // for the next call
+		return err         // nil once it was stopped
+	default:
+		return nil
+	}
+}
+
+// failed returns the first failure of the instances' relays.
+func failed(instances []*instance) error {
+	for _, in := range instances {
+		if err := in.failed(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitLeading waits until the instance's relay leads the table.
+func (in *instance) awaitLeading(ctx context.Context) error {
+	for !in.relay.Health().Leader {
+		if err := in.failed(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("relay %s did not lead: %w (last error: %s)", in.relayID, ctx.Err(), in.relay.Health().LastError)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// close stops the relay (a leader hands the table back to the publishers), then the
+// publisher (which closes the sender they share), then closes the pool.
 func (in *instance) close() {
+	if in.relay != nil {
+		_ = in.relay.Close()
+	}
 	_ = in.pub.Close()
 	_ = in.db.Close()
 }
@@ -717,7 +886,12 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 	if err != nil {
 		return nil, err
 	}
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, Ordering: ordering(o)})
+	storeCfg := outbox.MySQLConfig{Table: o.table, Ordering: ordering(o)}
+	if o.relay {
+		// The publishers stand by while a relay leads, and take over if it goes silent.
+		storeCfg.RelayTable = relayTable
+	}
+	store, err := outbox.NewMySQLStore(db, storeCfg)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -740,15 +914,18 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 	if o.verbose {
 		level = slog.LevelDebug
 	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("instance", i)
+	backoff := func(int) time.Duration { return 200 * time.Millisecond } // a demo need not wait 5 s
+	onDeadLetter := func(_ context.Context, ev outbox.Event, cause error) {
+		fmt.Fprintf(os.Stderr, "ALERT: dead letter id=%d event_id=%s biz_no=%s: %v\n", ev.ID, ev.EventID, ev.BizNo, cause)
+	}
 	cfg := outbox.Config{
 		InstanceID:     instanceID,
 		TracerProvider: tp, // each send a span, linked to its orders' traces
 		PollInterval:   100 * time.Millisecond,
-		Backoff:        func(int) time.Duration { return 200 * time.Millisecond }, // a demo need not wait 5 s
-		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("instance", i),
-		OnDeadLetter: func(_ context.Context, ev outbox.Event, cause error) {
-			fmt.Fprintf(os.Stderr, "ALERT: dead letter id=%d event_id=%s biz_no=%s: %v\n", ev.ID, ev.EventID, ev.BizNo, cause)
-		},
+		Backoff:        backoff,
+		Logger:         logger,
+		OnDeadLetter:   onDeadLetter,
 	}
 	if ms != nil {
 		cfg.MeterProvider = ms.provider
@@ -759,12 +936,34 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 		_ = db.Close()
 		return nil, err
 	}
-	return &instance{pub: p, db: db}, nil
+	in := &instance{pub: p, db: db}
+	if o.relay {
+		// The relay sends with the instance's sender; its InstanceID, distinct from the
+		// publisher's, is what it writes to claim_owner. Its binlog connection registers
+		// with a server id derived from it (relay.Config.ServerID).
+		in.relayID = fmt.Sprintf("relay-%d-%s", i, outbox.DefaultInstanceID())
+		in.relay, err = relay.New(o.dsn, sender, relay.Config{
+			Table:           o.table,
+			CheckpointTable: relayTable,
+			InstanceID:      in.relayID,
+			Ordering:        ordering(o), // the store's
+			Backoff:         backoff,
+			OnDeadLetter:    onDeadLetter,
+			Logger:          logger.With("relay", in.relayID),
+		})
+		if err != nil {
+			_ = p.Close()
+			_ = db.Close()
+			return nil, err
+		}
+		in.relayRan = make(chan error, 1)
+	}
+	return in, nil
 }
 
 // lossyAcks sends for real, then reports failure for the first few sends: the broker has the
-// message but the publisher believes the send failed, so it sends the event again later (in
-// key order, before any later event of its order). It sends one event at a time, through
+// message but the publisher (with -relay, the relay) believes the send failed, so it sends
+// the event again later (in key order, before any later event of its order). It sends one event at a time, through
 // the RocketMQ sender, even in batch mode; in key order an order whose event "failed" goes no
 // further in that batch. As a wrapper does, it passes Info on (the sender's topic and send
 // timeout) and Close (the publisher's Close closes the RocketMQ sender through it).

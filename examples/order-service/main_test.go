@@ -160,15 +160,25 @@ func TestRecreatedOutboxTableDropsNothing(t *testing.T) {
 func TestOrderedLivesArriveInOrder(t *testing.T) {
 	t.Parallel()
 	o := testOptions(t, io.Discard)
+	sum, events := runOrdered(t, testsvc.OpenDB(t), o)
+	assert.Equal(t, events, sum["linked by a send"], "every request's trace is linked from a send span")
+}
+
+// runOrdered runs the example with -ordered (and args) as a program of its own, 200 orders
+// published by three instances, the first losing 5 acknowledgements, and checks what every
+// ordered run must show: nothing out of order, every order in its final status, every order
+// awarded once, every event recorded by the inbox once, every duplicate a resend. It returns
+// the summary and the number of events the order API wrote.
+func runOrdered(t *testing.T, db *sql.DB, o options, args ...string) (sum map[string]int, events int) {
+	t.Helper()
 	const orders, duplicate = 200, 5
-	db := testsvc.OpenDB(t)
 	bin := buildExample(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-ordered", "-dsn", o.dsn, "-namesrv", o.namesrv, "-topic", o.topic,
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-ordered", "-dsn", o.dsn, "-namesrv", o.namesrv, "-topic", o.topic,
 		"-table", o.table, "-group", o.group, "-orders", strconv.Itoa(orders), "-instances", "3",
-		"-duplicate", strconv.Itoa(duplicate), "-timeout", "3m")
+		"-duplicate", strconv.Itoa(duplicate), "-timeout", "3m"}, args...)...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -181,7 +191,7 @@ func TestOrderedLivesArriveInOrder(t *testing.T) {
 		forget(t, db, prefix)
 	}
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
-	sum := parseSummary(t, stdout.String())
+	sum = parseSummary(t, stdout.String())
 
 	cancelledOrders := 0
 	for i := range orders {
@@ -189,7 +199,7 @@ func TestOrderedLivesArriveInOrder(t *testing.T) {
 			cancelledOrders++
 		}
 	}
-	events := 2*orders + cancelledOrders
+	events = 2*orders + cancelledOrders
 	require.Positive(t, cancelledOrders)
 	assert.Equal(t, orders, sum["orders created"])
 	assert.Equal(t, orders, sum["orders paid"])
@@ -227,8 +237,130 @@ func TestOrderedLivesArriveInOrder(t *testing.T) {
 		"every suppressed delivery was a second delivery of an event that was processed")
 	assert.Zero(t, sum["messages rejected"])
 	assert.Equal(t, events, sum["request traces"], "a trace per order API request")
-	assert.Equal(t, events, sum["linked by a send"], "every request's trace is linked from a send span")
 	assert.Equal(t, events, sum["continued by consumer"], "every request's trace reached the points service")
+	return sum, events
+}
+
+// binlogArgs start a private MariaDB server with the binary log a relay needs: on, in row
+// format with full row metadata, synced at each commit.
+var binlogArgs = []string{"--log-bin", "--binlog-format=ROW", "--binlog-row-metadata=FULL", "--sync-binlog=1", "--server-id=7"}
+
+// relayOptions runs the example with -relay on srv, a private server (every table its own),
+// and on a topic and a consumer group of its own.
+func relayOptions(t *testing.T, srv *testsvc.MySQLServer, out io.Writer) options {
+	t.Helper()
+	return options{
+		dsn:       srv.DSN(),
+		namesrv:   testsvc.RocketMQNameServer(t),
+		topic:     testsvc.NewTopic(t, "ORDER_EVENT"),
+		table:     testsvc.UniqueTable("example_event"),
+		group:     testsvc.UniqueTable("points"),
+		orders:    200,
+		instances: 3,
+		duplicate: 3,
+		relay:     true,
+		timeout:   3 * time.Minute,
+		out:       out,
+	}
+}
+
+// senders counts a table's rows by claim_owner.
+func senders(t *testing.T, db *sql.DB, table string) map[string]int {
+	t.Helper()
+	rows, err := db.Query("SELECT claim_owner, COUNT(*) FROM `" + table + "` GROUP BY claim_owner")
+	require.NoError(t, err)
+	defer rows.Close()
+	got := map[string]int{}
+	for rows.Next() {
+		var owner string
+		var n int
+		require.NoError(t, rows.Scan(&owner, &n))
+		got[owner] = n
+	}
+	require.NoError(t, rows.Err())
+	return got
+}
+
+// checkRelayed checks that one relay sent all n events of table, the first instance's, and
+// that it handed the table back to the publishers when it stopped.
+func checkRelayed(t *testing.T, db *sql.DB, table string, n int) {
+	t.Helper()
+	owners := senders(t, db, table)
+	require.Len(t, owners, 1, "one sender marked every row: %v", owners)
+	for owner, count := range owners {
+		assert.True(t, strings.HasPrefix(owner, "relay-0-"), "the first instance's relay sent them, not %q", owner)
+		assert.Equal(t, n, count)
+	}
+	var mode string
+	require.NoError(t, db.QueryRow("SELECT mode FROM "+relayTable+" WHERE outbox_table = ?", table).Scan(&mode))
+	assert.Equal(t, "polling", mode, "the leader handed the table back to the publishers as it stopped")
+}
+
+// The example with -relay, on a private MariaDB with the binlog on, each of its three
+// instances running a relay beside its publisher: the first instance's relay leads and
+// sends every event, reading them from the binlog as the order API commits them; the other
+// relays and every publisher stand by (no row is marked by a publisher). The first
+// instance's sender loses acknowledgements, so the relay sends those events again, and the
+// points service suppresses them: every order is still awarded once. Then the same with
+// -ordered, as a program of its own (see TestOrderedLivesArriveInOrder): each order's
+// events reach the orderly consumer in commit order.
+func TestRelaySendsWhilePublishersStandBy(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.PrivateMySQL(t, binlogArgs...)
+	db := srv.OpenDB(t)
+
+	t.Run("unordered", func(t *testing.T) {
+		var out strings.Builder
+		o := relayOptions(t, srv, &out)
+		sum, err := run(context.Background(), o)
+		t.Logf("go -C examples run ./order-service -relay:\n%s", out.String())
+		require.NoError(t, err)
+		assert.Contains(t, out.String(), "relay relay-0-")
+		assert.Zero(t, sum.lost(), "every order got its points")
+		assert.Equal(t, o.orders, sum.awarded)
+		assert.Equal(t, o.orders, sum.published)
+		assert.Equal(t, o.orders, sum.byRelay, "the relay sent every event")
+		assert.Zero(t, sum.byPublishers, "the publishers stood by")
+		assert.Equal(t, 1, sum.relaysLed, "one relay led, the others stood by")
+		checkRelayed(t, db, o.table, o.orders)
+		ids := testsvc.EventIDs(t, db, o.table)
+		assert.Equal(t, o.orders, consumed(t, db, o.group, ids), "the inbox recorded every event")
+		assert.Equal(t, int64(o.duplicate), sum.lostAcks, "the relay lost acknowledgements through the first instance's sender")
+		assert.GreaterOrEqual(t, int64(sum.duplicates), sum.lostAcks, "every resend was suppressed")
+		assert.Equal(t, sum.consumed-o.orders, sum.duplicates, "every suppressed delivery was a second one")
+		assert.Zero(t, sum.rejected)
+		assert.Equal(t, o.orders, sum.traced, "every request's trace reached the points service through the relay")
+		assert.Zero(t, sum.linkedSends, "the relay makes no send spans")
+	})
+
+	t.Run("ordered", func(t *testing.T) {
+		o := relayOptions(t, srv, io.Discard)
+		sum, events := runOrdered(t, db, o, "-relay")
+		assert.Equal(t, events, sum["sent by the relay"])
+		assert.Zero(t, sum["sent by publishers"])
+		assert.Zero(t, sum["linked by a send"], "the relay makes no send spans")
+		checkRelayed(t, db, o.table, events)
+	})
+}
+
+// -relay on a server whose binary log is off: the example stops at once, with the relay's
+// error, which says how to start the server.
+func TestRelayNeedsTheBinlog(t *testing.T) {
+	t.Parallel()
+	o := testOptions(t, io.Discard)
+	db := testsvc.OpenDB(t)
+	var logBin int
+	require.NoError(t, db.QueryRow("SELECT @@log_bin").Scan(&logBin))
+	if logBin == 1 {
+		t.Skip("the test server has its binary log on")
+	}
+	o.relay = true
+	began := time.Now()
+	_, err := run(context.Background(), o)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "--log-bin")
+	assert.Less(t, time.Since(began), time.Minute, "it stopped at once, not at -timeout")
 }
 
 // buildExample builds the example, without the race detector, into t's temporary directory.
