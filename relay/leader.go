@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // errNotLeader ends a term: another relay holds the lock, or took the table over (a higher
@@ -55,6 +57,7 @@ func (r *Relay) lead(ctx context.Context, info serverInfo) error {
 		return err
 	}
 	r.counters.terms.Add(1)
+	r.m.add(ctx, func(m *metrics) metric.Int64Counter { return m.terms }, 1)
 	r.setLeader(epoch, true)
 	defer r.setLeader(epoch, false)
 	r.cfg.Logger.InfoContext(ctx, "relay: leading", slog.String("table", r.cfg.Table), slog.Int64("epoch", epoch),
@@ -69,6 +72,7 @@ func (r *Relay) lead(ctx context.Context, info serverInfo) error {
 		case errors.Is(err, errPositionLost):
 			// Still the leader: read from the current position, after sweeping the table.
 			r.counters.handovers.Add(1)
+			r.m.add(ctx, func(m *metrics) metric.Int64Counter { return m.lost }, 1)
 			r.cfg.Logger.WarnContext(ctx, "relay: the binlog cannot be followed here; sweeping the table and reading on from the current position",
 				slog.Any("reason", err))
 			resume = ""

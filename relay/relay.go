@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/go-outbox/outbox"
 )
@@ -84,6 +85,11 @@ type Config struct {
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// MeterProvider, if set, receives the relay's metrics: outbox.events.sent, .retried and
+	// .dead_lettered, as a publisher counts them, and the relay's own outbox.relay.* (see
+	// docs/relay.md). None records nothing; the global provider is never used.
+	MeterProvider metric.MeterProvider
 }
 
 var tableName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
@@ -149,6 +155,7 @@ type Relay struct {
 	db     *sql.DB
 	conn   *mysql.Config
 	q      queries
+	m      *metrics
 
 	mu       sync.Mutex
 	running  bool
@@ -227,6 +234,10 @@ func New(dsn string, sender outbox.Sender, cfg Config) (*Relay, error) {
 	db.SetMaxIdleConns(4)
 	r := &Relay{cfg: cfg, sender: sender, db: db, conn: c, q: newQueries(cfg.Table, cfg.CheckpointTable)}
 	r.health.InstanceID = cfg.InstanceID
+	if r.m, err = newMetrics(cfg.MeterProvider, r); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("relay: metrics: %w", err)
+	}
 	return r, nil
 }
 
@@ -318,6 +329,7 @@ func (r *Relay) Close() error {
 		cancel()
 		<-done
 	}
+	r.m.close()
 	return r.db.Close()
 }
 

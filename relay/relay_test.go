@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/testsvc"
@@ -172,7 +174,10 @@ func TestRelayPublishesEveryCommittedEventOnce(t *testing.T) {
 	topic := testsvc.NewTopic(t, "relay")
 	c := testsvc.Consume(t, topic)
 	before := e.insert(t, 50, byIndex("before"))
-	r := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	reader := sdkmetric.NewManualReader()
+	cfg := e.config("relay-1")
+	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	r := start(t, e.dsn, rocketSender(t, topic), cfg)
 	waitLeader(t, r)
 	during := e.insert(t, 300, byIndex("during"))
 	c.WaitDistinct(t, len(before)+len(during), 60*time.Second)
@@ -188,6 +193,11 @@ func TestRelayPublishesEveryCommittedEventOnce(t *testing.T) {
 	st := r.Stats()
 	assert.Equal(t, int64(350), st.Sent)
 	assert.Equal(t, int64(50), st.Swept, "the events committed before the relay started came from the table")
+	got := sums(t, reader)
+	assert.Equal(t, int64(350), got["outbox.events.sent"], "the publisher's counter, by the relay")
+	assert.Equal(t, int64(50), got["outbox.relay.events.swept"])
+	assert.Equal(t, int64(1), got["outbox.relay.terms"])
+	assert.Equal(t, int64(1), got["outbox.relay.leader"])
 	waitFor(t, 5*time.Second, "a checkpoint", func() bool { _, _, g := e.checkpoint(t); return g != "" })
 	epoch, mode, gtid := e.checkpoint(t)
 	assert.Equal(t, int64(1), epoch)
@@ -520,4 +530,27 @@ func purgeBinlogs(t *testing.T, db *sql.DB) {
 		require.NoError(t, err)
 		return len(logs()) == 1
 	})
+}
+
+// sums collects reader once and returns each Int64 sum or gauge, added over its attributes.
+func sums(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] += p.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] += p.Value
+				}
+			}
+		}
+	}
+	return out
 }

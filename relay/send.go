@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/go-outbox/outbox"
 )
@@ -167,14 +168,14 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 		if len(errs) != len(pending) {
 			return fmt.Errorf("relay: the sender returned %d results for %d events", len(errs), len(pending))
 		}
-		var sent []int64
+		var sent []outbox.Event
 		var next []outbox.Event
 		unavailable := false
 		for i, ev := range pending {
 			err := errs[i]
 			switch {
 			case err == nil:
-				sent = append(sent, ev.ID)
+				sent = append(sent, ev)
 			case errors.Is(err, outbox.ErrNotSent):
 				next = append(next, ev)
 			case outbox.IsUnavailable(err) && len(sent) == 0:
@@ -217,27 +218,29 @@ func firstErr(errs []error) error {
 }
 
 // markSent marks the sent events SUCCESS in one fenced statement.
-func (t *term) markSent(ids []int64) error {
-	if len(ids) == 0 {
+func (t *term) markSent(evs []outbox.Event) error {
+	if len(evs) == 0 {
 		return nil
 	}
 	r := t.r
-	args := make([]any, 0, len(ids)+3)
+	args := make([]any, 0, len(evs)+3)
 	args = append(args, r.cfg.Table, t.epoch, r.cfg.InstanceID)
-	for _, id := range ids {
-		args = append(args, id)
+	for _, ev := range evs {
+		args = append(args, ev.ID)
 	}
-	n, err := t.exec("mark sent", fmt.Sprintf(r.q.markSuccess, placeholders(len(ids))), args...)
+	r.counters.sent.Add(int64(len(evs)))
+	r.m.sentEvents(t.ctx, evs)
+	n, err := t.exec("mark sent", fmt.Sprintf(r.q.markSuccess, placeholders(len(evs))), args...)
 	if err != nil {
 		return err
 	}
-	r.counters.sent.Add(int64(len(ids)))
-	if n < int64(len(ids)) {
+	if n < int64(len(evs)) {
 		if err := t.checkEpoch(); err != nil {
 			return err
 		}
 		// Someone else recorded them first: a poller, or an earlier leader.
-		r.counters.resent.Add(int64(len(ids)) - n)
+		r.counters.resent.Add(int64(len(evs)) - n)
+		r.m.add(t.ctx, func(m *metrics) metric.Int64Counter { return m.resent }, int64(len(evs))-n)
 	}
 	return nil
 }
@@ -257,6 +260,7 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 			return t.checkEpoch()
 		}
 		r.counters.deadLettered.Add(1)
+		r.m.deadLetter(t.ctx, ev, cause)
 		t.log().ErrorContext(t.ctx, "relay: event dead-lettered", slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID),
 			slog.String("biz_no", ev.BizNo), slog.Int("retry_count", attempt), slog.Bool("permanent", outbox.IsPermanent(cause)),
 			slog.Any("error", cause))
@@ -278,6 +282,7 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		return t.checkEpoch()
 	}
 	r.counters.retried.Add(1)
+	r.m.retry(t.ctx, ev)
 	t.log().WarnContext(t.ctx, "relay: send failed, will retry", slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID),
 		slog.String("biz_no", ev.BizNo), slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
 	t.later(ev, delay)
@@ -364,7 +369,7 @@ func (t *term) resumeKey(key string) error {
 		return err
 	}
 	due := t.due(evs)
-	t.r.counters.swept.Add(int64(len(due)))
+	t.swept(len(due))
 	return t.deliver(due, false)
 }
 
@@ -481,12 +486,18 @@ func (t *term) sweep() error {
 		if err := t.deliver(due, false); err != nil {
 			return err
 		}
-		t.r.counters.swept.Add(int64(len(due)))
+		t.swept(len(due))
 		if t.ctx.Err() != nil {
 			return nil
 		}
 	}
 	return nil
+}
+
+// swept counts events taken from the table rather than the binlog.
+func (t *term) swept(n int) {
+	t.r.counters.swept.Add(int64(n))
+	t.r.m.add(t.ctx, func(m *metrics) metric.Int64Counter { return m.swept }, int64(n))
 }
 
 // exec runs a fenced write; the database's failures end the term.
