@@ -124,10 +124,10 @@ type faultResult struct {
 	InHandler      int
 	InHandlerDone  time.Duration
 	InboxFailed    int // db: deliveries the inbox counted failed from the stop until 5 s after the start
-	// Relay mode: the first term a relay began after the fault (kill-leader: after the
-	// kill, by another relay; others: after the fault's end), how long after, and the
-	// handovers (binlog not followable: the table swept) from the fault's start until the
-	// next fault's.
+	// Relay mode: the first term a relay began after the fault began and before the next
+	// one (kill-leader, purge: another relay than the killed leader), how long after
+	// termReference, and the handovers (binlog not followable: the table swept) from the
+	// fault's start until the next fault's.
 	NewLeader      string
 	NewEpoch       int64
 	NewLeaderAfter time.Duration
@@ -603,6 +603,16 @@ func termAt(terms map[string][]termStart, inst string, t time.Time) (termStart, 
 	return ts[i-1], true
 }
 
+// termReference is when a fault's next term is timed from: a purge's end (the relays were
+// paused until then), any other fault's start (a database restart ends the leader's term
+// when it stops, and a relay may lead again before the restart command has returned).
+func termReference(f fault) time.Time {
+	if f.Kind == faultPurge {
+		return f.End
+	}
+	return f.Start
+}
+
 // nextTerm is the first term a relay other than except began after t and before until
 // (zero: no end).
 func nextTerm(terms map[string][]termStart, t, until time.Time, except string) (termStart, bool) {
@@ -748,16 +758,16 @@ func recoveries(in analysisInput, recs []record, terms map[string][]termStart) [
 			fr.FirstDelivery = first.Sub(f.End)
 		}
 		if in.Relay {
-			from, except := f.End, ""
-			if f.Kind == faultKillLeader {
-				from, except = f.Start, relayInstance(f.Target)
+			except := ""
+			if f.Kind == faultKillLeader || f.Kind == faultPurge {
+				except = relayInstance(f.Target)
 			}
 			until := time.Time{}
 			if i := slices.IndexFunc(in.Faults, func(g fault) bool { return g.Start.After(f.Start) }); i >= 0 {
 				until = in.Faults[i].Start
 			}
-			if t, ok := nextTerm(terms, from, until, except); ok {
-				fr.NewLeader, fr.NewEpoch, fr.NewLeaderAfter = t.Instance, t.Epoch, t.At.Sub(from)
+			if t, ok := nextTerm(terms, f.Start, until, except); ok {
+				fr.NewLeader, fr.NewEpoch, fr.NewLeaderAfter = t.Instance, t.Epoch, t.At.Sub(termReference(f))
 			}
 			fr.Handovers = handoversBetween(terms, f.Start, until)
 		}
@@ -1035,9 +1045,10 @@ func (r *report) print(w io.Writer) {
 			notes = joinNotes(notes, f.Note)
 		}
 		if r.Relay {
-			from := "its end"
-			if f.Kind == faultKillLeader {
-				from = "the kill"
+			from := map[string]string{faultKillLeader: "the kill", faultPurge: "the publishers resumed", faultDB: "the database stopped",
+				faultDBCrash: "the crash"}[f.Kind]
+			if from == "" {
+				from = "the fault began"
 			}
 			// A fault that ends the leader's term (its process killed, its database connections
 			// lost) is followed by a new term before the next fault; the others may be.
