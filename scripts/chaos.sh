@@ -7,6 +7,11 @@
 # event's effect was lost, doubled or rejected.
 #
 #   bash scripts/chaos.sh -short      CI: 3,000 events over 2 minutes, one fault of each kind
+#   bash scripts/chaos.sh -short -relay
+#                                     the same with a binlog relay in each publisher process
+#                                     (the database runs with the binlog on): the relay leader
+#                                     killed, the database restarted and crashed, the binlog
+#                                     purged while the leader is down
 #   bash scripts/chaos.sh             100,000 events, 10 minutes of random faults
 #   bash scripts/chaos.sh -h          every flag
 #

@@ -16,8 +16,19 @@
 // scripts/mariadb.sh and scripts/rocketmq.sh, and stops them at the end; -external uses
 // services you run, with a restart command for each.
 //
+// With -relay, each publisher process also runs a binlog relay (package relay) beside its
+// publisher, on the run's own MariaDB with the binlog on; the publishers stand by while a
+// relay leads (MySQLConfig.RelayTable). The faults then are: SIGKILL of the relay leader's
+// process or of a consumer, a broker restart, a database restart and a database crash (the
+// relays must elect a leader again and resume), and a binlog purge while the leader is
+// down (the next leader cannot resume from its checkpoint: it sweeps the table). The
+// verdict is the same; a duplicate a relay resent from its checkpoint or its sweep after a
+// failover (same eventId) is explained, and counted in a row of its own, as are the rows
+// the relays and the publishers sent and the relays' terms of leadership.
+//
 //	bash scripts/chaos.sh -short     # CI: a few thousand events, one fault of each kind
 //	bash scripts/chaos.sh            # 100,000 events, 10 minutes of random faults
+//	bash scripts/chaos.sh -short -relay   # CI: the same, in relay mode
 package main
 
 import (
@@ -31,6 +42,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +50,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/inbox"
+	"github.com/go-outbox/outbox/relay"
 )
 
 func main() {
@@ -73,6 +86,8 @@ type options struct {
 	faults, killWhen, claimMode string
 	keep                        bool
 	workdir                     string
+	relay                       bool
+	relayFallback               time.Duration
 
 	// managed services
 	scripts, dbDir, mqDir              string
@@ -80,6 +95,7 @@ type options struct {
 	topic                              string
 	external                           bool
 	dsn, namesrv, dbRestart, brokerCmd string
+	dbCrash                            string
 }
 
 func parseOptions(args []string) (*options, error) {
@@ -110,7 +126,10 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.reclaim, "reclaim", 5*time.Second, "publishers' Tuning.ReclaimInterval")
 	fs.StringVar(&o.claimMode, "claim-mode", claimBatch, "publishers' claims: batch, or per-row (Tuning.ClaimPerRow)")
 	fs.DurationVar(&o.poll, "poll", 0, "publishers' Config.PollInterval (0: the library's default)")
-	fs.StringVar(&o.faults, "faults", strings.Join(faultKinds, ","), "kinds of fault to inject: kill (a publisher), kill-consumer, broker, db")
+	fs.StringVar(&o.faults, "faults", "", "kinds of fault to inject: kill (a publisher), kill-leader (the relay leader's process), kill-consumer, broker, db (a restart), db-crash, purge (the binlog, while the relay leader is down) (default: "+
+		strings.Join(pollingFaults, ",")+"; with -relay: "+strings.Join(relayFaults, ",")+")")
+	fs.BoolVar(&o.relay, "relay", false, "relay mode: each publisher process also runs a binlog relay, the database runs with the binlog on, and the faults are the relay's")
+	fs.DurationVar(&o.relayFallback, "relay-fallback", 30*time.Second, "relay mode: the relays' FallbackAfter (how old the leader's heartbeat is before the publishers take over)")
 	fs.StringVar(&o.killWhen, "kill-when", "in-flight", "in-flight: SIGKILL the chosen publisher as soon as it holds claimed rows, the chosen consumer as soon as it is in a handler (waiting up to 10 s; at the default poll a publisher is idle most of the time); any: at once")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services running and the table at the end")
 	fs.StringVar(&o.workdir, "workdir", "/tmp/outbox-chaos-run", "where each run's logs go (a directory per run)")
@@ -125,6 +144,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.StringVar(&o.namesrv, "namesrv", "", "external: RocketMQ name server(s), comma separated")
 	fs.StringVar(&o.topic, "topic", "", "external: an existing topic (managed: a new one per run)")
 	fs.StringVar(&o.dbRestart, "db-restart", "", "external: bash command that restarts the database and returns once it answers")
+	fs.StringVar(&o.dbCrash, "db-crash", "", "external: bash command that kills the database server (SIGKILL), starts it again and returns once it answers")
 	fs.StringVar(&o.brokerCmd, "broker-restart", "", "external: bash command that restarts the broker named {broker} and returns once it serves")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -168,9 +188,15 @@ func parseOptions(args []string) (*options, error) {
 	if _, err := claimMode(o.claimMode); err != nil {
 		return nil, fmt.Errorf("-claim-mode: %w", err)
 	}
+	if o.faults == "" {
+		o.faults = strings.Join(map[bool][]string{false: pollingFaults, true: relayFaults}[o.relay], ",")
+	}
 	for _, k := range strings.Split(o.faults, ",") {
 		if !slices.Contains(faultKinds, k) {
 			return nil, fmt.Errorf("-faults: unknown kind %q (%s)", k, strings.Join(faultKinds, ", "))
+		}
+		if !o.relay && (k == faultKillLeader || k == faultPurge) {
+			return nil, fmt.Errorf("-faults: %s needs -relay", k)
 		}
 	}
 	if o.seed == 0 {
@@ -187,6 +213,7 @@ type chaos struct {
 	store   *outbox.MySQLStore
 	db      *sql.DB
 	table   string
+	relayCP string // relay mode: the relays' checkpoint table
 	effects string // the effects table
 	inbox   string // the inbox table (and inbox + "_rejected")
 	group   string // the inbox consumers' group
@@ -221,9 +248,12 @@ func runChaos(args []string) int {
 	}
 	c := &chaos{o: o, logf: logf, table: "chaos_" + stamp, effects: "chaos_" + stamp + "_effects",
 		inbox: "chaos_" + stamp + "_inbox", group: "outbox_chaos_" + stamp + "_inbox", tag: "c" + stamp}
+	if o.relay {
+		c.relayCP = "chaos_" + stamp + "_relay"
+	}
 	if o.external {
 		c.svc = &external{sh: shell{logPath: filepath.Join(dir, "services.log")}, dsn: o.dsn, namesrv: o.namesrv,
-			dbRestart: o.dbRestart, brokerRestart: o.brokerCmd}
+			dbRestart: o.dbRestart, brokerRestart: o.brokerCmd, dbCrash: o.dbCrash}
 	} else {
 		if _, err := os.Stat(filepath.Join(o.scripts, "rocketmq.sh")); err != nil {
 			logf("no %s/rocketmq.sh: run from the repository's root (or pass -scripts): %v", o.scripts, err)
@@ -241,15 +271,22 @@ func runChaos(args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, o.deadline)
 	defer cancel()
 
-	fmt.Printf("outbox chaos run %s, seed %d: %d events by %d writers over %s, %d publisher processes (%s claims), %d inbox consumer processes, %d broker(s), faults %s%s\n",
-		stamp, o.seed, o.events, o.writers, o.duration, o.publishers, o.claimMode, o.consumers, o.brokers, o.faults,
+	mode := ""
+	if o.relay {
+		mode = fmt.Sprintf(", each with a binlog relay (FallbackAfter %s)", o.relayFallback)
+	}
+	fmt.Printf("outbox chaos run %s, seed %d: %d events by %d writers over %s, %d publisher processes (%s claims)%s, %d inbox consumer processes, %d broker(s), faults %s%s\n",
+		stamp, o.seed, o.events, o.writers, o.duration, o.publishers, o.claimMode, mode, o.consumers, o.brokers, o.faults,
 		map[bool]string{true: " (short: one fault of each kind)"}[o.short])
 	logf("logs in %s", dir)
 	code := c.run(ctx, dir)
 	if !o.keep {
 		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		if c.db != nil {
-			for _, t := range []string{c.table, c.effects, c.inbox, c.inbox + "_rejected"} {
+			for _, t := range []string{c.table, c.effects, c.inbox, c.inbox + "_rejected", c.relayCP} {
+				if t == "" {
+					continue
+				}
 				if _, err := c.db.ExecContext(tctx, "DROP TABLE IF EXISTS `"+t+"`"); err != nil {
 					logf("drop table %s: %v", t, err)
 				}
@@ -284,9 +321,12 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 		return 2
 	}
 	c.db.SetMaxOpenConns(o.writers + 4)
-	c.store, err = outbox.NewMySQLStore(c.db, outbox.MySQLConfig{Table: c.table})
+	c.store, err = outbox.NewMySQLStore(c.db, outbox.MySQLConfig{Table: c.table, RelayTable: c.relayCP})
 	if err == nil {
 		err = c.store.CreateSchema(ctx)
+	}
+	if err == nil && o.relay {
+		err = relay.CreateSchema(ctx, c.db, relay.Config{Table: c.table, CheckpointTable: c.relayCP})
 	}
 	if err == nil {
 		err = c.createInboxSchema(ctx)
@@ -307,8 +347,13 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 		return 2
 	}
 	c.pubs = &procs{exe: exe, dir: dir, logf: logf, kind: "publisher", prefix: "p", args: func(name string) []string {
-		return publishOptions{dsn: dsn, table: c.table, namesrv: namesrv, topic: o.topic, instance: name, dir: dir,
-			claimMode: o.claimMode, lease: o.lease, reclaim: o.reclaim, poll: o.poll}.args()
+		po := publishOptions{dsn: dsn, table: c.table, namesrv: namesrv, topic: o.topic, instance: name, dir: dir,
+			claimMode: o.claimMode, lease: o.lease, reclaim: o.reclaim, poll: o.poll}
+		if o.relay {
+			n, _ := strconv.Atoi(strings.TrimPrefix(name, "p"))
+			po.relayTable, po.serverID, po.fallback = c.relayCP, relayServerID(n), o.relayFallback
+		}
+		return po.args()
 	}}
 	c.cons = &procs{exe: exe, dir: dir, logf: logf, kind: "consumer", prefix: "c", args: func(name string) []string {
 		return consumeOptions{dsn: dsn, namesrv: namesrv, topic: o.topic, group: c.group, inboxTable: c.inbox,
@@ -353,6 +398,12 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 	actx, acancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer acancel()
 	rows, rowsErr := c.readRows(actx)
+	var cp checkpointRow
+	if o.relay {
+		if cp, err = readCheckpoint(actx, c.db, c.relayCP, c.table); err != nil {
+			logf("read the checkpoint row: %v", err)
+		}
+	}
 	logf("stopping the publishers")
 	c.pubs.stopAll(30 * time.Second)
 	sendingAfter, err := c.countStatus(actx, "SENDING")
@@ -389,6 +440,7 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 		Writers: results, Rows: rows, Deliveries: ownDeliveries(deliveries, c.tag), Records: recs, BadLines: bad + inboxBad,
 		Killed: c.pubs.killedAt(), Lease: o.lease, Begin: begin, Faults: faults, SendingAfterStop: sendingAfter,
 		CheckEffects: true, Effects: effects, InboxRecords: inboxRecs, InboxRejected: rejected,
+		Relay: o.relay, Checkpoint: cp, FaultKinds: strings.Split(o.faults, ","),
 	})
 	r.Foreign += len(deliveries) - len(ownDeliveries(deliveries, c.tag))
 
@@ -443,7 +495,7 @@ func (c *chaos) faultLoop(ctx context.Context) {
 		if !strings.Contains(","+o.faults+",", ","+k+",") {
 			continue
 		}
-		if (k == faultDB && !c.svc.canRestartDB()) || (k == faultBroker && !c.svc.canRestartBroker()) {
+		if (k == faultDB && !c.svc.canRestartDB()) || (k == faultBroker && !c.svc.canRestartBroker()) || (k == faultDBCrash && !c.svc.canCrashDB()) {
 			c.logf("no restart command for %s faults: none will be injected", k)
 			continue
 		}
@@ -558,20 +610,28 @@ func (c *chaos) inject(ctx context.Context, kind string, rng *rand.Rand) fault {
 		}
 		f.End = time.Now()
 		c.logf("%s serves again after %s", f.Target, f.End.Sub(f.Start).Round(100*time.Millisecond))
-	case faultDB:
+	case faultDB, faultDBCrash:
 		f.Target = "database"
 		down := between(rng, c.o.outageMin, c.o.outageMax)
 		how := ""
 		if c.o.killWhen == "in-flight" {
 			how = c.pauseConsumers(ctx)
 		}
-		c.logf("fault: restart the database%s (down for %s)", how, down.Round(time.Second))
+		restart, what := c.svc.restartDB, "restart"
+		if kind == faultDBCrash {
+			restart, what = c.svc.crashDB, "crash (SIGKILL)"
+		}
+		c.logf("fault: %s the database%s (down for %s)", what, how, down.Round(time.Second))
 		f.Start = time.Now()
-		if err := c.svc.restartDB(ctx, down); err != nil {
+		if err := restart(ctx, down); err != nil {
 			f.Err = err.Error()
 		}
 		f.End = time.Now()
 		c.logf("the database answers again after %s", f.End.Sub(f.Start).Round(100*time.Millisecond))
+	case faultKillLeader:
+		c.killLeader(ctx, &f)
+	case faultPurge:
+		c.purgeWhileLeaderDown(ctx, &f)
 	}
 	return f
 }

@@ -173,6 +173,12 @@ func (ps *procs) waitHolding(ctx context.Context, name string, timeout time.Dura
 	})
 }
 
+// waitRelaySend watches the outcome log of a publisher process's relay until the relay
+// records a send, and reports whether it did within timeout.
+func (ps *procs) waitRelaySend(ctx context.Context, name string, timeout time.Duration) bool {
+	return watchLog(ctx, filepath.Join(ps.dir, name+".relay.outcomes"), timeout, func(rec record) bool { return rec.isSend() })
+}
+
 // waitHandling watches a consumer's records until one of its handlers begins (the inbox has
 // recorded the event in the handler's transaction, the effect is being written), and
 // reports whether one did within timeout. The handler then works for -consumer-hold before

@@ -26,6 +26,13 @@ type publishOptions struct {
 	instance, dir              string
 	claimMode                  string
 	lease, reclaim, poll       time.Duration
+
+	// relayTable, when set, makes the process run a binlog relay beside its publisher
+	// (relay mode): the relay's checkpoint table, which the publisher's store names as its
+	// RelayTable; serverID is the relay's binlog client id, fallback its FallbackAfter.
+	relayTable string
+	serverID   uint
+	fallback   time.Duration
 }
 
 func (o *publishOptions) flags(fs *flag.FlagSet) {
@@ -39,6 +46,9 @@ func (o *publishOptions) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "Tuning.Lease")
 	fs.DurationVar(&o.reclaim, "reclaim", 5*time.Second, "Tuning.ReclaimInterval")
 	fs.DurationVar(&o.poll, "poll", 0, "Config.PollInterval (0: the library's default)")
+	fs.StringVar(&o.relayTable, "relay-table", "", "run a binlog relay too, with this checkpoint table (the store's RelayTable)")
+	fs.UintVar(&o.serverID, "server-id", 0, "the relay's binlog client server id (relay.Config.ServerID)")
+	fs.DurationVar(&o.fallback, "relay-fallback", 0, "the relay's FallbackAfter (0: the relay's default)")
 }
 
 // args renders o as the command line of a publisher process.
@@ -46,14 +56,15 @@ func (o publishOptions) args() []string {
 	return []string{"publish",
 		"-dsn", o.dsn, "-table", o.table, "-namesrv", o.namesrv, "-topic", o.topic,
 		"-instance", o.instance, "-dir", o.dir, "-claim-mode", o.claimMode,
-		"-lease", o.lease.String(), "-reclaim", o.reclaim.String(), "-poll", o.poll.String()}
+		"-lease", o.lease.String(), "-reclaim", o.reclaim.String(), "-poll", o.poll.String(),
+		"-relay-table", o.relayTable, "-server-id", fmt.Sprint(o.serverID), "-relay-fallback", o.fallback.String()}
 }
 
 // runPublisher is a publisher process: outbox.NewPublisher with outbox.NewRocketMQSender on
 // the real broker, a short lease so that a killed process's rows come back quickly, the
 // library's defaults otherwise. It runs until SIGTERM or SIGINT (a clean stop: Run records
 // what is in flight, then Close closes the sender) or SIGKILL (the fault the chaos run
-// injects).
+// injects). With -relay-table it runs a binlog relay beside the publisher (see runRelay).
 func runPublisher(args []string) int {
 	var o publishOptions
 	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
@@ -95,7 +106,7 @@ func publish(o publishOptions) error {
 		return err
 	}
 	defer db.Close()
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, RelayTable: o.relayTable})
 	if err != nil {
 		return err
 	}
@@ -132,6 +143,9 @@ func publish(o publishOptions) error {
 	defer p.Close() // once Run has returned: closes the sender
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if o.relayTable != "" {
+		return runRelay(ctx, o, p, sender, logger, &clientRetries)
+	}
 	return p.Run(ctx)
 }
 

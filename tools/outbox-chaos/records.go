@@ -33,6 +33,10 @@ const (
 	kindDead         = "dead" // FAIL
 	kindDeadLost     = "dead-lost"
 	kindDeadError    = "dead-error"
+
+	// kindLead opens a term of a relay's leadership (relay mode): every send the relay
+	// records after it, until the next, was made in that term. Detail: formatTerm.
+	kindLead = "lead"
 )
 
 // record is one line of a publisher's outcome log.

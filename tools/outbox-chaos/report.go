@@ -19,10 +19,19 @@ const (
 	faultKillConsumer = "kill-consumer" // SIGKILL an inbox consumer process, start a new one
 	faultBroker       = "broker"        // stop a broker, start it again
 	faultDB           = "db"            // stop the database server, start it again
+	faultDBCrash      = "db-crash"      // SIGKILL the database server, start it again
+	faultKillLeader   = "kill-leader"   // relay mode: SIGKILL the process whose relay leads, start a new one
+	faultPurge        = "purge"         // relay mode: purge the binary logs while the relay leader is down
 )
 
 // faultKinds are the kinds of fault, in the order the reports list them.
-var faultKinds = []string{faultKill, faultKillConsumer, faultBroker, faultDB}
+var faultKinds = []string{faultKill, faultKillLeader, faultKillConsumer, faultBroker, faultDB, faultDBCrash, faultPurge}
+
+// The default faults of each mode.
+var (
+	pollingFaults = []string{faultKill, faultKillConsumer, faultBroker, faultDB}
+	relayFaults   = []string{faultKillLeader, faultKillConsumer, faultBroker, faultDB, faultDBCrash, faultPurge}
+)
 
 // fault is one fault the run injected.
 type fault struct {
@@ -32,7 +41,8 @@ type fault struct {
 	// End is when the fault was over: the new publisher or consumer started, or the
 	// service answered again (its start command returned).
 	End         time.Time
-	Replacement string // kill, kill-consumer: the new process's instance id
+	Replacement string // kill, kill-consumer, kill-leader, purge: the new process's instance id
+	Note        string // what the fault found (the leader it killed, the binary logs it purged)
 	Err         string // the restart failed
 }
 
@@ -67,6 +77,13 @@ type analysisInput struct {
 	InboxRecords []record // the consumers' records (kindHandle, kindInboxPrefix + outcome)
 	// InboxRejected is the rows of the inbox's rejected table.
 	InboxRejected int
+
+	// Relay: relay mode (the records hold the relays' sends and terms, see kindLead);
+	// Checkpoint is the relays' checkpoint row at the end, before the publishers stopped.
+	Relay      bool
+	Checkpoint checkpointRow
+	// FaultKinds are the kinds of fault the run was to inject (-faults), for the summary.
+	FaultKinds []string
 }
 
 // claimTolerance absorbs the gap between a database write and the log line written after it
@@ -107,6 +124,14 @@ type faultResult struct {
 	InHandler      int
 	InHandlerDone  time.Duration
 	InboxFailed    int // db: deliveries the inbox counted failed from the stop until 5 s after the start
+	// Relay mode: the first term a relay began after the fault began and before the next
+	// one (kill-leader, purge: another relay than the killed leader), how long after
+	// termReference, and the handovers (binlog not followable: the table swept) from the
+	// fault's start until the next fault's.
+	NewLeader      string
+	NewEpoch       int64
+	NewLeaderAfter time.Duration
+	Handovers      int64
 }
 
 // report is the outcome of a run.
@@ -158,6 +183,17 @@ type report struct {
 	InboxForeign     int            // deliveries (outcome records) of no row of this run
 	HandlersBegun    int            // handler calls for this run's events
 	InboxRejected    int            // rows in the rejected table
+
+	// Relay mode.
+	FaultKinds     []string
+	Relay          bool
+	SentByRelay    map[string]int // SUCCESS rows by the relay that marked them (claim_owner)
+	SentByPollers  map[string]int // SUCCESS rows by the publisher that acknowledged them
+	RelayTerms     map[string]int // terms of leadership by relay
+	RelayHandovers int64          // the binlog could not be followed, the table was swept
+	RelayResent    int            // extra copies a relay resent after a failover
+	RelayResentEv  int            // events with such a copy
+	Checkpoint     checkpointRow
 }
 
 // failed lists what makes the run fail; empty means it passed.
@@ -192,11 +228,23 @@ func analyze(in analysisInput) *report {
 		LostByState: map[string]int{}, Causes: map[string]int{}, DeadReasons: map[string]int{},
 		Sends: map[string]int{}, UnknownSendReasons: map[string]int{},
 		BadLines: in.BadLines, SendingAfterStop: in.SendingAfterStop, Rows: len(in.Rows), Begin: in.Begin,
+		FaultKinds: in.FaultKinds,
 	}
 
 	rowByBiz := make(map[string]row, len(in.Rows))
 	bizByID := make(map[int64]string, len(in.Rows))
+	if in.Relay {
+		r.Relay, r.Checkpoint = true, in.Checkpoint
+		r.SentByRelay, r.SentByPollers = map[string]int{}, map[string]int{}
+	}
 	for _, rw := range in.Rows {
+		if in.Relay && rw.Status == "SUCCESS" {
+			if isRelayInstance(rw.Owner) {
+				r.SentByRelay[rw.Owner]++
+			} else {
+				r.SentByPollers[rw.Owner]++
+			}
+		}
 		rowByBiz[rw.BizNo] = rw
 		bizByID[rw.ID] = rw.BizNo
 		switch rw.Status {
@@ -309,6 +357,15 @@ func analyze(in analysisInput) *report {
 		}
 	}
 
+	terms := relayTerms(recs)
+	if in.Relay {
+		r.RelayTerms = map[string]int{}
+		for inst, ts := range terms {
+			r.RelayTerms[inst] = len(ts)
+			r.RelayHandovers += ts[len(ts)-1].Handovers
+		}
+	}
+
 	// Duplicates: an event stored more than once, and why.
 	for _, b := range slices.Sorted(maps.Keys(byBiz)) {
 		c := byBiz[b]
@@ -325,6 +382,7 @@ func analyze(in analysisInput) *report {
 		}
 		d := duplicate{BizNo: b, ID: rowByBiz[b].ID, Copies: n, Records: byID[rowByBiz[b].ID]}
 		d.Causes = explain(d.Records, c.uniq, in.Killed, in.Lease)
+		d.Causes = append(d.Causes, explainRelay(d.Records, terms)...)
 		r.DuplicateEvents++
 		r.DuplicateCopies += n - 1
 		if !d.explained() {
@@ -332,6 +390,10 @@ func analyze(in analysisInput) *report {
 			continue
 		}
 		seen := map[string]bool{}
+		if k := countOf(d.Causes, causeRelayResend); k > 0 {
+			r.RelayResent += min(k, n-1)
+			r.RelayResentEv++
+		}
 		for _, cause := range d.Causes {
 			if !seen[cause] {
 				seen[cause] = true
@@ -351,8 +413,18 @@ func analyze(in analysisInput) *report {
 	if in.CheckEffects {
 		analyzeEffects(r, in, rowByBiz, committed)
 	}
-	r.Faults = recoveries(in, recs)
+	r.Faults = recoveries(in, recs, terms)
 	return r
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
 }
 
 // analyzeEffects counts each committed event's effect rows (exactly one each, or the run
@@ -416,6 +488,7 @@ const (
 	causeUnknownSend = "unknown send outcome"
 	causeAck         = "acknowledgement failed"
 	causeClientRetry = "client retry within one send"
+	causeRelayResend = "relay resend after a failover"
 )
 
 // explain finds the causes of an event's extra copies in its records (in time order), the
@@ -492,6 +565,137 @@ func explain(recs []record, uniq map[string]map[string]bool, killed map[string]t
 	return causes
 }
 
+// termStart is a term of a relay's leadership, as its kindLead record announced it.
+type termStart struct {
+	At        time.Time
+	Instance  string
+	Epoch     int64
+	Handovers int64 // the relay process's handovers so far: a term after a handover has one more
+}
+
+// relayTerms are the relays' terms, by relay, in time order, from the records (in time
+// order).
+func relayTerms(recs []record) map[string][]termStart {
+	out := map[string][]termStart{}
+	for _, rec := range recs {
+		if rec.Kind != kindLead {
+			continue
+		}
+		if e, h, ok := parseTerm(rec.Detail); ok {
+			out[rec.Instance] = append(out[rec.Instance], termStart{At: rec.At, Instance: rec.Instance, Epoch: e, Handovers: h})
+		}
+	}
+	return out
+}
+
+// termAt is the term of relay inst at time t: the last one announced at or before t.
+func termAt(terms map[string][]termStart, inst string, t time.Time) (termStart, bool) {
+	ts := terms[inst]
+	i, _ := slices.BinarySearchFunc(ts, t, func(s termStart, t time.Time) int {
+		if s.At.After(t) {
+			return 1
+		}
+		return -1
+	})
+	if i == 0 {
+		return termStart{}, false
+	}
+	return ts[i-1], true
+}
+
+// termReference is when a fault's next term is timed from: a purge's end (the relays were
+// paused until then), any other fault's start (a database restart ends the leader's term
+// when it stops, and a relay may lead again before the restart command has returned).
+func termReference(f fault) time.Time {
+	if f.Kind == faultPurge {
+		return f.End
+	}
+	return f.Start
+}
+
+// nextTerm is the first term a relay other than except began after t and before until
+// (zero: no end).
+func nextTerm(terms map[string][]termStart, t, until time.Time, except string) (termStart, bool) {
+	var best termStart
+	found := false
+	for inst, ts := range terms {
+		if inst == except {
+			continue
+		}
+		for _, s := range ts {
+			if s.At.After(t) {
+				if (until.IsZero() || s.At.Before(until)) && (!found || s.At.Before(best.At)) {
+					best, found = s, true
+				}
+				break
+			}
+		}
+	}
+	return best, found
+}
+
+// handoversBetween counts the handovers the relays' terms announced from from until until
+// (zero: no end).
+func handoversBetween(terms map[string][]termStart, from, until time.Time) int64 {
+	var n int64
+	for _, ts := range terms {
+		var last int64
+		for _, s := range ts {
+			if s.At.After(from) && (until.IsZero() || s.At.Before(until)) && s.Handovers > last {
+				n += s.Handovers - last
+			}
+			last = s.Handovers
+		}
+	}
+	return n
+}
+
+// explainRelay finds the causes of an event's extra copies in the relays' sends among its
+// records (in time order). A relay sends an event that its table row shows WAIT: in the
+// binlog's order, from its sweep of the table, or again from its checkpoint after a
+// failover (the rows a leader sent and did not mark SUCCESS before it died, lost its lock
+// or was deposed). Each copy a relay may have stored (a send sent, sent-retried or
+// unknown) that another copy follows explains one extra copy:
+//   - an unknown outcome (or a client retry) explains it whoever sent next;
+//   - a confirmed send explains it when the next copy came from another term (another
+//     relay's, the same relay's after a new epoch or a handover, or a publisher's claim after
+//     the publishers took over): resent from the checkpoint or the sweep, same eventId;
+//   - a confirmed send followed by a copy from the same term explains nothing: within a
+//     term a relay sends each event once.
+//
+// The publishers' copies are explain's.
+func explainRelay(recs []record, terms map[string][]termStart) []string {
+	type stored struct {
+		kind, session string
+		relay         bool
+	}
+	var copies []stored
+	for _, rec := range recs {
+		if !rec.isSend() || rec.Kind == kindFailed {
+			continue
+		}
+		c := stored{kind: rec.Kind, session: "claim " + rec.Instance}
+		if isRelayInstance(rec.Instance) {
+			c.relay = true
+			t, _ := termAt(terms, rec.Instance, rec.At)
+			c.session = fmt.Sprintf("%s %s", rec.Instance, formatTerm(t.Epoch, t.Handovers))
+		}
+		copies = append(copies, c)
+	}
+	var causes []string
+	for i := 0; i+1 < len(copies); i++ {
+		c := copies[i]
+		switch {
+		case !c.relay:
+		case c.kind != kindSent:
+			causes = append(causes, causeUnknownSend)
+		case copies[i+1].session != c.session:
+			causes = append(causes, causeRelayResend)
+		}
+	}
+	return causes
+}
+
 // overlaps finds claims of a row (its records in time order) taken by one instance while
 // another's claim was live: not ended by an outcome written under it, and within the lease
 // (a killed publisher's claim stays live until the lease ends). The tolerance allows for the
@@ -531,13 +735,13 @@ func minTime(a, b time.Time) time.Time {
 
 // recoveries computes each fault's recovery figures from the records (in time order), the
 // deliveries and the writers' commits.
-func recoveries(in analysisInput, recs []record) []faultResult {
+func recoveries(in analysisInput, recs []record, terms map[string][]termStart) []faultResult {
 	out := make([]faultResult, 0, len(in.Faults))
 	inboxRecs := slices.Clone(in.InboxRecords)
 	slices.SortStableFunc(inboxRecs, func(a, b record) int { return a.At.Compare(b.At) })
 	for _, f := range in.Faults {
 		fr := faultResult{fault: f, FirstSend: -1, FirstDelivery: -1, FirstCommit: -1, InFlightDone: -1,
-			FirstEffect: -1, NewFirstEffect: -1, InHandlerDone: -1}
+			FirstEffect: -1, NewFirstEffect: -1, InHandlerDone: -1, NewLeaderAfter: -1}
 		for _, rec := range recs {
 			if rec.At.After(f.End) && rec.isSuccessfulSend() && (f.Kind != faultKill || rec.Instance == f.Replacement) {
 				fr.FirstSend = rec.At.Sub(f.End)
@@ -553,7 +757,21 @@ func recoveries(in analysisInput, recs []record) []faultResult {
 		if !first.IsZero() {
 			fr.FirstDelivery = first.Sub(f.End)
 		}
-		if f.Kind == faultDB {
+		if in.Relay {
+			except := ""
+			if f.Kind == faultKillLeader || f.Kind == faultPurge {
+				except = relayInstance(f.Target)
+			}
+			until := time.Time{}
+			if i := slices.IndexFunc(in.Faults, func(g fault) bool { return g.Start.After(f.Start) }); i >= 0 {
+				until = in.Faults[i].Start
+			}
+			if t, ok := nextTerm(terms, f.Start, until, except); ok {
+				fr.NewLeader, fr.NewEpoch, fr.NewLeaderAfter = t.Instance, t.Epoch, t.At.Sub(termReference(f))
+			}
+			fr.Handovers = handoversBetween(terms, f.Start, until)
+		}
+		if f.Kind == faultDB || f.Kind == faultDBCrash {
 			for _, c := range in.Writers.Committed {
 				if c.At.After(f.End) && (fr.FirstCommit < 0 || c.At.Sub(f.End) < fr.FirstCommit) {
 					fr.FirstCommit = c.At.Sub(f.End)
@@ -578,7 +796,7 @@ func recoveries(in analysisInput, recs []record) []faultResult {
 		if f.Kind == faultKillConsumer {
 			fr.InHandler, fr.InHandlerDone = inHandler(inboxRecs, in.Effects, f.Target, f.Start)
 		}
-		if f.Kind == faultDB {
+		if f.Kind == faultDB || f.Kind == faultDBCrash {
 			for _, rec := range inboxRecs {
 				if rec.Kind == kindInboxPrefix+inbox.Failed.String() && !rec.At.Before(f.Start) && rec.At.Before(f.End.Add(5*time.Second)) {
 					fr.InboxFailed++
@@ -706,6 +924,9 @@ func (r *report) print(w io.Writer) {
 	line("lost", r.Lost, lostNote)
 	line("duplicates", r.DuplicateCopies, fmt.Sprintf("extra copies stored, of %d events; causes seen (events with each): %s",
 		r.DuplicateEvents, orNone(countList(r.Causes))))
+	if r.Relay {
+		line("duplicates resent by the relay", r.RelayResent, fmt.Sprintf("of %d events: resent from the checkpoint or the sweep after a relay failover or purge (same eventId)", r.RelayResentEv))
+	}
 	line("unexplained duplicates", len(r.Unexplained), must0(len(r.Unexplained)))
 	line("claims overlapping a live claim", len(r.Overlaps), must0(len(r.Overlaps)))
 	deadNote := must0(r.DeadLetters)
@@ -719,6 +940,12 @@ func (r *report) print(w io.Writer) {
 	line("eventId inconsistent", r.EventIDMismatch, must0(r.EventIDMismatch))
 	line("bodies not matching bizNo", r.BodyMismatch, must0(r.BodyMismatch))
 	line("send outcomes", r.Sends[kindSent]+r.Sends[kindSentRetried]+r.Sends[kindFailed]+r.Sends[kindUnknown], countList(r.Sends))
+	if r.Relay {
+		line("rows sent by the relay", sum(r.SentByRelay), "SUCCESS rows whose claim_owner is a relay's: "+orNone(countList(r.SentByRelay)))
+		line("rows sent by the publishers", sum(r.SentByPollers), "SUCCESS rows a polling publisher acknowledged (they stand by while a relay leads): "+orNone(countList(r.SentByPollers)))
+		line("relay leader terms", sum(r.RelayTerms), fmt.Sprintf("by relay: %s; handovers (binlog not followable: the table swept) %d; checkpoint row at the end: %s",
+			orNone(countList(r.RelayTerms)), r.RelayHandovers, describeCheckpoint(r.Checkpoint)))
+	}
 	if r.CheckEffects {
 		line("effects (inbox consumers)", r.EffectsOnce, fmt.Sprintf("effects: %d committed, lost %d, doubled %d; %d effect rows, by consumer: %s",
 			r.Committed, r.EffectsLost, r.EffectsDoubled, r.EffectRows, orNone(countList(r.EffectsByWorker))))
@@ -805,10 +1032,35 @@ func (r *report) print(w io.Writer) {
 			default:
 				notes += fmt.Sprintf("it was in %d handlers (rolled back), their effects done by another %s after the kill", f.InHandler, dur(f.InHandlerDone))
 			}
-		case faultDB:
+		case faultDB, faultDBCrash:
 			notes = "writers' first commit " + dur(f.FirstCommit)
 			if r.CheckEffects {
 				notes += fmt.Sprintf("; %d deliveries failed in the consumers (redelivered)", f.InboxFailed)
+			}
+		}
+		if (f.Kind == faultKillLeader || f.Kind == faultPurge) && f.Replacement != "" {
+			notes = "new " + f.Replacement
+		}
+		if f.Note != "" {
+			notes = joinNotes(notes, f.Note)
+		}
+		if r.Relay {
+			from := map[string]string{faultKillLeader: "the kill", faultPurge: "the publishers resumed", faultDB: "the database stopped",
+				faultDBCrash: "the crash"}[f.Kind]
+			if from == "" {
+				from = "the fault began"
+			}
+			// A fault that ends the leader's term (its process killed, its database connections
+			// lost) is followed by a new term before the next fault; the others may be.
+			endsTerm := f.Kind == faultKillLeader || f.Kind == faultPurge || f.Kind == faultDB || f.Kind == faultDBCrash
+			switch {
+			case f.NewLeader != "":
+				notes = joinNotes(notes, fmt.Sprintf("%s led (epoch %d) %s after %s", f.NewLeader, f.NewEpoch, dur(f.NewLeaderAfter), from))
+			case endsTerm:
+				notes = joinNotes(notes, "no relay led after it")
+			}
+			if f.Handovers > 0 || f.Kind == faultPurge {
+				notes = joinNotes(notes, fmt.Sprintf("handovers (table swept) %d", f.Handovers))
 			}
 		}
 		if f.Err != "" {
@@ -820,7 +1072,10 @@ func (r *report) print(w io.Writer) {
 	_ = tw.Flush()
 
 	fmt.Fprintln(w, "\ntime to recover, worst of each kind")
-	for _, kind := range faultKinds {
+	kinds := slices.DeleteFunc(slices.Clone(faultKinds), func(k string) bool {
+		return !slices.Contains(r.FaultKinds, k) && !slices.ContainsFunc(r.Faults, func(f faultResult) bool { return f.Kind == k })
+	})
+	for _, kind := range kinds {
 		var n, held, handling int
 		var send, deliv, eff, inflight, inhandler time.Duration
 		for _, f := range r.Faults {
@@ -872,8 +1127,29 @@ func worst(a, b time.Duration) time.Duration {
 	return max(a, b)
 }
 
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 func kindName(kind string) string {
 	switch kind {
+	case faultKillLeader:
+		return "kill relay leader"
+	case faultDBCrash:
+		return "crash database"
+	case faultPurge:
+		return "purge binlog"
 	case faultKill:
 		return "kill publisher"
 	case faultKillConsumer:
@@ -888,6 +1164,15 @@ func kindName(kind string) string {
 
 func describe(f fault) string {
 	switch f.Kind {
+	case faultKillLeader:
+		return "kill leader " + f.Target
+	case faultDBCrash:
+		return "crash database"
+	case faultPurge:
+		if f.Target != "" {
+			return "purge binlog, kill " + f.Target
+		}
+		return "purge binlog"
 	case faultKill, faultKillConsumer:
 		return "kill " + f.Target
 	case faultBroker:

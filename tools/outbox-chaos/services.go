@@ -20,6 +20,10 @@ type services interface {
 	// database answers. ok false: this kind of fault cannot be injected.
 	canRestartDB() bool
 	restartDB(ctx context.Context, down time.Duration) error
+	// crashDB SIGKILLs the database server, as a crash would, waits down, and starts it
+	// again (through crash recovery); it returns once the database answers.
+	canCrashDB() bool
+	crashDB(ctx context.Context, down time.Duration) error
 	canRestartBroker() bool
 	restartBroker(ctx context.Context, broker string, down time.Duration) error
 	// teardown stops what setup started (managed services only).
@@ -80,7 +84,7 @@ func newManaged(o *options, logPath string) *managed {
 		"OUTBOX_MARIADB_DIR=" + o.dbDir,
 		"OUTBOX_MARIADB_PORT=" + strconv.Itoa(o.dbPort),
 		"OUTBOX_MARIADB_DATABASE=" + m.database,
-		"OUTBOX_MARIADB_ARGS=",
+		"OUTBOX_MARIADB_ARGS=" + map[bool]string{true: mariadbBinlogArgs}[o.relay],
 	}}
 	m.rocketmq = shell{logPath: logPath, env: []string{
 		"OUTBOX_ROCKETMQ_DIR=" + o.mqDir,
@@ -96,6 +100,11 @@ func newManaged(o *options, logPath string) *managed {
 func (m *managed) script(name string) string { return filepath.Join(m.scripts, name) }
 
 func (m *managed) setup(ctx context.Context) (string, string, error) {
+	// A server left running by an earlier run (-keep) is stopped first, so that it starts
+	// with this run's options (the binlog on in relay mode, off otherwise).
+	if _, err := m.mariadb.run(ctx, "stop mariadb", "bash", m.script("mariadb.sh"), "stop"); err != nil {
+		return "", "", err
+	}
 	if _, err := m.mariadb.run(ctx, "start mariadb", "bash", m.script("mariadb.sh"), "start"); err != nil {
 		return "", "", err
 	}
@@ -118,10 +127,20 @@ func (m *managed) setup(ctx context.Context) (string, string, error) {
 }
 
 func (m *managed) canRestartDB() bool     { return true }
+func (m *managed) canCrashDB() bool       { return true }
 func (m *managed) canRestartBroker() bool { return true }
 
 func (m *managed) restartDB(ctx context.Context, down time.Duration) error {
 	if _, err := m.mariadb.run(ctx, "stop mariadb", "bash", m.script("mariadb.sh"), "stop"); err != nil {
+		return err
+	}
+	sleepFor(ctx, down)
+	_, err := m.mariadb.run(context.WithoutCancel(ctx), "start mariadb", "bash", m.script("mariadb.sh"), "start")
+	return err
+}
+
+func (m *managed) crashDB(ctx context.Context, down time.Duration) error {
+	if _, err := m.mariadb.run(ctx, "kill mariadb", "bash", m.script("mariadb.sh"), "kill"); err != nil {
 		return err
 	}
 	sleepFor(ctx, down)
@@ -161,11 +180,18 @@ type external struct {
 	sh                       shell
 	dsn, namesrv             string
 	dbRestart, brokerRestart string
+	dbCrash                  string
 }
 
 func (e *external) setup(context.Context) (string, string, error) { return e.dsn, e.namesrv, nil }
 func (e *external) canRestartDB() bool                            { return e.dbRestart != "" }
 func (e *external) canRestartBroker() bool                        { return e.brokerRestart != "" }
+func (e *external) canCrashDB() bool                              { return e.dbCrash != "" }
+
+func (e *external) crashDB(ctx context.Context, _ time.Duration) error {
+	_, err := e.sh.run(context.WithoutCancel(ctx), "crash database", "bash", "-c", e.dbCrash)
+	return err
+}
 
 func (e *external) restartDB(ctx context.Context, _ time.Duration) error {
 	_, err := e.sh.run(context.WithoutCancel(ctx), "restart database", "bash", "-c", e.dbRestart)
