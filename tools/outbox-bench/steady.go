@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"slices"
 	"text/tabwriter"
@@ -54,14 +55,10 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "steady\tinstances\ttarget/s\tachieved/s\tevents\tstatements/event\tclaim rounds/s\tevents/round\tsends/s\tredo KB/event\tp50\tp99\tmax\terrors\t")
 	for _, r := range rows {
-		redo := "-"
-		if r.res.RedoBytes >= 0 {
-			redo = fmt.Sprintf("%.2f", r.res.RedoBytes/1024/float64(r.res.Committed))
-		}
 		fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%d\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", publishing(r.s.Eager),
 			r.s.Instances, r.s.Rate, r.res.Rate(),
 			r.res.Committed, r.res.StatementsPerEvent(), r.res.RoundsPerSecond(), r.res.EventsPerRound(),
-			float64(r.res.Batches)/r.res.Elapsed.Seconds(), redo,
+			float64(r.res.Batches)/r.res.Elapsed.Seconds(), bench.KB(r.res.RedoPerEvent()),
 			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), r.res.Errors)
 	}
 	_ = w.Flush()
@@ -76,8 +73,8 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	}
 	if len(rows) > 0 {
 		cal := rows[0].res.Writer
-		fmt.Printf("a writer transaction alone (subtracted): %.2f statements (%s), %.2f KB redo\n",
-			cal.Questions, bench.Breakdown(cal.Com), cal.RedoBytes/1024)
+		fmt.Printf("a writer transaction alone (subtracted): %.2f statements (%s), %s KB redo\n",
+			cal.Questions, bench.Breakdown(cal.Com), bench.KB(known(cal.RedoBytes)))
 	}
 }
 
@@ -93,6 +90,14 @@ func binlogColumn(ctx context.Context, env bench.Env) (note string, kb func(byte
 		return b.String(), func(float64) string { return "-" }
 	}
 	return b.String(), bench.KB
+}
+
+// known turns a calibration's -1 (unknown) into the NaN that bench.KB prints as "-".
+func known(bytes float64) float64 {
+	if bytes < 0 {
+		return math.NaN()
+	}
+	return bytes
 }
 
 // publishing names a row's way of publishing.
@@ -199,11 +204,11 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 			msOf := func(q float64) string {
 				return ms(time.Duration(med(func(r bench.ServiceResult) float64 { return float64(way.pick(r).Quantile(q)) })))
 			}
-			// The median of bytes known in every run; unknown (-1) in any makes it unknown.
+			// The median of bytes known in every run; unknown (NaN) in any makes it unknown.
 			bytesOf := func(f func(bench.SteadyResult) float64) float64 {
 				for _, r := range results {
-					if f(way.pick(r)) < 0 {
-						return -1
+					if math.IsNaN(f(way.pick(r))) {
+						return math.NaN()
 					}
 				}
 				return med(func(r bench.ServiceResult) float64 { return f(way.pick(r)) })
@@ -222,7 +227,7 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 	last := results[len(results)-1]
 	if cal := last.Coalescing.Writer; cal.Questions > 0 {
 		fmt.Printf("an order and its event alone (subtracted from each way, last run): %.2f statements, %s KB redo, %s KB binlog\n",
-			cal.Questions, bench.KB(cal.RedoBytes), binlogKB(cal.BinlogBytes))
+			cal.Questions, bench.KB(known(cal.RedoBytes)), binlogKB(known(cal.BinlogBytes)))
 	}
 	for _, way := range ways {
 		s := way.pick(last)

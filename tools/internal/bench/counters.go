@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"database/sql"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -104,7 +105,8 @@ func (c Counters) per(events int) PerEvent {
 
 // minus returns the counts of d less events times what one event cost in cal: what is left
 // when a calibrated part of the load (the writers') is taken out. Redo and binary log bytes
-// are -1 where either side does not know them.
+// are NaN where either side does not know them: what is left is a difference, which the
+// noise of the calibration can make a little negative.
 func (c Counters) minus(cal PerEvent, events int) (q float64, com map[string]float64, redo, binlog float64) {
 	n := float64(events)
 	q = float64(c.Questions) - cal.Questions*n
@@ -120,20 +122,19 @@ func (c Counters) minus(cal PerEvent, events int) (q float64, com map[string]flo
 			delete(com, k)
 		}
 	}
-	redo = -1
+	redo, binlog = math.NaN(), math.NaN()
 	if c.LSN >= 0 && cal.RedoBytes >= 0 {
 		redo = float64(c.LSN) - cal.RedoBytes*n
 	}
-	binlog = -1
 	if c.BinlogBytes >= 0 && cal.BinlogBytes >= 0 {
 		binlog = float64(c.BinlogBytes) - cal.BinlogBytes*n
 	}
 	return q, com, redo, binlog
 }
 
-// KB formats a byte count as KB with two decimals, "-" when it is unknown (negative).
+// KB formats a byte count as KB with two decimals, "-" when it is unknown (NaN).
 func KB(bytes float64) string {
-	if bytes < 0 {
+	if math.IsNaN(bytes) {
 		return "-"
 	}
 	return strconv.FormatFloat(bytes/1024, 'f', 2, 64)

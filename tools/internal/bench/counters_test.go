@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -52,9 +53,15 @@ func TestBinlogCounters(t *testing.T) {
 	require.Equal(t, int64(-1), unknown.sub(offEnd).BinlogBytes)
 	cal = d.per(10)
 	require.Equal(t, -1.0, cal.BinlogBytes)
-	_, _, _, binlog = offEnd.sub(off).minus(cal, 10)
-	require.Equal(t, -1.0, binlog, "a calibration that does not know leaves the rest unknown")
+	_, _, redo, binlog := offEnd.sub(off).minus(cal, 10)
+	require.True(t, math.IsNaN(binlog), "a calibration that does not know leaves the rest unknown")
 	require.Equal(t, "-", KB(binlog))
+	require.Equal(t, 0.0, redo, "the redo is known on both sides")
+
+	// Less redo than the calibration says the writers wrote: noise, not unknown.
+	_, _, redo, _ = offEnd.sub(off).minus(PerEvent{RedoBytes: 2}, 10)
+	require.Equal(t, -10.0, redo)
+	require.Equal(t, "-0.01", KB(redo))
 	require.Equal(t, -1.0, Counters{Com: map[string]int64{}, BinlogBytes: 5}.per(0).BinlogBytes, "no events: unknown")
 
 	require.Equal(t, "1.50", KB(1536))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -375,9 +376,11 @@ type SteadyResult struct {
 	Writer     PerEvent           // one writer transaction alone (the calibration)
 	Statements float64            // publishing statements over the run
 	Com        map[string]float64 // the same by kind (select, update, commit, ...)
-	RedoBytes  float64            // publishing redo over the run; -1 if unknown
-	// BinlogBytes is the publishing's binary log over the run: 0 with the binary log off,
-	// -1 if unknown (the server has no Binlog_bytes_written).
+	// RedoBytes and BinlogBytes are the publishing's redo and binary log over the run: the
+	// run's less the writers' calibrated part, so the noise can leave them a little below
+	// zero when the publishing writes (almost) nothing; NaN if unknown. BinlogBytes is 0 with
+	// the binary log off, and unknown where the server has no Binlog_bytes_written (MySQL).
+	RedoBytes   float64
 	BinlogBytes float64
 	Rounds      float64         // claim transactions: the publishing COMMITs (empty ones too)
 	Latency     []time.Duration // commit to send, sorted
@@ -391,16 +394,16 @@ func (r SteadyResult) Rate() float64 { return float64(r.Committed) / r.Elapsed.S
 // StatementsPerEvent is the publishing statements per committed event.
 func (r SteadyResult) StatementsPerEvent() float64 { return r.Statements / float64(r.Committed) }
 
-// RedoPerEvent is the publishing redo bytes per committed event; -1 if unknown.
+// RedoPerEvent is the publishing redo bytes per committed event; NaN if unknown.
 func (r SteadyResult) RedoPerEvent() float64 { return perEventBytes(r.RedoBytes, r.Committed) }
 
-// BinlogPerEvent is the publishing binary log bytes per committed event; -1 if unknown.
+// BinlogPerEvent is the publishing binary log bytes per committed event; NaN if unknown.
 func (r SteadyResult) BinlogPerEvent() float64 { return perEventBytes(r.BinlogBytes, r.Committed) }
 
-// perEventBytes divides bytes over events, keeping -1 for unknown (and for no events).
+// perEventBytes divides bytes over events: NaN if unknown (or no events).
 func perEventBytes(bytes float64, events int) float64 {
-	if bytes < 0 || events <= 0 {
-		return -1
+	if events <= 0 {
+		return math.NaN()
 	}
 	return bytes / float64(events)
 }
