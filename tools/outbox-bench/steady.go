@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"slices"
 	"text/tabwriter"
@@ -54,14 +55,10 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "steady\tinstances\ttarget/s\tachieved/s\tevents\tstatements/event\tclaim rounds/s\tevents/round\tsends/s\tredo KB/event\tp50\tp99\tmax\terrors\t")
 	for _, r := range rows {
-		redo := "-"
-		if r.res.RedoBytes >= 0 {
-			redo = fmt.Sprintf("%.2f", r.res.RedoBytes/1024/float64(r.res.Committed))
-		}
 		fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%d\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", publishing(r.s.Eager),
 			r.s.Instances, r.s.Rate, r.res.Rate(),
 			r.res.Committed, r.res.StatementsPerEvent(), r.res.RoundsPerSecond(), r.res.EventsPerRound(),
-			float64(r.res.Batches)/r.res.Elapsed.Seconds(), redo,
+			float64(r.res.Batches)/r.res.Elapsed.Seconds(), bench.KB(r.res.RedoPerEvent()),
 			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), r.res.Errors)
 	}
 	_ = w.Flush()
@@ -76,9 +73,31 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	}
 	if len(rows) > 0 {
 		cal := rows[0].res.Writer
-		fmt.Printf("a writer transaction alone (subtracted): %.2f statements (%s), %.2f KB redo\n",
-			cal.Questions, bench.Breakdown(cal.Com), cal.RedoBytes/1024)
+		fmt.Printf("a writer transaction alone (subtracted): %.2f statements (%s), %s KB redo\n",
+			cal.Questions, bench.Breakdown(cal.Com), bench.KB(known(cal.RedoBytes)))
 	}
+}
+
+// binlogColumn reads the server's binary log settings and returns their name and the
+// formatting of the binary log columns: bench.KB, but "-" with the binary log off (where the
+// server counts 0 bytes).
+func binlogColumn(ctx context.Context, env bench.Env) (note string, kb func(bytes float64) string) {
+	b, err := bench.ReadBinlogSettings(ctx, env)
+	if err != nil {
+		return "binary log settings unknown: " + err.Error(), bench.KB
+	}
+	if !b.On {
+		return b.String(), func(float64) string { return "-" }
+	}
+	return b.String(), bench.KB
+}
+
+// known turns a calibration's -1 (unknown) into the NaN that bench.KB prints as "-".
+func known(bytes float64) float64 {
+	if bytes < 0 {
+		return math.NaN()
+	}
+	return bytes
 }
 
 // publishing names a row's way of publishing.
@@ -132,8 +151,9 @@ func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Du
 // serviceTable prints the service's view: orders/s alone and with the publishers keeping up,
 // eager and coalescing, and with the reference relays if references is set.
 func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration, runs int, references bool) {
-	fmt.Printf("\nservice view: %d writers committing an order and its event per transaction, %s each way, spread over %d instances; %s\n",
-		writers, dur, instances, flushNote(ctx, env))
+	binlogNote, binlogKB := binlogColumn(ctx, env)
+	fmt.Printf("\nservice view: %d writers committing an order and its event per transaction, %s each way, spread over %d instances; %s; %s\n",
+		writers, dur, instances, flushNote(ctx, env), binlogNote)
 	// Round after round (alone, then each way of publishing, each round starting one way
 	// further), so that the machine's noise spreads over all alike; each publishing cost is
 	// against the same round's alone.
@@ -160,14 +180,14 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 			way{bench.TwoWrites.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.TwoWrites }})
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "service\trun\torders\torders/s\tpublishing cost\tstatements/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
+	fmt.Fprintln(w, "service\trun\torders\torders/s\tpublishing cost\tstatements/event\tredo KB/event\tbinlog KB/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
 	for i, res := range results {
-		fmt.Fprintf(w, "alone\t%d\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", i+1, res.AloneOrders(), res.AloneRate())
+		fmt.Fprintf(w, "alone\t%d\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", i+1, res.AloneOrders(), res.AloneRate())
 		for _, way := range ways {
 			s := way.pick(res)
-			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name, i+1,
-				s.Committed, s.Rate(), res.CostPercent(s), s.StatementsPerEvent(), s.RoundsPerSecond(), s.EventsPerRound(),
-				ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
+			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.1f %%\t%.2f\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name, i+1,
+				s.Committed, s.Rate(), res.CostPercent(s), s.StatementsPerEvent(), bench.KB(s.RedoPerEvent()), binlogKB(s.BinlogPerEvent()),
+				s.RoundsPerSecond(), s.EventsPerRound(), ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
 		}
 	}
 	if runs > 1 {
@@ -179,15 +199,25 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 			slices.Sort(xs)
 			return median(xs)
 		}
-		fmt.Fprintf(w, "alone\tmedian\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t\n", med(bench.ServiceResult.AloneRate))
+		fmt.Fprintf(w, "alone\tmedian\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", med(bench.ServiceResult.AloneRate))
 		for _, way := range ways {
 			msOf := func(q float64) string {
 				return ms(time.Duration(med(func(r bench.ServiceResult) float64 { return float64(way.pick(r).Quantile(q)) })))
 			}
-			fmt.Fprintf(w, "%s\tmedian\t-\t%.0f\t%.1f %%\t%.2f\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name,
+			// The median of bytes known in every run; unknown (NaN) in any makes it unknown.
+			bytesOf := func(f func(bench.SteadyResult) float64) float64 {
+				for _, r := range results {
+					if math.IsNaN(f(way.pick(r))) {
+						return math.NaN()
+					}
+				}
+				return med(func(r bench.ServiceResult) float64 { return f(way.pick(r)) })
+			}
+			fmt.Fprintf(w, "%s\tmedian\t-\t%.0f\t%.1f %%\t%.2f\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name,
 				med(func(r bench.ServiceResult) float64 { return way.pick(r).Rate() }),
 				med(func(r bench.ServiceResult) float64 { return r.CostPercent(way.pick(r)) }),
 				med(func(r bench.ServiceResult) float64 { return way.pick(r).StatementsPerEvent() }),
+				bench.KB(bytesOf(bench.SteadyResult.RedoPerEvent)), binlogKB(bytesOf(bench.SteadyResult.BinlogPerEvent)),
 				med(func(r bench.ServiceResult) float64 { return way.pick(r).RoundsPerSecond() }),
 				med(func(r bench.ServiceResult) float64 { return way.pick(r).EventsPerRound() }),
 				msOf(0.5), msOf(0.99), msOf(1))
@@ -195,6 +225,10 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 	}
 	_ = w.Flush()
 	last := results[len(results)-1]
+	if cal := last.Coalescing.Writer; cal.Questions > 0 {
+		fmt.Printf("an order and its event alone (subtracted from each way, last run): %.2f statements, %s KB redo, %s KB binlog\n",
+			cal.Questions, bench.KB(known(cal.RedoBytes)), binlogKB(known(cal.BinlogBytes)))
+	}
 	for _, way := range ways {
 		s := way.pick(last)
 		fmt.Printf("%s: statements per event by kind (last run): %s\n", way.name, bench.Breakdown(perEvent(s.Com, s.Committed)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,36 @@ func FlushSetting(ctx context.Context, env Env) (int, error) {
 	var v int
 	err = db.QueryRowContext(ctx, "SELECT @@GLOBAL.innodb_flush_log_at_trx_commit").Scan(&v)
 	return v, err
+}
+
+// BinlogSettings are the server's binary log settings: whether it logs, and how.
+type BinlogSettings struct {
+	On         bool   // log_bin
+	Format     string // binlog_format: ROW, MIXED or STATEMENT
+	RowImage   string // binlog_row_image: FULL, NOBLOB or MINIMAL (MariaDB 10.11 also FULL_NODUP)
+	SyncBinlog int    // sync_binlog: 1 syncs the binary log at every commit (group)
+}
+
+// ReadBinlogSettings returns the server's binary log settings.
+func ReadBinlogSettings(ctx context.Context, env Env) (BinlogSettings, error) {
+	var b BinlogSettings
+	db, err := env.open()
+	if err != nil {
+		return b, err
+	}
+	defer db.Close()
+	err = db.QueryRowContext(ctx, "SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.binlog_row_image, @@GLOBAL.sync_binlog").
+		Scan(&b.On, &b.Format, &b.RowImage, &b.SyncBinlog)
+	return b, err
+}
+
+// String names the settings as the server's variables: "log_bin OFF", or "log_bin ON,
+// binlog_format=ROW, binlog_row_image=FULL, sync_binlog=1".
+func (b BinlogSettings) String() string {
+	if !b.On {
+		return "log_bin OFF"
+	}
+	return fmt.Sprintf("log_bin ON, binlog_format=%s, binlog_row_image=%s, sync_binlog=%d", b.Format, b.RowImage, b.SyncBinlog)
 }
 
 // workload is what the writers commit: per transaction an order row (if orders is a table
@@ -345,11 +376,16 @@ type SteadyResult struct {
 	Writer     PerEvent           // one writer transaction alone (the calibration)
 	Statements float64            // publishing statements over the run
 	Com        map[string]float64 // the same by kind (select, update, commit, ...)
-	RedoBytes  float64            // publishing redo over the run; -1 if unknown
-	Rounds     float64            // claim transactions: the publishing COMMITs (empty ones too)
-	Latency    []time.Duration    // commit to send, sorted
-	Errors     int64              // the publishers' error-level log records
-	FirstError string             // the first of them, "" if none
+	// RedoBytes and BinlogBytes are the publishing's redo and binary log over the run: the
+	// run's less the writers' calibrated part, so the noise can leave them a little below
+	// zero when the publishing writes (almost) nothing; NaN if unknown. BinlogBytes is 0 with
+	// the binary log off, and unknown where the server has no Binlog_bytes_written (MySQL).
+	RedoBytes   float64
+	BinlogBytes float64
+	Rounds      float64         // claim transactions: the publishing COMMITs (empty ones too)
+	Latency     []time.Duration // commit to send, sorted
+	Errors      int64           // the publishers' error-level log records
+	FirstError  string          // the first of them, "" if none
 }
 
 // Rate is the achieved commit rate.
@@ -357,6 +393,20 @@ func (r SteadyResult) Rate() float64 { return float64(r.Committed) / r.Elapsed.S
 
 // StatementsPerEvent is the publishing statements per committed event.
 func (r SteadyResult) StatementsPerEvent() float64 { return r.Statements / float64(r.Committed) }
+
+// RedoPerEvent is the publishing redo bytes per committed event; NaN if unknown.
+func (r SteadyResult) RedoPerEvent() float64 { return perEventBytes(r.RedoBytes, r.Committed) }
+
+// BinlogPerEvent is the publishing binary log bytes per committed event; NaN if unknown.
+func (r SteadyResult) BinlogPerEvent() float64 { return perEventBytes(r.BinlogBytes, r.Committed) }
+
+// perEventBytes divides bytes over events: NaN if unknown (or no events).
+func perEventBytes(bytes float64, events int) float64 {
+	if events <= 0 {
+		return math.NaN()
+	}
+	return bytes / float64(events)
+}
 
 // RoundsPerSecond is the claim transactions per second of the writers' time.
 func (r SteadyResult) RoundsPerSecond() float64 { return r.Rounds / r.Elapsed.Seconds() }
@@ -458,7 +508,7 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	d := c1.sub(c0)
 	d.Questions -= polls // the harness's pending-row counts
 	d.Com["select"] -= polls
-	res.Statements, res.Com, res.RedoBytes = d.minus(cal, wr.committed)
+	res.Statements, res.Com, res.RedoBytes, res.BinlogBytes = d.minus(cal, wr.committed)
 	res.Rounds = res.Com["commit"]
 	if how.Reference == ReadOnly {
 		res.Rounds = res.Com["select"] // a round is one read, in no transaction

@@ -35,8 +35,17 @@ func TestService(t *testing.T) {
 	res, err := bench.Service{Writers: 4, Instances: 3, Duration: 500 * time.Millisecond, References: true}.Run(context.Background(), env)
 	require.NoError(t, err)
 	require.Positive(t, res.AloneOrders())
+	binlog, err := bench.ReadBinlogSettings(context.Background(), env)
+	require.NoError(t, err)
+	require.Contains(t, []string{"ROW", "MIXED", "STATEMENT"}, binlog.Format)
 	for _, p := range []bench.SteadyResult{res.Eager, res.Coalescing, res.ReadOnly, res.OneWrite, res.TwoWrites} {
 		require.Positive(t, p.Committed)
+		require.Positive(t, p.Writer.RedoBytes, "a writer transaction writes redo")
+		if binlog.On {
+			require.Positive(t, p.Writer.BinlogBytes, "a writer transaction is logged")
+		} else {
+			require.LessOrEqual(t, p.Writer.BinlogBytes, 0.0, "nothing is logged with the binary log off (MariaDB: 0; MySQL: unknown)")
+		}
 		require.Len(t, p.Latency, p.Committed, "every order's event was sent")
 		require.Positive(t, p.Batches)
 		require.Zero(t, p.Errors, p.FirstError)
