@@ -91,6 +91,9 @@ func (s *MySQLStore) ClaimDue(ctx context.Context, req ClaimRequest) (ClaimResul
 	if req.Limit <= 0 || req.MaxBytes <= 0 {
 		return ClaimResult{}, fmt.Errorf("outbox: claim due events: Limit (%d) and MaxBytes (%d) must be positive", req.Limit, req.MaxBytes)
 	}
+	if len(req.Succeeded) == 0 && s.relayLeadsCached() {
+		return ClaimResult{}, nil // a relay publishes the table: no transaction at all
+	}
 	return retryOnLockConflict(ctx, s, func() (ClaimResult, error) { return s.claimDue(ctx, req) })
 }
 

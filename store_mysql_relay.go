@@ -86,6 +86,11 @@ func (s *MySQLStore) relayLeads(ctx context.Context, q querier, owner string) (b
 	return false, nil
 }
 
+// relayLeadsCached reports whether a claim found a relay leading less than relayLeadsFor ago.
+func (s *MySQLStore) relayLeadsCached() bool {
+	return s.relay != nil && int64(time.Since(s.born)) < s.relay.leadsUntil.Load()
+}
+
 // checkRelay reports a RelayTable that cannot be read.
 func (s *MySQLStore) checkRelay(ctx context.Context) error {
 	if s.relay == nil {

@@ -156,6 +156,17 @@ func (t *term) stream(from gomysql.GTIDSet) error {
 		ParseTime: true, TimestampStringLocation: time.UTC,
 		HeartbeatPeriod: heartbeat, ReadTimeout: 10 * heartbeat,
 		DisableRetrySync: true, Logger: quietLogger(r.cfg.Logger),
+		// Only the outbox table's rows are decoded: the server streams every table's.
+		RowsEventDecodeFunc: func(e *replication.RowsEvent, data []byte) error {
+			pos, err := e.DecodeHeader(data)
+			if err != nil {
+				return err
+			}
+			if e.Table == nil || string(e.Table.Schema) != r.conn.DBName || string(e.Table.Table) != r.cfg.Table {
+				return nil
+			}
+			return e.DecodeData(pos, data)
+		},
 	})
 	defer syncer.Close()
 	st, err := syncer.StartSyncGTID(from)

@@ -17,12 +17,24 @@ import (
 	"github.com/go-outbox/outbox"
 )
 
-// send takes the reader's items in commit order and delivers them, until the term ends.
+// send takes the reader's items in commit order and delivers them, until the term ends;
+// then it marks what it sent.
 func (t *term) send() error {
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := t.flush(ctx); err != nil {
+			t.log().WarnContext(ctx, "relay: could not mark the last events sent; the next leader sends them again", slog.Any("error", err))
+		}
+	}()
 	for {
 		var wait <-chan time.Time
 		var timer *time.Timer
-		if next, ok := t.timers.next(); ok {
+		next, ok := t.timers.next()
+		if len(t.unmarked) > 0 && (!ok || t.markBy.Before(next)) {
+			next, ok = t.markBy, true
+		}
+		if ok {
 			timer = time.NewTimer(time.Until(next))
 			wait = timer.C
 		}
@@ -40,6 +52,11 @@ func (t *term) send() error {
 			return nil
 		}
 		if fired {
+			if len(t.unmarked) > 0 && !time.Now().Before(t.markBy) {
+				if err := t.flush(t.ctx); err != nil {
+					return err
+				}
+			}
 			if err := t.fire(); err != nil {
 				return err
 			}
@@ -102,6 +119,10 @@ func (t *term) deliverItems(items []item) error {
 		}
 	}
 	last := items[len(items)-1].pos
+	if len(t.unmarked) > 0 {
+		t.pendingPos = last
+		return nil
+	}
 	t.processed.Store(&last)
 	return nil
 }
@@ -129,6 +150,9 @@ func (t *term) caughtUp(pos string) bool {
 func (t *term) deliver(evs []outbox.Event, check bool) error {
 	evs = t.unblocked(evs)
 	if check && len(evs) > 0 {
+		if err := t.flush(t.ctx); err != nil {
+			return err
+		}
 		var err error
 		if evs, err = t.stillWaiting(evs); err != nil {
 			return err
@@ -187,7 +211,7 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 				}
 			}
 		}
-		if err := t.markSent(sent); err != nil {
+		if err := t.sent(sent); err != nil {
 			return err
 		}
 		// A key whose event failed goes no further in this round.
@@ -217,25 +241,64 @@ func firstErr(errs []error) error {
 	return nil
 }
 
-// markSent marks the sent events SUCCESS in one fenced statement.
-func (t *term) markSent(evs []outbox.Event) error {
+// markDelay is the longest a sent event waits to be marked SUCCESS: at a steady rate the
+// events of many sends are marked by one statement. A failover resends at most this much
+// more (and the checkpoint never passes an event not yet marked).
+const markDelay = 50 * time.Millisecond
+
+// sent records events the broker accepted; they are marked SUCCESS within markDelay.
+func (t *term) sent(evs []outbox.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	t.r.counters.sent.Add(int64(len(evs)))
+	t.r.m.sentEvents(t.ctx, evs)
+	if len(t.unmarked) == 0 {
+		t.markBy = time.Now().Add(markDelay)
+	}
+	t.unmarked = append(t.unmarked, evs...)
+	if len(t.unmarked) >= 4*t.r.cfg.BatchSize {
+		return t.flush(t.ctx)
+	}
+	return nil
+}
+
+// flush marks the sent events SUCCESS and lets the processed position move on.
+func (t *term) flush(ctx context.Context) error {
+	for len(t.unmarked) > 0 {
+		n := min(len(t.unmarked), 1000)
+		if err := t.markSent(ctx, t.unmarked[:n]); err != nil {
+			return err
+		}
+		t.unmarked = t.unmarked[n:]
+	}
+	t.unmarked = nil
+	if t.pendingPos != "" {
+		pos := t.pendingPos
+		t.processed.Store(&pos)
+		t.pendingPos = ""
+	}
+	return nil
+}
+
+// markSent marks the sent events SUCCESS in one fenced statement.
+func (t *term) markSent(ctx context.Context, evs []outbox.Event) error {
 	r := t.r
 	args := make([]any, 0, len(evs)+3)
 	args = append(args, r.cfg.Table, t.epoch, r.cfg.InstanceID)
 	for _, ev := range evs {
 		args = append(args, ev.ID)
 	}
-	r.counters.sent.Add(int64(len(evs)))
-	r.m.sentEvents(t.ctx, evs)
-	n, err := t.exec("mark sent", fmt.Sprintf(r.q.markSuccess, placeholders(len(evs))), args...)
+	res, err := r.db.ExecContext(ctx, fmt.Sprintf(r.q.markSuccess, placeholders(len(evs))), args...)
 	if err != nil {
-		return err
+		return fmt.Errorf("relay: mark sent: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("relay: mark sent: %w", err)
 	}
 	if n < int64(len(evs)) {
-		if err := t.checkEpoch(); err != nil {
+		if err := t.checkEpoch(ctx); err != nil {
 			return err
 		}
 		// Someone else recorded them first: a poller, or an earlier leader.
@@ -257,7 +320,7 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 			return err
 		}
 		if n == 0 {
-			return t.checkEpoch()
+			return t.checkEpoch(t.ctx)
 		}
 		r.counters.deadLettered.Add(1)
 		r.m.deadLetter(t.ctx, ev, cause)
@@ -279,7 +342,7 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		return err
 	}
 	if n == 0 {
-		return t.checkEpoch()
+		return t.checkEpoch(t.ctx)
 	}
 	r.counters.retried.Add(1)
 	r.m.retry(t.ctx, ev)
@@ -398,6 +461,10 @@ type timedEvent struct {
 }
 
 func (t *term) readEvents(q string, args ...any) ([]timedEvent, error) {
+	// What was sent must be marked first, or the read would find it waiting.
+	if err := t.flush(t.ctx); err != nil {
+		return nil, err
+	}
 	rows, err := t.r.db.QueryContext(t.ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("relay: read events: %w", err)
@@ -510,10 +577,10 @@ func (t *term) exec(what, q string, args ...any) (int64, error) {
 }
 
 // checkEpoch returns errNotLeader if the checkpoint row's epoch moved on.
-func (t *term) checkEpoch() error {
+func (t *term) checkEpoch(ctx context.Context) error {
 	var epoch int64
 	var mode string
-	err := t.r.db.QueryRowContext(t.ctx, "SELECT epoch, mode FROM "+t.r.cfg.CheckpointTable+" WHERE outbox_table = ?", t.r.cfg.Table).Scan(&epoch, &mode)
+	err := t.r.db.QueryRowContext(ctx, "SELECT epoch, mode FROM "+t.r.cfg.CheckpointTable+" WHERE outbox_table = ?", t.r.cfg.Table).Scan(&epoch, &mode)
 	if err != nil {
 		return fmt.Errorf("relay: read the checkpoint row: %w", err)
 	}

@@ -45,6 +45,9 @@ type term struct {
 	catchUp gomysql.GTIDSet
 
 	// Only the sender goroutine uses the fields below.
+	unmarked   []outbox.Event // sent, not yet marked SUCCESS
+	pendingPos string         // the position processed reaches once they are marked
+	markBy     time.Time      // when they must be marked
 	blocked map[string]bool // keys held back: a dead letter (KeyOrder) or a retry not yet due
 	timers  timerHeap
 	pause   time.Duration // the current pause after an unavailable broker
@@ -105,6 +108,12 @@ func (t *term) run(parent context.Context, resume string) error {
 		}
 	})
 	err = t.send()
+	if c := context.Cause(t.ctx); err == nil && (c == nil || errors.Is(c, context.Canceled)) {
+		// A term that ends without a fault records how far it got.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = t.checkpoint(ctx)
+		cancel()
+	}
 	return t.cause(err)
 }
 
@@ -122,19 +131,14 @@ func (t *term) cause(err error) error {
 }
 
 // guard checks the lock and records the checkpoint (and with it the heartbeat) every
-// CheckpointInterval, and a last time when the term ends.
+// CheckpointInterval.
 func (t *term) guard() {
 	tick := time.NewTicker(t.r.cfg.CheckpointInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-t.ctx.Done():
-			if context.Cause(t.ctx) == nil || errors.Is(context.Cause(t.ctx), context.Canceled) {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_ = t.checkpoint(ctx)
-				cancel()
-			}
-			return
+			return // the term's last checkpoint is run's, once the sender has marked what it sent
 		case <-tick.C:
 		}
 		if err := t.r.stillLeader(t.ctx, t.lock); err != nil {

@@ -62,7 +62,7 @@ func main() {
 	events := flag.Int("events", 200_000, "events per drain in batch mode (a sustained backlog: short drains are dominated by ramp-up)")
 	perRowEvents := flag.Int("per-row-events", 10_000, "events per drain in per-row mode (it is slower)")
 	instanceList := flag.String("instances", "1,3,8", "numbers of publisher instances")
-	modeList := flag.String("modes", "per-row,batch", "claim modes to drain with; empty skips the drain rows")
+	modeList := flag.String("modes", "per-row,batch", "claim modes to drain with (per-row, batch, and relay: the binlog relay, which needs the server's binlog on); empty skips the drain rows")
 	baselines := flag.Bool("baselines", true, "also drain batch mode with concurrent claims and with growing rows, to compare")
 	e2eEvents := flag.Int("e2e-events", 100_000, "events per end-to-end drain into RocketMQ")
 	slowEvents := flag.Int("slow-events", 20_000, "events per batch-mode drain with a sender that takes 1 ms per event (0 skips them)")
@@ -76,6 +76,7 @@ func main() {
 	backlog := flag.Int("backlog", 0, "also drain a backlog of this many rows with one batch-mode instance, reporting the heap (e.g. 1000000)")
 	steadyRates := flag.String("steady-rates", "100,1000,5000", "steady-state rows: commit rates (events/s, one event per transaction); empty skips them")
 	steadyInstances := flag.String("steady-instances", "1,3", "steady-state rows: numbers of publisher instances")
+	steadyRelay := flag.Bool("steady-relay", false, "steady-state rows: also publish through the binlog relay (the server needs its binlog on)")
 	steadyDuration := flag.Duration("steady-duration", 10*time.Second, "steady-state rows: how long the writers commit")
 	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 16)")
 	orderedKeyList := flag.String("ordered-keys", "", "key-order rows: numbers of biz nos to spread -ordered-events over (e.g. 10000,1), each drained unordered and in key order; empty skips them")
@@ -89,6 +90,7 @@ func main() {
 	serviceWriters := flag.Int("service-writers", 8, "service view: writers committing an order and its event per transaction (0 skips it)")
 	serviceInstances := flag.Int("service-instances", 3, "service view: publisher instances (the writers are spread over them)")
 	serviceRuns := flag.Int("service-runs", 3, "service view: rounds (alone, then each way of publishing in each); the table shows each and the medians")
+	serviceRelay := flag.Bool("service-relay", false, "service view: also run the binlog relay (a relay in each instance, the publishers standing by) and the reference that reads the binlog and writes nothing; the server needs its binlog on")
 	serviceReferences := flag.Bool("service-references", false, "service view: also run the reference relays (reading only; one write per event; two, as the library's lease protocol, without the library), to read the library's cost against")
 	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
 	inboxRows := flag.Bool("inbox", false, "measure the inbox beside a plain consumer: inbox.Handle on messages made beforehand, and with -namesrv through RocketMQ")
@@ -112,6 +114,7 @@ func main() {
 		steadyKs = positives("-steady-instances", *steadyInstances)
 	}
 	var modes []bool // per row (Tuning.ClaimPerRow), or batch
+	relayDrain := false
 	if strings.TrimSpace(*modeList) != "" {
 		for _, f := range strings.Split(*modeList, ",") {
 			switch strings.TrimSpace(f) {
@@ -119,8 +122,10 @@ func main() {
 				modes = append(modes, true)
 			case bench.ModeName(false):
 				modes = append(modes, false)
+			case "relay":
+				relayDrain = true
 			default:
-				log.Fatalf("-modes: %q is neither %s nor %s", f, bench.ModeName(true), bench.ModeName(false))
+				log.Fatalf("-modes: %q is none of %s, %s and relay", f, bench.ModeName(true), bench.ModeName(false))
 			}
 		}
 	}
@@ -144,6 +149,13 @@ func main() {
 				d.Instances, d.Sender = k, bench.NopSender
 				rows = append(rows, drainRow{what: "no-op sender", d: d})
 			}
+		}
+	}
+	if relayDrain {
+		// The binlog relay in each instance: its sweep drains a backlog committed before it
+		// started.
+		for _, k := range ks {
+			rows = append(rows, drainRow{what: "no-op sender", d: bench.Drain{Relay: true, Instances: k, Events: *events, Sender: bench.NopSender}})
 		}
 	}
 	for _, keys := range orderedKeys {
@@ -194,13 +206,13 @@ func main() {
 	}
 
 	if len(rates) > 0 {
-		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters, *coalesce)
+		steadyTable(ctx, env, rates, steadyKs, *steadyDuration, *steadyWriters, *coalesce, *steadyRelay)
 	}
 	if *writePath {
 		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1), *writePathPrefill)
 	}
 	if *serviceWriters > 0 {
-		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce, max(*serviceRuns, 1), *serviceReferences)
+		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce, max(*serviceRuns, 1), *serviceReferences, *serviceRelay)
 	}
 
 	if *inboxRows {
@@ -250,6 +262,9 @@ type drainRow struct {
 }
 
 func (r drainRow) mode() string {
+	if r.d.Relay {
+		return "binlog relay"
+	}
 	m := bench.ModeName(r.d.PerRow)
 	switch {
 	case r.d.ConcurrentClaims:

@@ -30,7 +30,7 @@ func flushNote(ctx context.Context, env bench.Env) string {
 // steadyTable prints the steady-state rows: for each rate and number of instances, writers
 // committing one event per transaction at that rate, and what publishing them cost, first
 // publishing eagerly (as before coalescing: the baseline) and then as the library does.
-func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.Duration, writers int, coalesce time.Duration) {
+func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.Duration, writers int, coalesce time.Duration, relay bool) {
 	fmt.Printf("\nsteady state, %s each, batch mode, wake on commit; %s; statements and redo from the server-wide counters (valid on a server nothing else uses)\n",
 		dur, flushNote(ctx, env))
 	fmt.Printf("eager: every wake-up claims at once, each claim a transaction of its own that locks as it scans (Tuning.EagerClaims, MySQLConfig.PooledClaims, MySQLConfig.ScanFromStart); coalescing: the defaults, Tuning.CoalesceDelay %s\n",
@@ -42,11 +42,15 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	var rows []row
 	for _, rate := range rates {
 		for _, k := range ks {
-			for _, eager := range []bool{true, false} {
-				s := bench.Steady{Rate: rate, Instances: k, Duration: dur, Writers: writers, Eager: eager, CoalesceDelay: coalesce}
+			ways := []bench.Steady{{Eager: true}, {}}
+			if relay {
+				ways = append(ways, bench.Steady{Relay: true})
+			}
+			for _, s := range ways {
+				s.Rate, s.Instances, s.Duration, s.Writers, s.CoalesceDelay = rate, k, dur, writers, coalesce
 				res, err := s.Run(ctx, env)
 				if err != nil {
-					log.Fatalf("steady state %d/s x%d (eager %t): %v", rate, k, eager, err)
+					log.Fatalf("steady state %d/s x%d (%s): %v", rate, k, steadyWay(s), err)
 				}
 				rows = append(rows, row{s, res})
 			}
@@ -55,7 +59,7 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "steady\tinstances\ttarget/s\tachieved/s\tevents\tstatements/event\tclaim rounds/s\tevents/round\tsends/s\tredo KB/event\tp50\tp99\tmax\terrors\t")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%d\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", publishing(r.s.Eager),
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%d\t%.2f\t%.0f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", steadyWay(r.s),
 			r.s.Instances, r.s.Rate, r.res.Rate(),
 			r.res.Committed, r.res.StatementsPerEvent(), r.res.RoundsPerSecond(), r.res.EventsPerRound(),
 			float64(r.res.Batches)/r.res.Elapsed.Seconds(), bench.KB(r.res.RedoPerEvent()),
@@ -64,12 +68,12 @@ func steadyTable(ctx context.Context, env bench.Env, rates, ks []int, dur time.D
 	_ = w.Flush()
 	for _, r := range rows {
 		if r.res.FirstError != "" {
-			fmt.Printf("errors, %d/s x%d %s: %d, the first: %s\n", r.s.Rate, r.s.Instances, publishing(r.s.Eager), r.res.Errors, r.res.FirstError)
+			fmt.Printf("errors, %d/s x%d %s: %d, the first: %s\n", r.s.Rate, r.s.Instances, steadyWay(r.s), r.res.Errors, r.res.FirstError)
 		}
 	}
 	fmt.Println("publishing statements per event by kind (server Com_* counters):")
 	for _, r := range rows {
-		fmt.Printf("  %5d/s x%d %-10s %s\n", r.s.Rate, r.s.Instances, publishing(r.s.Eager)+":", bench.Breakdown(perEvent(r.res.Com, r.res.Committed)))
+		fmt.Printf("  %5d/s x%d %-10s %s\n", r.s.Rate, r.s.Instances, steadyWay(r.s)+":", bench.Breakdown(perEvent(r.res.Com, r.res.Committed)))
 	}
 	if len(rows) > 0 {
 		cal := rows[0].res.Writer
@@ -150,7 +154,7 @@ func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Du
 
 // serviceTable prints the service's view: orders/s alone and with the publishers keeping up,
 // eager and coalescing, and with the reference relays if references is set.
-func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration, runs int, references bool) {
+func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration, runs int, references, relay bool) {
 	binlogNote, binlogKB := binlogColumn(ctx, env)
 	fmt.Printf("\nservice view: %d writers committing an order and its event per transaction, %s each way, spread over %d instances; %s; %s\n",
 		writers, dur, instances, flushNote(ctx, env), binlogNote)
@@ -159,7 +163,7 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 	// against the same round's alone.
 	results := make([]bench.ServiceResult, runs)
 	for i := range results {
-		res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce, References: references, Rotate: i}.Run(ctx, env)
+		res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce, References: references, Relay: relay, Rotate: i}.Run(ctx, env)
 		if err != nil {
 			log.Fatalf("service view (run %d): %v", i+1, err)
 		}
@@ -178,6 +182,11 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 			way{bench.ReadOnly.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.ReadOnly }},
 			way{bench.OneWrite.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.OneWrite }},
 			way{bench.TwoWrites.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.TwoWrites }})
+	}
+	if relay {
+		ways = append(ways,
+			way{fmt.Sprintf("%d binlog relays (1 leads)", instances), func(r bench.ServiceResult) bench.SteadyResult { return r.Relay }},
+			way{bench.BinlogOnly.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.BinlogOnly }})
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "service\trun\torders\torders/s\tpublishing cost\tstatements/event\tredo KB/event\tbinlog KB/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
@@ -238,4 +247,12 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 			fmt.Printf("%s: %d error-level records (last run), the first: %s\n", way.name, s.Errors, s.FirstError)
 		}
 	}
+}
+
+// steadyWay names a steady-state row's way of publishing.
+func steadyWay(s bench.Steady) string {
+	if s.Relay {
+		return "binlog relay"
+	}
+	return publishing(s.Eager)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/relay"
 )
 
 // Env is the database a run uses.
@@ -116,6 +117,10 @@ type Drain struct {
 	// Reference, other than NoReference, runs that reference relay (one, on the first
 	// instance's pool, a round every CoalesceDelay) instead of the library's publishers.
 	Reference Reference
+	// Relay publishes through the binlog relay (module relay): each instance runs a relay
+	// beside its publisher, whose store stands by while a relay leads (RelayTable). The
+	// server needs its binlog on, as docs/relay.md says.
+	Relay bool
 }
 
 // DrainResult is what a drain measured.
@@ -302,6 +307,8 @@ type instance struct {
 	meters *meters
 	// relay, if set, runs instead of pub: a reference relay (see Reference).
 	relay func(context.Context)
+	// rl, if set, is the instance's binlog relay (Drain.Relay), run beside pub.
+	rl    *relay.Relay
 	close func()
 }
 
@@ -325,8 +332,12 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 		if err != nil {
 			return out, err
 		}
-		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, Ordering: d.Ordering,
-			ConcurrentClaims: d.ConcurrentClaims, PooledClaims: d.Eager, ScanFromStart: d.Eager})
+		mc := outbox.MySQLConfig{Table: name, Ordering: d.Ordering,
+			ConcurrentClaims: d.ConcurrentClaims, PooledClaims: d.Eager, ScanFromStart: d.Eager}
+		if d.Relay {
+			mc.RelayTable = relayTable(name)
+		}
+		store, err := outbox.NewMySQLStore(db, mc)
 		if err != nil {
 			_ = db.Close()
 			return out, err
@@ -344,7 +355,11 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 			if i == 0 {
 				in.relay = func(ctx context.Context) {
 					gap := cmp.Or(d.CoalesceDelay, 7*time.Millisecond) // the default Tuning.CoalesceDelay
-					if err := runReference(ctx, db, name, d.Reference, gap, sender); err != nil {
+					run := func() error { return runReference(ctx, db, name, d.Reference, gap, sender) }
+					if d.Reference == BinlogOnly {
+						run = func() error { return runBinlogReference(ctx, env, db, name, sender) }
+					}
+					if err := run(); err != nil {
 						slog.New(errs).Error("reference relay stopped", "err", err)
 					}
 				}
@@ -370,11 +385,24 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 			_ = db.Close()
 			return out, err
 		}
-		out = append(out, &instance{db: db, store: store, pub: pub, meters: m, close: func() {
+		in := &instance{db: db, store: store, pub: pub, meters: m}
+		if d.Relay {
+			if in.rl, err = newRelay(context.Background(), env, db, name, i, sender, errs); err != nil {
+				_ = pub.Close()
+				m.shutdown()
+				_ = db.Close()
+				return out, err
+			}
+		}
+		in.close = func() {
+			if in.rl != nil {
+				_ = in.rl.Close() // leaves the sender to the publisher
+			}
 			_ = pub.Close() // closes the sender
 			m.shutdown()
 			_ = db.Close()
-		}})
+		}
+		out = append(out, in)
 	}
 	return out, nil
 }
@@ -389,6 +417,13 @@ func run(instances []*instance) (stop func()) {
 			wg.Go(func() { in.relay(ctx) })
 		case in.pub != nil:
 			wg.Go(func() { _ = in.pub.Run(ctx) })
+		}
+		if in.rl != nil {
+			wg.Go(func() {
+				if err := in.rl.Run(ctx); err != nil {
+					slog.Error("relay refused to start", "err", err)
+				}
+			})
 		}
 	}
 	return func() {

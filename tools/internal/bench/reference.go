@@ -36,6 +36,11 @@ const (
 	// publishers, without the rest of the library (no claim session, no steady read, no
 	// coalescing, metrics or logging).
 	TwoWrites
+	// BinlogOnly reads the outbox table's inserts from the binary log and sends each
+	// transaction's events, writing nothing (MariaDB only): the least a relay that reads
+	// the binlog can cost, whatever it records. The binlog relay (Drain.Relay) writes one
+	// UPDATE per batch on top of it.
+	BinlogOnly
 )
 
 func (r Reference) String() string {
@@ -46,6 +51,8 @@ func (r Reference) String() string {
 		return "one write per event (reference)"
 	case TwoWrites:
 		return "two writes per event (reference)"
+	case BinlogOnly:
+		return "binlog, writes nothing (reference)"
 	}
 	return "library"
 }

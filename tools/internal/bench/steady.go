@@ -361,6 +361,8 @@ type Steady struct {
 	Eager     bool          // publish as before coalescing (see Drain.Eager)
 	// CoalesceDelay is the publishers' Tuning.CoalesceDelay when not Eager; 0: the default.
 	CoalesceDelay time.Duration
+	// Relay publishes through the binlog relay instead (see Drain.Relay).
+	Relay bool
 }
 
 // SteadyResult is what a steady-state run measured. The statement counts are the server's
@@ -446,7 +448,7 @@ func (s Steady) Run(ctx context.Context, env Env) (SteadyResult, error) {
 		poll = pollInterval
 	}
 	w := workload{event: true, rate: s.Rate, writers: writers, dur: s.Duration}
-	m, err := measure(ctx, env, s.Instances, w, poll, Drain{Eager: s.Eager, CoalesceDelay: s.CoalesceDelay})
+	m, err := measure(ctx, env, s.Instances, w, poll, Drain{Eager: s.Eager, CoalesceDelay: s.CoalesceDelay, Relay: s.Relay})
 	if err != nil {
 		return res, err
 	}
@@ -464,7 +466,7 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	defer t.drop()
 	rec := &recorder{sentAt: map[string]time.Time{}}
 	errs := &errorCounter{}
-	ins, err := startInstances(env, t.name, Drain{Instances: instances, Eager: how.Eager, CoalesceDelay: how.CoalesceDelay, Reference: how.Reference}, poll, rec.senders, errs)
+	ins, err := startInstances(env, t.name, Drain{Instances: instances, Eager: how.Eager, CoalesceDelay: how.CoalesceDelay, Reference: how.Reference, Relay: how.Relay}, poll, rec.senders, errs)
 	if err != nil {
 		for _, in := range ins {
 			in.close()
@@ -486,6 +488,11 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	res.Writer = cal
 	stop := run(ins)
 	defer stop()
+	if how.Relay {
+		if err := waitLeader(ctx, ins); err != nil {
+			return res, err
+		}
+	}
 	time.Sleep(200 * time.Millisecond) // the publishers' start-up (a first empty claim) is not the steady state
 	c0, err := readCounters(ctx, t.db)
 	if err != nil {
@@ -497,7 +504,7 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 		return res, err
 	}
 	res.Committed, res.Elapsed = wr.committed, wr.elapsed
-	polls, err := waitSent(ctx, t, rec, wr.committed, time.Minute+2*poll, how.Reference != ReadOnly)
+	polls, err := waitSent(ctx, t, rec, wr.committed, time.Minute+2*poll, how.Reference != ReadOnly && how.Reference != BinlogOnly)
 	if err != nil {
 		return res, err
 	}
@@ -510,8 +517,13 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 	d.Com["select"] -= polls
 	res.Statements, res.Com, res.RedoBytes, res.BinlogBytes = d.minus(cal, wr.committed)
 	res.Rounds = res.Com["commit"]
-	if how.Reference == ReadOnly {
+	switch {
+	case how.Reference == ReadOnly:
 		res.Rounds = res.Com["select"] // a round is one read, in no transaction
+	case how.Reference == BinlogOnly:
+		res.Rounds = 0 // it reads no table
+	case how.Relay:
+		res.Rounds = res.Com["update_multi"] // a relay's round is its fenced UPDATE of the sent events
 	}
 	res.Batches = rec.batches.Load()
 	if res.Latency, err = latencies(times, rec); err != nil {
@@ -537,6 +549,9 @@ type Service struct {
 	// References also runs the reference relays (ReadOnly, OneWrite, TwoWrites), beside the
 	// library's publishers, each a round every CoalesceDelay.
 	References bool
+	// Relay also runs the binlog relay (a relay in each instance, its publishers standing
+	// by) and the BinlogOnly reference; the server needs its binlog on.
+	Relay bool
 }
 
 // ServiceResult is what a service run measured.
@@ -549,6 +564,9 @@ type ServiceResult struct {
 	// ReadOnly, OneWrite and TwoWrites are the reference relays' runs (see Reference), when
 	// asked for.
 	ReadOnly, OneWrite, TwoWrites SteadyResult
+	// Relay and BinlogOnly are the binlog relay's run and the reference that reads the
+	// binlog and writes nothing, when asked for.
+	Relay, BinlogOnly SteadyResult
 }
 
 // AloneRate is the orders per second without the publishers.
@@ -615,6 +633,11 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: ReadOnly}, &res.ReadOnly},
 			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: OneWrite}, &res.OneWrite},
 			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: TwoWrites}, &res.TwoWrites})
+	}
+	if s.Relay {
+		runs = append(runs,
+			publishing{Drain{Relay: true}, &res.Relay},
+			publishing{Drain{Reference: BinlogOnly}, &res.BinlogOnly})
 	}
 	k := (s.Rotate%len(runs) + len(runs)) % len(runs)
 	runs = slices.Concat(runs[k:], runs[:k])
