@@ -45,12 +45,12 @@ type term struct {
 	catchUp gomysql.GTIDSet
 
 	// Only the sender goroutine uses the fields below.
-	unmarked   []outbox.Event // sent, not yet marked SUCCESS
-	pendingPos string         // the position processed reaches once they are marked
-	markBy     time.Time      // when they must be marked
-	blocked map[string]bool // keys held back: a dead letter (KeyOrder) or a retry not yet due
-	timers  timerHeap
-	pause   time.Duration // the current pause after an unavailable broker
+	unmarked   []outbox.Event  // sent, not yet marked SUCCESS
+	pendingPos string          // the position processed reaches once they are marked
+	markBy     time.Time       // when they must be marked
+	blocked    map[string]bool // keys held back: a dead letter (KeyOrder) or a retry not yet due
+	timers     timerHeap
+	pause      time.Duration // the current pause after an unavailable broker
 }
 
 func newTerm(r *Relay, info serverInfo, epoch int64, lock *sql.Conn) *term {
