@@ -16,14 +16,15 @@ import (
 // relay's heartbeat is older than the relay says it may be ([MySQLConfig.RelayTable]).
 //
 // The relay's checkpoint row has the table's publishing epoch and mode. Each claim reads it
-// LOCK IN SHARE MODE inside its own transaction, so that a relay taking the table over
-// (which locks the row FOR UPDATE) waits for the claims in flight, and no claim starts
-// after it: from then on the relay alone sends the table's events. A takeover by the
+// LOCK IN SHARE MODE inside its own transaction (creating it, mode polling, if no relay ever
+// made it), so that a relay taking the table over (which locks the row FOR UPDATE) waits for
+// the claims in flight, and no claim starts after it: from then on the relay alone sends the
+// table's events. A takeover by the
 // publishers adds one to the epoch too, so that the relay's next write, fenced on its
 // epoch, changes nothing and tells it it no longer leads.
 type relayGate struct {
-	table      string
-	read, take string
+	table              string
+	read, take, create string
 	// leadsUntil is when (this process's monotonic clock, since the store was made) the
 	// last read that found a relay leading stops counting: until then a claim claims
 	// nothing without reading the row again. Claiming nothing is always safe; claiming
@@ -45,6 +46,8 @@ func newRelayGate(outboxTable, relayTable string) *relayGate {
 			" WHERE outbox_table = ? LOCK IN SHARE MODE",
 		take: "UPDATE " + relayTable + " SET mode = 'polling', epoch = epoch + 1, leader = ?, updated_at = UTC_TIMESTAMP(3) " +
 			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
+		create: "INSERT IGNORE INTO " + relayTable + " (outbox_table, epoch, mode, leader, fallback_after_ms, heartbeat_at, updated_at) " +
+			"VALUES (?, 0, 'polling', ?, 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
 	}
 }
 
@@ -65,9 +68,16 @@ func (s *MySQLStore) relayLeads(ctx context.Context, q querier, owner string) (b
 		relay, live bool
 	)
 	err := q.QueryRowContext(ctx, g.read, g.table).Scan(&epoch, &relay, &live)
+	if errors.Is(err, sql.ErrNoRows) {
+		// No relay ever took the table. The claim creates the row (mode polling), and holds
+		// it locked until it commits, so that a relay's first takeover waits for it as it
+		// waits for every later claim. If a relay made the row first, it is read again.
+		if _, err := q.ExecContext(ctx, g.create, g.table, owner); err != nil {
+			return false, s.wrap("create the relay's checkpoint row", err)
+		}
+		err = q.QueryRowContext(ctx, g.read, g.table).Scan(&epoch, &relay, &live)
+	}
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, nil // no relay ever took the table
 	case err != nil:
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && me.Number == 1146 {

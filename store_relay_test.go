@@ -54,13 +54,20 @@ func TestClaimsStandByWhileARelayLeads(t *testing.T) {
 	_, err = store.Check(ctx)
 	require.NoError(t, err)
 
-	// No row: no relay ever took the table; the claims go on.
+	// No row: no relay ever took the table; the claims go on, and the first makes the row
+	// (mode polling), for a relay's takeover to lock.
 	first := b.insertPayload(t, "K-1", []byte(`{}`))
 	res, err := store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "p1", Limit: 10, MaxBytes: 1 << 20})
 	require.NoError(t, err)
 	require.Len(t, res.Events, 1)
+	var epoch int64
+	var mode, leader string
+	require.NoError(t, db.QueryRow("SELECT epoch, mode, leader FROM "+cp+" WHERE outbox_table = ?", table).Scan(&epoch, &mode, &leader))
+	assert.Equal(t, int64(0), epoch)
+	assert.Equal(t, "polling", mode)
 
-	_, err = db.Exec("INSERT INTO "+cp+" VALUES (?, 7, 'relay', 'relay-1', 60000, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))", table)
+	// A relay takes the table over (as relay.Relay does: one more epoch, mode relay).
+	_, err = db.Exec("UPDATE "+cp+" SET epoch = 7, mode = 'relay', leader = 'relay-1', fallback_after_ms = 60000, heartbeat_at = UTC_TIMESTAMP(3) WHERE outbox_table = ?", table)
 	require.NoError(t, err)
 	second := b.insertPayload(t, "K-2", []byte(`{}`))
 	res, err = store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "p1", Limit: 10, MaxBytes: 1 << 20, Succeeded: []int64{first}})
@@ -81,8 +88,6 @@ func TestClaimsStandByWhileARelayLeads(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Events, 1)
 	assert.Equal(t, second, res.Events[0].ID)
-	var epoch int64
-	var mode, leader string
 	require.NoError(t, db.QueryRow("SELECT epoch, mode, leader FROM "+cp+" WHERE outbox_table = ?", table).Scan(&epoch, &mode, &leader))
 	assert.Equal(t, int64(8), epoch, "the takeover fences the silent relay")
 	assert.Equal(t, "polling", mode)

@@ -92,26 +92,22 @@ func (r *Relay) takeOver(ctx context.Context) (epoch int64, resume string, err e
 	defer tx.Rollback()
 	var mode, gtid string
 	fallback := r.cfg.FallbackAfter.Milliseconds()
-	// FOR UPDATE waits for the pollers' claims in flight (each reads the row LOCK IN SHARE
-	// MODE): once this commits, no poller claims.
-	err = tx.QueryRowContext(ctx, r.q.lockRow, r.cfg.Table).Scan(&epoch, &mode, &gtid)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		if _, err := tx.ExecContext(ctx, r.q.insertRow, r.cfg.Table, r.cfg.InstanceID, fallback); err != nil {
-			return 0, "", fmt.Errorf("relay: take the table over: %w", err)
-		}
-		epoch = 1
-	case err != nil:
+	// The row exists from the first claim of a publisher with RelayTable, or from here
+	// (epoch 0, mode polling). FOR UPDATE then waits for the pollers' claims in flight (each
+	// reads the row LOCK IN SHARE MODE, or created it): once this commits, no poller claims.
+	if _, err := tx.ExecContext(ctx, r.q.insertRow, r.cfg.Table, r.cfg.InstanceID, fallback); err != nil {
 		return 0, "", fmt.Errorf("relay: take the table over: %w", err)
-	default:
-		if mode == "relay" {
-			resume = gtid
-		}
-		if _, err := tx.ExecContext(ctx, r.q.takeRow, r.cfg.InstanceID, resume, fallback, r.cfg.Table); err != nil {
-			return 0, "", fmt.Errorf("relay: take the table over: %w", err)
-		}
-		epoch++
 	}
+	if err := tx.QueryRowContext(ctx, r.q.lockRow, r.cfg.Table).Scan(&epoch, &mode, &gtid); err != nil {
+		return 0, "", fmt.Errorf("relay: take the table over: %w", err)
+	}
+	if mode == "relay" {
+		resume = gtid
+	}
+	if _, err := tx.ExecContext(ctx, r.q.takeRow, r.cfg.InstanceID, resume, fallback, r.cfg.Table); err != nil {
+		return 0, "", fmt.Errorf("relay: take the table over: %w", err)
+	}
+	epoch++
 	if err := tx.Commit(); err != nil {
 		return 0, "", fmt.Errorf("relay: take the table over: %w", err)
 	}

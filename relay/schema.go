@@ -98,24 +98,26 @@ func newQueries(table, cp string) queries {
 	cols := "id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time, trace_parent, trace_state, " +
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), next_retry_time)"
 	// fence joins the checkpoint row of the table at the leader's epoch: a statement with it
-	// changes nothing once another relay or the pollers took the table over.
+	// changes nothing once another relay or the pollers took the table over. The writes
+	// find their rows by primary key (FORCE INDEX): by the status index, their locks would
+	// cover the gaps where the writers insert new WAIT rows.
 	fence := " JOIN " + cp + " f ON f.outbox_table = ? AND f.epoch = ? AND f.mode = 'relay'"
 	return queries{
 		lockRow: "SELECT epoch, mode, gtid FROM " + cp + " WHERE outbox_table = ? FOR UPDATE",
-		insertRow: "INSERT INTO " + cp + " (outbox_table, epoch, mode, leader, gtid, fallback_after_ms, heartbeat_at, updated_at) " +
-			"VALUES (?, 1, 'relay', ?, '', ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+		insertRow: "INSERT IGNORE INTO " + cp + " (outbox_table, epoch, mode, leader, gtid, fallback_after_ms, heartbeat_at, updated_at) " +
+			"VALUES (?, 0, 'polling', ?, '', ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
 		takeRow: "UPDATE " + cp + " SET epoch = epoch + 1, mode = 'relay', leader = ?, gtid = ?, fallback_after_ms = ?, " +
 			"heartbeat_at = UTC_TIMESTAMP(3), updated_at = UTC_TIMESTAMP(3) WHERE outbox_table = ?",
 		checkpoint: "UPDATE " + cp + " SET gtid = ?, heartbeat_at = UTC_TIMESTAMP(3), updated_at = UTC_TIMESTAMP(3) " +
 			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
 		giveBack: "UPDATE " + cp + " SET mode = 'polling', epoch = epoch + 1, updated_at = UTC_TIMESTAMP(3) " +
 			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
-		markSuccess: "UPDATE " + table + " t" + fence + " SET t.status = 'SUCCESS', t.claim_owner = ?, " +
+		markSuccess: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET t.status = 'SUCCESS', t.claim_owner = ?, " +
 			"t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id IN (%s)",
-		retry: "UPDATE " + table + " t" + fence + " SET t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
+		retry: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
 			"t.next_retry_time = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, t.update_time = UTC_TIMESTAMP(3) " +
 			"WHERE t.status = 'WAIT' AND t.id = ?",
-		fail: "UPDATE " + table + " t" + fence + " SET t.status = 'FAIL', t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
+		fail: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET t.status = 'FAIL', t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
 			"t.claim_owner = ?, t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id = ?",
 		eventCols:  cols,
 		waitingIDs: "SELECT id FROM " + table + " WHERE status = 'WAIT'",
