@@ -29,7 +29,8 @@ const (
 	maxKeyLen        = 64   // biz_no and event_type
 	maxReasonLen     = 1024 // last_error, in characters
 	reclaimPage      = 500  // rows per reclaim statement
-	maxLockAttempts  = 5    // tries of one statement that hits a deadlock or lock wait timeout
+	maxLockAttempts  = 5    // tries of one statement that hits a lock wait timeout (each waited innodb_lock_wait_timeout)
+	maxDeadlockTries = 12   // tries of one statement that hits a deadlock (each fails at once)
 )
 
 var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
@@ -269,13 +270,26 @@ func (s *MySQLStore) exec(ctx context.Context, op, query string, args ...any) (i
 	return n, s.wrap(op, err)
 }
 
-// retryOnLockConflict runs fn again, up to maxLockAttempts times in all, while it fails with a
-// deadlock or lock wait timeout: either rolls back the statement (or the transaction) whole,
-// so nothing of the failed try remains. Each retry is counted in s.lockRetries.
+// retryOnLockConflict runs fn again while it fails with a deadlock (up to maxDeadlockTries
+// times in all) or a lock wait timeout (up to maxLockAttempts): either rolls back the
+// statement (or the transaction) whole, so nothing of the failed try remains. A deadlock is
+// found at once and is normal where instances contend, so it is tried more often; a lock
+// wait timeout has already waited its innodb_lock_wait_timeout. Each retry is counted in
+// s.lockRetries.
 func retryOnLockConflict[T any](ctx context.Context, s *MySQLStore, fn func() (T, error)) (T, error) {
+	deadlocks, timeouts := 0, 0
 	for attempt := 1; ; attempt++ {
 		v, err := fn()
-		if err == nil || attempt == maxLockAttempts || !isLockConflict(err) {
+		if err == nil || !isLockConflict(err) {
+			return v, err
+		}
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1213 {
+			deadlocks++
+		} else {
+			timeouts++
+		}
+		if deadlocks == maxDeadlockTries || timeouts == maxLockAttempts {
 			return v, err
 		}
 		s.lockRetries.Add(1)

@@ -501,3 +501,41 @@ func TestRelayReopensAKilledBinlogStream(t *testing.T) {
 	assert.Equal(t, int64(1), r.Stats().Terms, "the stream was reopened within the term")
 	waitFor(t, 10*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == len(ids) })
 }
+
+// A dead letter an operator requeues (FAIL -> WAIT, seen in the binlog) is sent by the
+// relay; so is a row a poller released for a retry before the relay took over.
+func TestRelaySendsARequeuedDeadLetter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	var mu sync.Mutex
+	refused := map[string]bool{}
+	sent := map[string]int{}
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if string(ev.Payload) == "refuse-once" && !refused[ev.EventID] {
+			refused[ev.EventID] = true
+			return outbox.Permanent(errors.New("refused once"))
+		}
+		sent[ev.EventID]++
+		return nil
+	})
+	r := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+	tx, err := e.store.BeginTx(context.Background(), nil)
+	require.NoError(t, err)
+	bad, err := tx.InsertEvent(context.Background(), outbox.EventInput{BizNo: "B", EventType: "T", Payload: []byte("refuse-once")})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	waitFor(t, 10*time.Second, "the dead letter", func() bool { return e.statuses(t)["FAIL"] == 1 })
+	var id int64
+	require.NoError(t, e.db.QueryRow("SELECT id FROM "+e.table+" WHERE event_id = ?", bad).Scan(&id))
+	require.NoError(t, outbox.NewAdmin(e.store).Requeue(context.Background(), id))
+	waitFor(t, 10*time.Second, "the requeued event sent", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return sent[bad] == 1
+	})
+	waitFor(t, 10*time.Second, "its row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 1 })
+	assert.Equal(t, int64(1), r.Stats().DeadLettered)
+}
