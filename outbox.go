@@ -507,14 +507,16 @@ func (p *Publisher) begin(ctx context.Context) (context.Context, func(), error) 
 	if p.life.closed {
 		return nil, nil, fmt.Errorf("%w: the publisher was closed", ErrClosed)
 	}
-	if !p.running.CompareAndSwap(false, true) {
+	if p.running.Load() {
 		return nil, nil, ErrAlreadyRunning
 	}
+	// The instance id is taken before Running is reported, so that whoever sees this
+	// publisher running finds its id taken too.
 	release, err := instances.take(p.store, p.cfg.InstanceID)
 	if err != nil {
-		p.running.Store(false)
 		return nil, nil, err
 	}
+	p.running.Store(true)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	p.life.cancel, p.life.done = cancel, done
