@@ -527,15 +527,16 @@ func TestRelaySendsARequeuedDeadLetter(t *testing.T) {
 	bad, err := tx.InsertEvent(context.Background(), outbox.EventInput{BizNo: "B", EventType: "T", Payload: []byte("refuse-once")})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
-	waitFor(t, 10*time.Second, "the dead letter", func() bool { return e.statuses(t)["FAIL"] == 1 })
+	waitFor(t, 30*time.Second, "the dead letter", func() bool { return e.statuses(t)["FAIL"] == 1 })
 	var id int64
 	require.NoError(t, e.db.QueryRow("SELECT id FROM "+e.table+" WHERE event_id = ?", bad).Scan(&id))
 	require.NoError(t, outbox.NewAdmin(e.store).Requeue(context.Background(), id))
-	waitFor(t, 10*time.Second, "the requeued event sent", func() bool {
+	// As long as the other tests' servers and relays, which run beside it, allow.
+	waitFor(t, 30*time.Second, "the requeued event sent", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return sent[bad] == 1
 	})
-	waitFor(t, 10*time.Second, "its row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 1 })
+	waitFor(t, 30*time.Second, "its row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 1 })
 	assert.Equal(t, int64(1), r.Stats().DeadLettered)
 }
