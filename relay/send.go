@@ -394,12 +394,7 @@ func (t *term) reread(ids []int64) error {
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	for start := 0; start < len(ids); start += t.r.cfg.BatchSize {
-		chunk := ids[start:min(start+t.r.cfg.BatchSize, len(ids))]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
-		}
-		evs, err := t.readEvents(fmt.Sprintf(t.r.q.eventsByID, placeholders(len(chunk))), args...)
+		evs, err := t.readWaiting(ids[start:min(start+t.r.cfg.BatchSize, len(ids))])
 		if err != nil {
 			return err
 		}
@@ -458,6 +453,15 @@ func (t *term) due(evs []timedEvent) []outbox.Event {
 type timedEvent struct {
 	ev outbox.Event
 	in time.Duration
+}
+
+// readWaiting reads the rows of ids that still wait, in id order.
+func (t *term) readWaiting(ids []int64) ([]timedEvent, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return t.readEvents(fmt.Sprintf(t.r.q.eventsByID, placeholders(len(ids))), args...)
 }
 
 func (t *term) readEvents(q string, args ...any) ([]timedEvent, error) {
@@ -540,12 +544,7 @@ func (t *term) sweep() error {
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for start := 0; start < len(ids); start += t.r.cfg.BatchSize {
-		chunk := ids[start:min(start+t.r.cfg.BatchSize, len(ids))]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
-		}
-		evs, err := t.readEvents(fmt.Sprintf(t.r.q.eventsByID, placeholders(len(chunk))), args...)
+		evs, err := t.readWaiting(ids[start:min(start+t.r.cfg.BatchSize, len(ids))])
 		if err != nil {
 			return err
 		}
