@@ -202,7 +202,7 @@ func TestRelayRidesOutADatabaseRestartAndCrash(t *testing.T) {
 	e := newEnv(t, srv, outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-db")
 	c := testsvc.Consume(t, topic)
-	r := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
 	waitLeader(t, r)
 	w := startWriter(t, e, 3*time.Millisecond)
 	time.Sleep(time.Second)
@@ -236,7 +236,7 @@ func TestRelayRidesOutABrokerOutage(t *testing.T) {
 	topic := testsvc.NewTopic(t, "relay-outage")
 	c := testsvc.Consume(t, topic)
 	sender := rocketSender(t, topic)
-	r := start(t, e.dsn, sender, e.config("relay-1"))
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -315,7 +315,7 @@ func TestRelayDeadLettersARefusedMessageAndBlocksItsKey(t *testing.T) {
 			dead.Add(1)
 		}
 	}
-	r := start(t, e.dsn, refusing{rocketSender(t, topic)}, cfg)
+	r, _ := start(t, e.dsn, refusing{rocketSender(t, topic)}, cfg)
 	waitLeader(t, r)
 	ins := func(biz, payload string) (string, int64) {
 		tx, err := e.store.BeginTx(context.Background(), nil)
@@ -357,7 +357,7 @@ func TestRelayDeliversAKeysEventsInCommitOrder(t *testing.T) {
 	e := newEnv(t, newServer(t), outbox.KeyOrder)
 	topic := testsvc.NewTopic(t, "relay-order")
 	c := testsvc.ConsumeOrderly(t, topic)
-	r := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
 	waitLeader(t, r)
 
 	const keys = 40
@@ -421,14 +421,10 @@ func TestFleetSwitchesBetweenPollingAndTheRelay(t *testing.T) {
 	w := startWriter(t, e, 2*time.Millisecond)
 	for round := range 2 {
 		time.Sleep(time.Second)
-		r, err := relay.New(e.dsn, sender, e.config(fmt.Sprintf("relay-%d", round)))
-		require.NoError(t, err)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(context.Background()) }()
+		r, stop := start(t, e.dsn, sender, e.config(fmt.Sprintf("relay-%d", round)))
 		waitLeader(t, r)
 		time.Sleep(time.Second)
-		require.NoError(t, r.Close())
-		require.NoError(t, <-done)
+		stop()
 	}
 	time.Sleep(time.Second)
 	ids := w.finish(t, e)
@@ -465,7 +461,7 @@ func TestRelayReopensAKilledBinlogStream(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	r := start(t, e.dsn, sender, e.config("relay-1"))
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	w := startWriter(t, e, 2*time.Millisecond)
 	for range 3 {
@@ -520,7 +516,7 @@ func TestRelaySendsARequeuedDeadLetter(t *testing.T) {
 		sent[ev.EventID]++
 		return nil
 	})
-	r := start(t, e.dsn, sender, e.config("relay-1"))
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	tx, err := e.store.BeginTx(context.Background(), nil)
 	require.NoError(t, err)

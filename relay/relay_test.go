@@ -89,18 +89,20 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// start runs a relay until the test ends; Close stops it earlier.
-func start(t *testing.T, dsn string, sender outbox.Sender, cfg relay.Config) *relay.Relay {
+// start runs a relay until stop is called or the test ends: stop closes it (a leader hands
+// the table back) and checks that Run returned nil; it does so once, whoever calls it.
+func start(t *testing.T, dsn string, sender outbox.Sender, cfg relay.Config) (r *relay.Relay, stop func()) {
 	t.Helper()
 	r, err := relay.New(dsn, sender, cfg)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		require.NoError(t, r.Close())
 		require.NoError(t, <-done)
 	})
-	return r
+	t.Cleanup(stop)
+	return r, stop
 }
 
 func rocketSender(t *testing.T, topic string) outbox.Sender {
@@ -177,7 +179,7 @@ func TestRelayPublishesEveryCommittedEventOnce(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	cfg := e.config("relay-1")
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	r := start(t, e.dsn, rocketSender(t, topic), cfg)
+	r, _ := start(t, e.dsn, rocketSender(t, topic), cfg)
 	waitLeader(t, r)
 	during := e.insert(t, 300, byIndex("during"))
 	c.WaitDistinct(t, len(before)+len(during), 60*time.Second)
@@ -214,10 +216,7 @@ func TestPublishersStandByWhileTheRelayLeads(t *testing.T) {
 	c := testsvc.Consume(t, topic)
 	sender := rocketSender(t, topic)
 
-	r, err := relay.New(e.dsn, sender, e.config("relay-1"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
+	r, stop := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -237,8 +236,7 @@ func TestPublishersStandByWhileTheRelayLeads(t *testing.T) {
 	require.NoError(t, e.db.QueryRow("SELECT COUNT(*) FROM "+e.table+" WHERE claim_owner = 'relay-1'").Scan(&byRelay))
 	assert.Equal(t, 200, byRelay, "the pollers claimed nothing while the relay led")
 
-	require.NoError(t, r.Close())
-	require.NoError(t, <-done)
+	stop()
 	_, mode, _ := e.checkpoint(t)
 	assert.Equal(t, "polling", mode, "a relay that closes hands the table back")
 	second := e.insert(t, 100, byIndex("polled"))
@@ -275,8 +273,8 @@ func TestStandbyTakesOverWhenTheLeadersLockIsKilled(t *testing.T) {
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-failover")
 	c := testsvc.Consume(t, topic)
-	a := start(t, e.dsn, rocketSender(t, topic), e.config("relay-a"))
-	b := start(t, e.dsn, rocketSender(t, topic), e.config("relay-b"))
+	a, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-a"))
+	b, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-b"))
 	leader := waitLeader(t, a, b)
 	standby := a
 	if leader == a {
@@ -336,25 +334,21 @@ func TestRelayRecoversFromAPurgedPosition(t *testing.T) {
 	topic := testsvc.NewTopic(t, "relay-purge")
 	c := testsvc.Consume(t, topic)
 	sender := rocketSender(t, topic)
-	r, err := relay.New(e.dsn, sender, e.config("relay-1"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
+	r, stop := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	first := e.insert(t, 20, byIndex("first"))
 	c.WaitDistinct(t, len(first), 60*time.Second)
 	waitFor(t, 5*time.Second, "a checkpoint", func() bool { _, _, g := e.checkpoint(t); return g != "" })
-	require.NoError(t, r.Close())
-	require.NoError(t, <-done)
+	stop()
 	_, _, gtid := e.checkpoint(t)
 	// As a leader killed with SIGKILL leaves it: mode relay, its last position.
-	_, err = e.db.Exec("UPDATE "+e.relayTbl+" SET mode = 'relay', gtid = ?, heartbeat_at = UTC_TIMESTAMP(3) WHERE outbox_table = ?", gtid, e.table)
+	_, err := e.db.Exec("UPDATE "+e.relayTbl+" SET mode = 'relay', gtid = ?, heartbeat_at = UTC_TIMESTAMP(3) WHERE outbox_table = ?", gtid, e.table)
 	require.NoError(t, err)
 
 	gap := e.insert(t, 30, byIndex("gap"))
 	purgeBinlogs(t, e.db)
 
-	r2 := start(t, e.dsn, sender, e.config("relay-2"))
+	r2, _ := start(t, e.dsn, sender, e.config("relay-2"))
 	waitLeader(t, r2)
 	after := e.insert(t, 20, byIndex("after"))
 	c.WaitDistinct(t, len(first)+len(gap)+len(after), 60*time.Second)
@@ -371,7 +365,7 @@ func TestRelayHandsOverOnStatementsItCannotFollow(t *testing.T) {
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-hazard")
 	c := testsvc.Consume(t, topic)
-	r := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
 	waitLeader(t, r)
 	ids := e.insert(t, 5, byIndex("row"))
 	c.WaitDistinct(t, len(ids), 60*time.Second)
@@ -412,7 +406,7 @@ func TestRelayHandsOverOnStatementsItCannotFollow(t *testing.T) {
 func TestCheckpointAdvancesOnAnIdleOutbox(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
-	r := start(t, e.dsn, outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), e.config("relay-1"))
+	r, _ := start(t, e.dsn, outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), e.config("relay-1"))
 	waitLeader(t, r)
 	waitFor(t, 5*time.Second, "a checkpoint", func() bool { _, _, g := e.checkpoint(t); return g != "" })
 	_, _, before := e.checkpoint(t)
@@ -474,10 +468,7 @@ func TestRelayFollowsSeveralGTIDDomains(t *testing.T) {
 		require.NoError(t, err)
 		return ids
 	}
-	r, err := relay.New(e.dsn, sender, e.config("relay-1"))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
+	r, stop := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	n := len(insertIn(0, 10, "d0")) + len(insertIn(1, 10, "d1")) + len(insertIn(2, 10, "d2"))
 	waitFor(t, 20*time.Second, "every event", func() bool { return count.Load() == int64(n) })
@@ -485,13 +476,12 @@ func TestRelayFollowsSeveralGTIDDomains(t *testing.T) {
 		_, _, g := e.checkpoint(t)
 		return strings.Count(g, ",") == 2
 	})
-	require.NoError(t, r.Close())
-	require.NoError(t, <-done)
+	stop()
 	_, _, gtid := e.checkpoint(t)
-	_, err = e.db.Exec("UPDATE "+e.relayTbl+" SET mode = 'relay' WHERE outbox_table = ?", e.table)
+	_, err := e.db.Exec("UPDATE "+e.relayTbl+" SET mode = 'relay' WHERE outbox_table = ?", e.table)
 	require.NoError(t, err)
 	m := len(insertIn(1, 5, "late1")) + len(insertIn(2, 5, "late2"))
-	r2 := start(t, e.dsn, sender, e.config("relay-2"))
+	r2, _ := start(t, e.dsn, sender, e.config("relay-2"))
 	waitLeader(t, r2)
 	waitFor(t, 20*time.Second, "the later events", func() bool { return count.Load() == int64(n+m) })
 	assert.Zero(t, r2.Stats().Handovers, "resumed from %s without a sweep's handover", gtid)

@@ -90,7 +90,7 @@ type queries struct {
 	// the leader's fenced writes
 	checkpoint, markSuccess, retry, fail, giveBack string
 	// reads
-	eventCols, waitingIDs, eventsByID, keyWaiting, failedKeys, statusByID string
+	waitingIDs, eventsByID, keyWaiting, failedKeys, statusByID string
 }
 
 func newQueries(table, cp string) queries {
@@ -119,7 +119,6 @@ func newQueries(table, cp string) queries {
 			"WHERE t.status = 'WAIT' AND t.id = ?",
 		fail: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET t.status = 'FAIL', t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
 			"t.claim_owner = ?, t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id = ?",
-		eventCols:  cols,
 		waitingIDs: "SELECT id FROM " + table + " WHERE status = 'WAIT'",
 		eventsByID: "SELECT " + cols + " FROM " + table + " WHERE status = 'WAIT' AND id IN (%s) ORDER BY id",
 		keyWaiting: "SELECT " + cols + " FROM " + table + " WHERE status = 'WAIT' AND biz_no = ? ORDER BY id",

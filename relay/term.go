@@ -37,8 +37,6 @@ type term struct {
 	processed atomic.Pointer[string]
 	// pushed is the position of the last item the reader queued (the reader's own).
 	pushed string
-	// written is the position last recorded in the checkpoint row.
-	written string
 	// catchUp is the position the server had when the term's sweep ended: events committed
 	// up to it may have been sent already (by the sweep, or by the last leader after its
 	// checkpoint), so their status is read before they are sent.
@@ -79,7 +77,7 @@ func (t *term) run(parent context.Context, resume string) error {
 		return fmt.Errorf("relay: the checkpoint's position %q: %w", from, err)
 	}
 	t.processed.Store(&from)
-	t.pushed, t.written = from, resume
+	t.pushed = from
 	if t.r.cfg.Ordering == outbox.KeyOrder {
 		if err := t.loadDeadLetterKeys(); err != nil {
 			return err
@@ -122,10 +120,8 @@ func (t *term) cause(err error) error {
 	if c := context.Cause(t.ctx); c != nil && !errors.Is(c, context.Canceled) {
 		return c
 	}
-	if t.ctx.Err() != nil {
-		if pc := t.ctx.Err(); pc != nil && err == nil {
-			return pc
-		}
+	if err == nil {
+		return t.ctx.Err() // nil while the term runs
 	}
 	return err
 }
@@ -164,7 +160,6 @@ func (t *term) checkpoint(ctx context.Context) error {
 		// changes (UTC_TIMESTAMP(3) moves on); 0 means the epoch moved.
 		return fmt.Errorf("%w: the checkpoint row has a newer epoch", errNotLeader)
 	}
-	t.written = pos
 	t.r.setPosition(pos)
 	return nil
 }
