@@ -92,6 +92,8 @@ func main() {
 	serviceRuns := flag.Int("service-runs", 3, "service view: rounds (alone, then each way of publishing in each); the table shows each and the medians")
 	serviceRelay := flag.Bool("service-relay", false, "service view: also run the binlog relay (a relay in each instance, the publishers standing by) and the reference that reads the binlog and writes nothing; the server needs its binlog on")
 	serviceReferences := flag.Bool("service-references", false, "service view: also run the reference relays (reading only; one write per event; two, as the library's lease protocol, without the library), to read the library's cost against")
+	serviceWays := flag.String("service-ways", "", "service view: only these ways of publishing, comma-separated ("+strings.Join(bench.ServiceWays, ", ")+"; the reference relays need -service-references, the binlog ones -service-relay); empty: all asked for")
+	servicePaired := flag.Bool("service-paired", false, "service view: measure the writers alone again just before each way, and cost each way against that (the table then shows it)")
 	serviceDuration := flag.Duration("service-duration", 10*time.Second, "service view: how long the writers commit, alone and then with the publishers")
 	inboxRows := flag.Bool("inbox", false, "measure the inbox beside a plain consumer: inbox.Handle on messages made beforehand, and with -namesrv through RocketMQ")
 	inboxMessages := flag.Int("inbox-messages", 20000, "inbox: messages per run (each level; through RocketMQ, the topic's)")
@@ -212,7 +214,7 @@ func main() {
 		writePathTable(ctx, env, *writePathWriters, *writePathDuration, max(*writePathRounds, 1), *writePathPrefill)
 	}
 	if *serviceWriters > 0 {
-		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce, max(*serviceRuns, 1), *serviceReferences, *serviceRelay)
+		serviceTable(ctx, env, *serviceWriters, *serviceInstances, *serviceDuration, *coalesce, max(*serviceRuns, 1), *serviceReferences, *serviceRelay, words(*serviceWays), *servicePaired)
 	}
 
 	if *inboxRows {
@@ -405,4 +407,15 @@ func purgeTable(ctx context.Context, env bench.Env, rows, batch int, pause time.
 			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), purged, took)
 	}
 	_ = w.Flush()
+}
+
+// words splits a comma-separated list into its trimmed, non-empty words.
+func words(list string) []string {
+	var out []string
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -154,7 +154,7 @@ func writePathTable(ctx context.Context, env bench.Env, writers int, dur time.Du
 
 // serviceTable prints the service's view: orders/s alone and with the publishers keeping up,
 // eager and coalescing, and with the reference relays if references is set.
-func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration, runs int, references, relay bool) {
+func serviceTable(ctx context.Context, env bench.Env, writers, instances int, dur, coalesce time.Duration, runs int, references, relay bool, only []string, paired bool) {
 	binlogNote, binlogKB := binlogColumn(ctx, env)
 	fmt.Printf("\nservice view: %d writers committing an order and its event per transaction, %s each way, spread over %d instances; %s; %s\n",
 		writers, dur, instances, flushNote(ctx, env), binlogNote)
@@ -163,30 +163,33 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 	// against the same round's alone.
 	results := make([]bench.ServiceResult, runs)
 	for i := range results {
-		res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce, References: references, Relay: relay, Rotate: i}.Run(ctx, env)
+		res, err := bench.Service{Writers: writers, Instances: instances, Duration: dur, CoalesceDelay: coalesce, References: references, Relay: relay, Rotate: i, Ways: only, Paired: paired}.Run(ctx, env)
 		if err != nil {
 			log.Fatalf("service view (run %d): %v", i+1, err)
 		}
 		results[i] = res
 	}
 	type way struct {
-		name string
-		pick func(bench.ServiceResult) bench.SteadyResult
+		key, name string
+		pick      func(bench.ServiceResult) bench.SteadyResult
 	}
 	ways := []way{
-		{fmt.Sprintf("%d publishers, %s", instances, publishing(true)), func(r bench.ServiceResult) bench.SteadyResult { return r.Eager }},
-		{fmt.Sprintf("%d publishers, %s", instances, publishing(false)), func(r bench.ServiceResult) bench.SteadyResult { return r.Coalescing }},
+		{"eager", fmt.Sprintf("%d publishers, %s", instances, publishing(true)), func(r bench.ServiceResult) bench.SteadyResult { return r.Eager }},
+		{"coalescing", fmt.Sprintf("%d publishers, %s", instances, publishing(false)), func(r bench.ServiceResult) bench.SteadyResult { return r.Coalescing }},
 	}
 	if references {
 		ways = append(ways,
-			way{bench.ReadOnly.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.ReadOnly }},
-			way{bench.OneWrite.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.OneWrite }},
-			way{bench.TwoWrites.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.TwoWrites }})
+			way{"readonly", bench.ReadOnly.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.ReadOnly }},
+			way{"onewrite", bench.OneWrite.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.OneWrite }},
+			way{"twowrites", bench.TwoWrites.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.TwoWrites }})
 	}
 	if relay {
 		ways = append(ways,
-			way{fmt.Sprintf("%d binlog relays (1 leads)", instances), func(r bench.ServiceResult) bench.SteadyResult { return r.Relay }},
-			way{bench.BinlogOnly.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.BinlogOnly }})
+			way{"relay", fmt.Sprintf("%d binlog relays (1 leads)", instances), func(r bench.ServiceResult) bench.SteadyResult { return r.Relay }},
+			way{"binlog", bench.BinlogOnly.String(), func(r bench.ServiceResult) bench.SteadyResult { return r.BinlogOnly }})
+	}
+	if len(only) > 0 {
+		ways = slices.DeleteFunc(ways, func(w way) bool { return !slices.Contains(only, w.key) })
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "service\trun\torders\torders/s\tpublishing cost\tstatements/event\tredo KB/event\tbinlog KB/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
@@ -194,6 +197,9 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 		fmt.Fprintf(w, "alone\t%d\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", i+1, res.AloneOrders(), res.AloneRate())
 		for _, way := range ways {
 			s := way.pick(res)
+			if paired {
+				fmt.Fprintf(w, "alone, before it\t%d\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", i+1, s.AloneRate)
+			}
 			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.1f %%\t%.2f\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name, i+1,
 				s.Committed, s.Rate(), res.CostPercent(s), s.StatementsPerEvent(), bench.KB(s.RedoPerEvent()), binlogKB(s.BinlogPerEvent()),
 				s.RoundsPerSecond(), s.EventsPerRound(), ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -388,6 +389,9 @@ type SteadyResult struct {
 	Latency     []time.Duration // commit to send, sorted
 	Errors      int64           // the publishers' error-level log records
 	FirstError  string          // the first of them, "" if none
+	// AloneRate is, with Service.Paired, the writers' orders per second alone measured just
+	// before this run (fresh tables, nobody publishing); 0 otherwise.
+	AloneRate float64
 }
 
 // Rate is the achieved commit rate.
@@ -552,7 +556,19 @@ type Service struct {
 	// Relay also runs the binlog relay (a relay in each instance, its publishers standing
 	// by) and the BinlogOnly reference; the server needs its binlog on.
 	Relay bool
+	// Ways, if not empty, keeps only the ways of publishing named (see ServiceWays).
+	Ways []string
+	// Paired measures the writers alone again just before each way of publishing, and
+	// costs each way against that measurement instead of the round's first: what drifts
+	// during a round (the server's buffers, the machine's neighbours) then weighs on both
+	// sides of a cost alike.
+	Paired bool
 }
+
+// ServiceWays are the names Service.Ways takes, in the order a round runs them (before
+// Rotate): eager and coalescing publishers, the reference relays (with References), the
+// binlog relay and the reference that reads the binlog and writes nothing (with Relay).
+var ServiceWays = []string{"eager", "coalescing", "readonly", "onewrite", "twowrites", "relay", "binlog"}
 
 // ServiceResult is what a service run measured.
 type ServiceResult struct {
@@ -577,8 +593,12 @@ func (r ServiceResult) AloneRate() float64 {
 // AloneOrders is the orders committed without the publishers.
 func (r ServiceResult) AloneOrders() int { return r.Alone.committed }
 
-// CostPercent is what publishing as in p took from the writers' throughput, in percent.
+// CostPercent is what publishing as in p took from the writers' throughput, in percent:
+// against the writers alone just before p (Service.Paired), or else the round's first.
 func (r ServiceResult) CostPercent(p SteadyResult) float64 {
+	if p.AloneRate > 0 {
+		return 100 * (1 - p.Rate()/p.AloneRate)
+	}
 	return 100 * (1 - p.Rate()/r.AloneRate())
 }
 
@@ -624,24 +644,42 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 	// With the publishers, eager and coalescing (and the references), in the order Rotate
 	// says: a fresh orders table each, so that every run starts alike.
 	type publishing struct {
-		how Drain
-		res *SteadyResult
+		name string
+		how  Drain
+		res  *SteadyResult
 	}
-	runs := []publishing{{Drain{Eager: true}, &res.Eager}, {Drain{CoalesceDelay: s.CoalesceDelay}, &res.Coalescing}}
+	runs := []publishing{{"eager", Drain{Eager: true}, &res.Eager}, {"coalescing", Drain{CoalesceDelay: s.CoalesceDelay}, &res.Coalescing}}
 	if s.References {
 		runs = append(runs,
-			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: ReadOnly}, &res.ReadOnly},
-			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: OneWrite}, &res.OneWrite},
-			publishing{Drain{CoalesceDelay: s.CoalesceDelay, Reference: TwoWrites}, &res.TwoWrites})
+			publishing{"readonly", Drain{CoalesceDelay: s.CoalesceDelay, Reference: ReadOnly}, &res.ReadOnly},
+			publishing{"onewrite", Drain{CoalesceDelay: s.CoalesceDelay, Reference: OneWrite}, &res.OneWrite},
+			publishing{"twowrites", Drain{CoalesceDelay: s.CoalesceDelay, Reference: TwoWrites}, &res.TwoWrites})
 	}
 	if s.Relay {
 		runs = append(runs,
-			publishing{Drain{Relay: true}, &res.Relay},
-			publishing{Drain{Reference: BinlogOnly}, &res.BinlogOnly})
+			publishing{"relay", Drain{Relay: true}, &res.Relay},
+			publishing{"binlog", Drain{Reference: BinlogOnly}, &res.BinlogOnly})
+	}
+	for _, name := range s.Ways {
+		if !slices.Contains(ServiceWays, name) {
+			return res, fmt.Errorf("service: unknown way %q (one of %s)", name, strings.Join(ServiceWays, ", "))
+		}
+	}
+	if len(s.Ways) > 0 {
+		runs = slices.DeleteFunc(runs, func(p publishing) bool { return !slices.Contains(s.Ways, p.name) })
+		if len(runs) == 0 {
+			return res, fmt.Errorf("service: none of the ways %s runs here (the reference relays need References, the binlog ones Relay)", strings.Join(s.Ways, ", "))
+		}
 	}
 	k := (s.Rotate%len(runs) + len(runs)) % len(runs)
 	runs = slices.Concat(runs[k:], runs[:k])
 	for _, run := range runs {
+		var before float64
+		if s.Paired {
+			if before, err = s.aloneAgain(ctx, env, dbs, w); err != nil {
+				return res, err
+			}
+		}
 		table, drop, err := newOrders(ctx, alone.db)
 		if err != nil {
 			return res, err
@@ -651,8 +689,34 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 		if *run.res, err = measure(ctx, env, s.Instances, w, pollInterval, run.how); err != nil {
 			return res, err
 		}
+		run.res.AloneRate = before
 	}
 	return res, nil
+}
+
+// aloneAgain measures the writers alone on fresh tables (outbox and orders) through the
+// instances' pools, and returns their orders per second.
+func (s Service) aloneAgain(ctx context.Context, env Env, dbs []*sql.DB, w workload) (float64, error) {
+	t, err := newTable(ctx, env)
+	if err != nil {
+		return 0, err
+	}
+	defer t.drop()
+	orders, drop, err := newOrders(ctx, t.db)
+	if err != nil {
+		return 0, err
+	}
+	defer drop()
+	stores, err := storesOn(dbs, t.name)
+	if err != nil {
+		return 0, err
+	}
+	w.orders = orders
+	r, err := write(ctx, stores, w, nil)
+	if err != nil {
+		return 0, err
+	}
+	return float64(r.committed) / r.elapsed.Seconds(), nil
 }
 
 // newOrders creates a fresh orders table and returns its name and a function that drops it.
