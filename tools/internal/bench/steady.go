@@ -609,6 +609,11 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 	if s.Writers <= 0 || s.Instances <= 0 || s.Duration <= 0 {
 		return res, fmt.Errorf("service: writers (%d), instances (%d) and duration (%s) must be positive", s.Writers, s.Instances, s.Duration)
 	}
+	for _, name := range s.Ways {
+		if !slices.Contains(ServiceWays, name) {
+			return res, fmt.Errorf("service: unknown way %q (one of %s)", name, strings.Join(ServiceWays, ", "))
+		}
+	}
 	// Alone: the same pools and stores, nobody publishing.
 	alone, err := newTable(ctx, env)
 	if err != nil {
@@ -659,11 +664,6 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 		runs = append(runs,
 			publishing{"relay", Drain{Relay: true}, &res.Relay},
 			publishing{"binlog", Drain{Reference: BinlogOnly}, &res.BinlogOnly})
-	}
-	for _, name := range s.Ways {
-		if !slices.Contains(ServiceWays, name) {
-			return res, fmt.Errorf("service: unknown way %q (one of %s)", name, strings.Join(ServiceWays, ", "))
-		}
 	}
 	if len(s.Ways) > 0 {
 		runs = slices.DeleteFunc(runs, func(p publishing) bool { return !slices.Contains(s.Ways, p.name) })

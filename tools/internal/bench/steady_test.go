@@ -52,6 +52,28 @@ func TestService(t *testing.T) {
 	}
 }
 
+// TestServicePaired keeps the ways named and measures the writers alone before each: the
+// ways not named are not run, and each that is has its own writers-alone rate to be costed
+// against. An unknown way is refused by name.
+func TestServicePaired(t *testing.T) {
+	env := bench.Env{DSN: testsvc.MySQLDSN(t)}
+	res, err := bench.Service{Writers: 2, Instances: 2, Duration: 300 * time.Millisecond, References: true,
+		Ways: []string{"coalescing", "readonly"}, Paired: true}.Run(context.Background(), env)
+	require.NoError(t, err)
+	for _, p := range []bench.SteadyResult{res.Coalescing, res.ReadOnly} {
+		require.Positive(t, p.Committed)
+		require.Positive(t, p.AloneRate, "the writers alone were measured before the way")
+		require.InDelta(t, 100*(1-p.Rate()/p.AloneRate), res.CostPercent(p), 1e-9, "costed against its own")
+	}
+	require.Zero(t, res.Eager.Committed, "a way not named does not run")
+	require.Zero(t, res.OneWrite.Committed)
+
+	_, err = bench.Service{Writers: 1, Instances: 1, Duration: time.Millisecond, Ways: []string{"relays"}}.Run(context.Background(), env)
+	require.ErrorContains(t, err, `unknown way "relays"`)
+	_, err = bench.Service{Writers: 1, Instances: 1, Duration: time.Millisecond, Ways: []string{"relay"}}.Run(context.Background(), env)
+	require.ErrorContains(t, err, "none of the ways relay runs here")
+}
+
 // TestWritePath measures every variant briefly: each committed orders, on a table without
 // the index it names.
 func TestWritePath(t *testing.T) {
