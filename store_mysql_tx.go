@@ -90,12 +90,16 @@ func (t *Tx) insert(ctx context.Context, ev EventInput) (int64, error) {
 	if t.firstInsert.IsZero() {
 		t.firstInsert = time.Now()
 	}
+	insert, insertInline := t.store.q.insert, t.store.q.insertInline
+	if due := dueExpr(ev); due != "" {
+		insert, insertInline = strings.Replace(insert, dueMarker, due, 1), strings.Replace(insertInline, dueMarker, due, 1)
+	}
 	var res sql.Result
 	if len(payload) <= maxInlinePayload {
-		res, err = t.ExecContext(ctx, fmt.Sprintf(t.store.q.insertInline, sqlText(eventID.String()), sqlText(ev.BizNo),
+		res, err = t.ExecContext(ctx, fmt.Sprintf(insertInline, sqlText(eventID.String()), sqlText(ev.BizNo),
 			sqlText(ev.EventType), sqlBytes(payload), sqlText(traceParent), sqlText(traceState)))
 	} else {
-		res, err = t.ExecContext(ctx, t.store.q.insert, eventID.String(), ev.BizNo, ev.EventType, payload,
+		res, err = t.ExecContext(ctx, insert, eventID.String(), ev.BizNo, ev.EventType, payload,
 			traceParent, traceState)
 	}
 	if err != nil {
@@ -137,6 +141,9 @@ func (s *MySQLStore) validateEvent(ev EventInput) error {
 	case ev.EventType == "*":
 		return fmt.Errorf("%w: EventType \"*\" is RocketMQ's subscription to every tag: no consumer could subscribe to it alone", ErrInvalidEvent)
 	}
+	if err := validateDue(ev); err != nil {
+		return err
+	}
 	if len(ev.Payload) == 0 {
 		return fmt.Errorf("%w: the payload is empty: RocketMQ does not take a message without a body, so the event could never be sent", ErrInvalidEvent)
 	}
@@ -144,6 +151,53 @@ func (s *MySQLStore) validateEvent(ev EventInput) error {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPayloadTooLarge, len(ev.Payload), s.maxPayload)
 	}
 	return nil
+}
+
+// maxDue is the latest time next_retry_time, a DATETIME(3), holds.
+var maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+
+// validateDue checks an event's due time: a delay that is not negative, or a NotBefore the
+// column holds once rounded up to the millisecond, not both. A Delay cannot pass the
+// column: a time.Duration is at most about 292 years.
+func validateDue(ev EventInput) error {
+	switch {
+	case ev.Delay < 0:
+		return fmt.Errorf("%w: Delay is negative (%s): an event is due at once at the earliest", ErrInvalidEvent, ev.Delay)
+	case ev.Delay > 0 && !ev.NotBefore.IsZero():
+		return fmt.Errorf("%w: both Delay (%s) and NotBefore (%s) are set: give one", ErrInvalidEvent, ev.Delay, ev.NotBefore.Format(time.RFC3339Nano))
+	case !ev.NotBefore.IsZero() && ceilMilli(ev.NotBefore.UTC()).After(maxDue):
+		return fmt.Errorf("%w: NotBefore %s is later than %s, the latest time next_retry_time (DATETIME(3)) holds",
+			ErrInvalidEvent, ev.NotBefore.UTC().Format(time.RFC3339Nano), maxDue.Format("2006-01-02 15:04:05.000 UTC"))
+	}
+	return nil
+}
+
+// ceilMilli rounds t up to the millisecond: the column's precision, never earlier than asked.
+func ceilMilli(t time.Time) time.Time {
+	if r := t.Truncate(time.Millisecond); r.Before(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
+}
+
+// dueExpr is the SQL for a valid event's next_retry_time when it is not due at once, ""
+// when it is. A delay is added to the database clock; a NotBefore is compared with it, so
+// that a time that has passed by that clock is due now, never behind the claims' scan floor
+// (see store_mysql_floor.go). Both in whole milliseconds, which a DATETIME(3) holds exactly.
+// Only digits and the fixed text below: the expression is written into the statement.
+func dueExpr(ev EventInput) string {
+	switch {
+	case ev.Delay > 0:
+		ms := (ev.Delay + time.Millisecond - 1) / time.Millisecond // no overflow: Delay/ms is far below the limit
+		return fmt.Sprintf("DATE_ADD(UTC_TIMESTAMP(3), INTERVAL %d MICROSECOND)", int64(ms)*1000)
+	case !ev.NotBefore.IsZero():
+		at := ceilMilli(ev.NotBefore.UTC())
+		if at.Year() < 1970 {
+			at = time.Unix(0, 0).UTC() // long past either way; keeps the literal in DATETIME's range
+		}
+		return "GREATEST(UTC_TIMESTAMP(3), CAST('" + at.Format("2006-01-02 15:04:05.000") + "' AS DATETIME(3)))"
+	}
+	return ""
 }
 
 // validateKey checks a biz no or event type: required, at most 64 characters, printable
