@@ -28,8 +28,8 @@ import (
 // lastDue is the latest time next_retry_time, a DATETIME(3), holds.
 var lastDue = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
 
-// insertIn commits one event through the library and returns its row id.
-func (b *bundle) insertIn(t testing.TB, in outbox.EventInput) int64 {
+// insertInput commits one event through the library and returns its row id.
+func (b *bundle) insertInput(t testing.TB, in outbox.EventInput) int64 {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := b.store.BeginTx(ctx, nil)
@@ -136,7 +136,7 @@ func TestInsertEventDueTimeIsByTheDatabaseClock(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			in := delayed("ORD-"+c.name, c.delay)
 			in.NotBefore = c.notBefore
-			ev := b.get(t, b.insertIn(t, in))
+			ev := b.get(t, b.insertInput(t, in))
 			assert.Equal(t, outbox.StatusWait, ev.Status)
 			if !c.wantAt.IsZero() {
 				assert.Equal(t, c.wantAt, ev.NextRetryTime.UTC())
@@ -184,8 +184,8 @@ func TestDelayedEventIsClaimedOnlyOnceDue(t *testing.T) {
 			ctx := context.Background()
 			db := testsvc.OpenDB(t)
 			b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: o})}
-			later := b.insertIn(t, delayed("ORD-LATER", time.Hour))
-			now := b.insertIn(t, delayed("ORD-NOW", 0))
+			later := b.insertInput(t, delayed("ORD-LATER", time.Hour))
+			now := b.insertInput(t, delayed("ORD-NOW", 0))
 
 			assert.Equal(t, []int64{now}, claimOnce(t, b.store, "p"), "only the event due now")
 			cands, err := b.store.Candidates(ctx, 100)
@@ -217,10 +217,10 @@ func TestDelayedEventHoldsBackItsKey(t *testing.T) {
 	ctx := context.Background()
 	db := testsvc.OpenDB(t)
 	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder})}
-	k1 := b.insertIn(t, delayed("ORD-K", 0))
-	k2 := b.insertIn(t, delayed("ORD-K", time.Hour))
-	k3 := b.insertIn(t, delayed("ORD-K", 0))
-	l1 := b.insertIn(t, delayed("ORD-L", 0))
+	k1 := b.insertInput(t, delayed("ORD-K", 0))
+	k2 := b.insertInput(t, delayed("ORD-K", time.Hour))
+	k3 := b.insertInput(t, delayed("ORD-K", 0))
+	l1 := b.insertInput(t, delayed("ORD-L", 0))
 
 	claimAndSend := func() []int64 {
 		ids := claimOnce(t, b.store, "p")
@@ -255,12 +255,12 @@ func TestDelayedEventLatencyCountsFromItsDueTime(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	waited := b.insertIn(t, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_EXPIRED", Payload: []byte("{}"), Delay: time.Hour})
+	waited := b.insertInput(t, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_EXPIRED", Payload: []byte("{}"), Delay: time.Hour})
 	// As written an hour ago with its delay: create_time = update_time, next_retry_time an
 	// hour later, which is now.
 	b.exec(t, "UPDATE {t} SET create_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 HOUR), update_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 HOUR), "+
 		"next_retry_time = UTC_TIMESTAMP(3) WHERE id = ?", waited)
-	late := b.insertIn(t, outbox.EventInput{BizNo: "ORD-2", EventType: "ORDER_CREATED", Payload: []byte("{}")})
+	late := b.insertInput(t, outbox.EventInput{BizNo: "ORD-2", EventType: "ORDER_CREATED", Payload: []byte("{}")})
 	b.exec(t, "UPDATE {t} SET create_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 HOUR), update_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 HOUR), "+
 		"next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 1 HOUR) WHERE id = ?", late)
 
@@ -344,7 +344,7 @@ func TestRocketMQDelayedEventsArriveInDueOrder(t *testing.T) {
 
 // In key order on the real broker, a biz no's event delayed 3 s holds back its later
 // events, which arrive after it and in order at an orderly consumer; another biz no goes
-// first.
+// meanwhile.
 func TestRocketMQDelayedEventHoldsBackItsKey(t *testing.T) {
 	t.Parallel()
 	db := testsvc.OpenDB(t)
@@ -380,12 +380,14 @@ func TestRocketMQDelayedEventHoldsBackItsKey(t *testing.T) {
 	require.NotEmpty(t, arrivals["ORD-K"])
 	require.NotEmpty(t, arrivals["ORD-L"])
 	assert.Equal(t, ids[0], rowOf[arrivals["ORD-K"][0].EventID], "the delayed event first of its key")
-	for _, a := range arrivals["ORD-L"] {
-		assert.Less(t, a.Seq, arrivals["ORD-K"][0].Seq, "the other key went while ORD-K waited")
-	}
+	// By the database clock (the claim's time stays in the row): the key's later events
+	// were claimed only once its head was due, the other key's before.
 	head := b.get(t, ids[0])
 	for _, id := range ids[1:3] {
 		assert.False(t, b.get(t, id).ClaimedAt.Before(head.NextRetryTime), "event %d claimed only once its key's head was due", id)
+	}
+	for _, id := range ids[3:] {
+		assert.True(t, b.get(t, id).ClaimedAt.Before(head.NextRetryTime), "event %d of the other key claimed while ORD-K waited", id)
 	}
 }
 
@@ -399,7 +401,7 @@ func TestRocketMQDelayedEventsWaitOutABrokerOutage(t *testing.T) {
 	consumer := testsvc.Consume(t, topic)
 	delays := map[int64]time.Duration{}
 	for i, d := range []time.Duration{time.Second, 1500 * time.Millisecond} {
-		delays[b.insertIn(t, delayed(fmt.Sprintf("ORD-%d", i), d))] = d
+		delays[b.insertInput(t, delayed(fmt.Sprintf("ORD-%d", i), d))] = d
 	}
 
 	down, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
@@ -486,7 +488,8 @@ func TestRocketMQDelayedEventsOutliveADatabaseCrash(t *testing.T) {
 }
 
 // A publisher process on the real broker is SIGKILLed while it holds nothing: it has sent
-// what was due, and the delayed events wait. They stay as they were (WAIT, never claimed),
+// what was due, and the delayed events wait (due 10 to 12 s after their insert, well after
+// the kill). They stay as they were (WAIT, never claimed),
 // and another publisher sends every one once it is due, none twice and none early.
 func TestRocketMQPublisherKilledHoldingNothingLosesNoDelayedEvent(t *testing.T) {
 	t.Parallel()
@@ -496,7 +499,7 @@ func TestRocketMQPublisherKilledHoldingNothingLosesNoDelayedEvent(t *testing.T) 
 	due := b.insert(t, 2)
 	delays := map[int64]time.Duration{}
 	for i, d := range []time.Duration{12 * time.Second, 10 * time.Second, 11 * time.Second} {
-		delays[b.insertIn(t, delayed(fmt.Sprintf("ORD-LATER-%d", i), d))] = d
+		delays[b.insertInput(t, delayed(fmt.Sprintf("ORD-LATER-%d", i), d))] = d
 	}
 
 	child := childCmd(t, "rocketmq", "proc-delay", outbox.TableForTest(b.store))
@@ -507,9 +510,8 @@ func TestRocketMQPublisherKilledHoldingNothingLosesNoDelayedEvent(t *testing.T) 
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err, "the publisher process never got ready")
 	require.Equal(t, "READY 0\n", line)
-	for _, id := range due {
-		require.Equal(t, outbox.StatusSuccess, b.get(t, id).Status, "the due events were sent first")
-	}
+	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == len(due) }, time.Minute, 10*time.Millisecond,
+		"the publisher process sends the events due at once")
 	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
 	werr := child.Wait()
 	var exitErr *exec.ExitError
@@ -536,4 +538,113 @@ func TestRocketMQPublisherKilledHoldingNothingLosesNoDelayedEvent(t *testing.T) 
 	for id := range delays {
 		assert.Equal(t, "delay-after", b.get(t, id).ClaimOwner)
 	}
+}
+
+// A commit of delayed events wakes this process's publishers when they are due: with a poll
+// interval of an hour, events delayed half a second and a second are sent, each once due,
+// with no other commit to wake the publisher.
+func TestDelayedEventWakesThePublisherWhenDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder()
+	cfg := fastConfig("delay-wake", &logSink{})
+	cfg.PollInterval = time.Hour
+	p := newPublisher(t, b.store, rec, cfg)
+	runCtx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { assert.NoError(t, p.Run(runCtx)) })
+	defer func() { cancel(); wg.Wait() }()
+
+	ctx := context.Background()
+	tx, err := b.store.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	first, err := outbox.InsertForTest(ctx, tx, delayed("ORD-1", 500*time.Millisecond))
+	require.NoError(t, err)
+	second, err := outbox.InsertForTest(ctx, tx, delayed("ORD-2", time.Second))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	require.Eventually(t, func() bool { return rec.count(first) == 1 && rec.count(second) == 1 }, 30*time.Second, 10*time.Millisecond,
+		"both sent long before the next poll")
+	for _, id := range []int64{first, second} {
+		ev := b.get(t, id)
+		assert.False(t, ev.ClaimedAt.Before(ev.NextRetryTime), "event %d claimed at %s, due at %s", id, ev.ClaimedAt, ev.NextRetryTime)
+	}
+}
+
+// Any delay and any instant, through the real database: refused exactly when the
+// documentation says (a negative delay, both given, an instant past the column once rounded
+// up), writing nothing then; otherwise due as documented, by the database clock: the delay
+// rounded up to the millisecond after the insert, or the later of the insert and the
+// instant rounded up.
+func FuzzInsertEventDueTime(f *testing.F) {
+	db := testsvc.NewDatabase(f)
+	b := &bundle{db: db, store: testsvc.NewStore(f, db, outbox.MySQLConfig{})}
+	for _, s := range []struct {
+		delay     int64
+		useNB     bool
+		sec, nsec int64
+	}{
+		{0, false, 0, 0},
+		{-1, false, 0, 0},
+		{int64(1500 * time.Millisecond), false, 0, 0},
+		{1, false, 0, 0},
+		{math.MaxInt64, false, 0, 0},
+		{0, true, time.Now().Add(time.Hour).Unix(), 123456789},
+		{0, true, lastDue.Unix(), 999000000},
+		{0, true, lastDue.Unix(), 999000001},
+		{0, true, -62135596800, 0}, // the zero time: not given
+		{0, true, -62135596800, 1},
+		{0, true, 0, 0},
+		{int64(time.Second), true, time.Now().Unix(), 0},
+	} {
+		f.Add(s.delay, s.useNB, s.sec, s.nsec)
+	}
+	f.Fuzz(func(t *testing.T, delay int64, useNB bool, sec, nsec int64) {
+		in := delayed("ORD-FUZZ", time.Duration(delay))
+		if useNB {
+			in.NotBefore = time.Unix(sec%400_000_000_000, nsec%2_000_000_000) // years within about ±12,000
+		}
+		ceil := func(t time.Time) time.Time {
+			if r := t.Truncate(time.Millisecond); r.Before(t) {
+				return r.Add(time.Millisecond)
+			}
+			return t
+		}
+		ctx := context.Background()
+		tx, err := b.store.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		count := func() (n int) {
+			require.NoError(t, tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+outbox.TableForTest(b.store)+"`").Scan(&n))
+			return n
+		}
+		before := count()
+		id, insertErr := outbox.InsertForTest(ctx, tx, in)
+		written := count() - before
+		require.NoError(t, tx.Commit())
+
+		nb := !in.NotBefore.IsZero()
+		if in.Delay < 0 || (in.Delay > 0 && nb) || (nb && ceil(in.NotBefore.UTC()).After(lastDue)) {
+			require.ErrorIs(t, insertErr, outbox.ErrInvalidEvent, "delay %s, not before %s", in.Delay, in.NotBefore)
+			assert.Zero(t, written, "nothing written")
+			return
+		}
+		require.NoError(t, insertErr, "delay %s, not before %s", in.Delay, in.NotBefore)
+		assert.Equal(t, 1, written)
+		ev := b.get(t, id)
+		switch {
+		case in.Delay > 0:
+			wantUS := int64(in.Delay/time.Millisecond) * 1000 // in µs: the delay rounded up to the millisecond
+			if in.Delay%time.Millisecond != 0 {
+				wantUS += 1000
+			}
+			var us int64
+			require.NoError(t, b.db.QueryRow("SELECT TIMESTAMPDIFF(MICROSECOND, create_time, next_retry_time) FROM `"+
+				outbox.TableForTest(b.store)+"` WHERE id = ?", id).Scan(&us))
+			assert.Equal(t, wantUS, us, "delay %s", in.Delay)
+		case nb && ceil(in.NotBefore.UTC()).After(ev.CreateTime):
+			assert.Equal(t, ceil(in.NotBefore.UTC()), ev.NextRetryTime.UTC(), "not before %s", in.NotBefore)
+		default:
+			assert.Equal(t, ev.CreateTime, ev.NextRetryTime, "due at the insert")
+		}
+	})
 }

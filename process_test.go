@@ -111,7 +111,8 @@ func runChild() int {
 		return 0
 	case "rocketmq":
 		// A publisher on the real broker that runs until it is killed, announcing "READY 0"
-		// once its first PublishPending has sent what was due.
+		// as it starts.
+		cfg.Tuning.SendTimeout, cfg.Tuning.Lease = 2*time.Second, 20*time.Second
 		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 			NameServers: []string{os.Getenv("OUTBOX_CHILD_NAMESRV")},
 			Topic:       os.Getenv("OUTBOX_CHILD_TOPIC"),
@@ -125,10 +126,6 @@ func runChild() int {
 		}
 		p, err := outbox.NewPublisher(store, sender, cfg)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-		if _, err := p.PublishPending(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
