@@ -119,13 +119,13 @@ func (g *gatherer) claimed(now time.Time, n, fresh int, age time.Duration, backl
 
 // meanFreshAge returns how many of evs were never tried before and their mean age at now
 // (sent): their commit-to-send time, dated by the store's clock at its read and by this
-// process's since. A retried or reclaimed event waited for its backoff or lease, not for a
-// round.
+// process's since. A retried or reclaimed event waited for its backoff or lease, and one
+// written with a delay for its time, not for a round.
 func meanFreshAge(evs []Event, now time.Time) (int, time.Duration) {
 	var n int
 	var sum time.Duration
 	for _, ev := range evs {
-		if ev.RetryCount == 0 && ev.ReclaimCount == 0 && !ev.readAt.IsZero() {
+		if ev.RetryCount == 0 && ev.ReclaimCount == 0 && ev.deferred == 0 && !ev.readAt.IsZero() {
 			n++
 			sum += ev.storeAge + now.Sub(ev.readAt)
 		}

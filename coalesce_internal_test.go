@@ -112,6 +112,8 @@ func TestMeanFreshAge(t *testing.T) {
 		{storeAge: time.Hour, readAt: read, RetryCount: 1},
 		{storeAge: time.Hour, readAt: read, ReclaimCount: 1},
 		{storeAge: time.Hour}, // never read by a store that dates its reads
+		// written with a delay: it waited for its time, not for a round
+		{storeAge: time.Hour, readAt: read, deferred: time.Hour - time.Millisecond},
 	}
 	n, age := meanFreshAge(evs, read.Add(time.Millisecond))
 	if n != 2 || age != 4*time.Millisecond {

@@ -94,7 +94,7 @@ func newMetrics(cfg Config, store Store, log *slog.Logger) (*metrics, error) {
 	errs = append(errs, err)
 	m.sendDuration = histogram("outbox.send.duration", "Duration of one Sender.Send call: one event, or one batch.", sendBuckets)
 	m.commitToSend = histogram("outbox.commit_to_send.duration",
-		"From the event's commit (create_time) to the broker's acceptance, by the database clock up to the read and this process's clock after.",
+		"From the event's commit (create_time), or the due time of one written with a delay, to the broker's acceptance, by the database clock up to the read and this process's clock after.",
 		commitToSendBuckets)
 
 	m.lockRetries, err = meter.Int64ObservableCounter("outbox.store.lock_retries",
@@ -292,13 +292,18 @@ func (m *metrics) sendOutcome(err error) metric.MeasurementOption {
 // A skew between this machine's clock and the database's changes nothing. For a store that
 // does not date its reads, the age is taken from CreateTime by this machine's clock, which
 // is right only as far as the two clocks agree.
+//
+// An event written with a delay (EventInput.Delay or NotBefore) counts from its due time,
+// not its commit, when the store read it as written (it dates that too): waiting for its
+// time is not publishing lag. One released back to WAIT first (the broker was down, say)
+// counts from its commit, its delay included.
 func (m *metrics) accepted(ctx context.Context, ev Event, end time.Time) {
 	attr := m.typeAttr(ev.EventType)
 	m.sent.Add(ctx, 1, attr)
 	var age time.Duration
 	switch {
 	case !ev.readAt.IsZero():
-		age = ev.storeAge + end.Sub(ev.readAt)
+		age = ev.storeAge + end.Sub(ev.readAt) - ev.deferred
 	case !ev.CreateTime.IsZero():
 		age = end.Sub(ev.CreateTime)
 	default:

@@ -63,6 +63,11 @@ type Event struct {
 	// latency: its age then by the store's clock, and when that was by this process's.
 	storeAge time.Duration
 	readAt   time.Time
+	// deferred is how long after its commit the event was due, as written
+	// ([EventInput.Delay] or [EventInput.NotBefore]), by the store's clock, when the store
+	// read it before anything else touched the row; zero otherwise. The commit-to-send
+	// latency counts from the due time instead of the commit for such an event.
+	deferred time.Duration
 }
 
 // EventInput is what a service writes inside its business transaction.
@@ -74,6 +79,16 @@ type EventInput struct {
 	// Payload is the message body. Required (RocketMQ takes no message without a body); at
 	// most [MySQLConfig.MaxPayloadBytes].
 	Payload []byte
+	// Delay makes the event due that long after the insert, by the database clock
+	// (UTC_TIMESTAMP(3)), rounded up to the millisecond: no publisher claims it before.
+	// Zero (the default): due at once. It must not be negative, nor given with NotBefore.
+	// See docs/delayed-events.md.
+	Delay time.Duration
+	// NotBefore makes the event due at that instant (converted to UTC and rounded up to
+	// the millisecond), compared with the database clock: a time the database clock has
+	// passed is due at once. At most 9999-12-31 23:59:59.999 UTC, the latest time the
+	// table's DATETIME(3) holds. The zero time (the default): due at once. Not with Delay.
+	NotBefore time.Time
 }
 
 // Store is the outbox table as the [Publisher] sees it: what a store for another database

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -29,7 +30,8 @@ const childEnv = "OUTBOX_TEST_CHILD"
 // runChild is a publisher process. Mode "hang": claim, announce "SENDING id", then block in the
 // send forever. Mode "drain": run until no row of the table is WAIT or SENDING, announcing
 // "SENT id" for each send. Mode "poison": drain, but the send of an event whose biz no is
-// poisonBizNo kills the process.
+// poisonBizNo kills the process. Mode "rocketmq": publish to the real broker (topic
+// OUTBOX_CHILD_TOPIC, name server OUTBOX_CHILD_NAMESRV) until killed.
 const poisonBizNo = "POISON"
 
 func runChild() int {
@@ -107,6 +109,29 @@ func runChild() int {
 		cancel()
 		<-done
 		return 0
+	case "rocketmq":
+		// A publisher on the real broker that runs until it is killed, announcing "READY 0"
+		// as it starts.
+		cfg.Tuning.SendTimeout, cfg.Tuning.Lease = 2*time.Second, 20*time.Second
+		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
+			NameServers: []string{os.Getenv("OUTBOX_CHILD_NAMESRV")},
+			Topic:       os.Getenv("OUTBOX_CHILD_TOPIC"),
+			GroupName:   os.Getenv("OUTBOX_CHILD_ID"),
+			SendTimeout: cfg.Tuning.SendTimeout,
+			Logger:      slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		p, err := outbox.NewPublisher(store, sender, cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		announce("READY", 0)
+		_ = p.Run(ctx)
+		return 3 // unreachable: nothing ends ctx
 	}
 	fmt.Fprintln(os.Stderr, "unknown child mode", mode)
 	return 2

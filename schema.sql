@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- instance holding it died or stalled. A reclaimed row is claimed alone from then on, and
     -- past MaxReclaims it is dead-lettered as a poison event.
     reclaim_count   INT           NOT NULL DEFAULT 0,
-    -- a WAIT row is due once this has passed.
+    -- a WAIT row is due once this has passed: the insert's time, or later for an event
+    -- written with a delay (EventInput.Delay, NotBefore), or a retry's after a failure.
     next_retry_time DATETIME(3)   NOT NULL,
     -- the lease: who claimed the row and when; '' and 1970-01-01 when nobody holds it. After
     -- SUCCESS or FAIL, claim_owner keeps the instance that sent the event.

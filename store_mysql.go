@@ -139,6 +139,7 @@ type MySQLStore struct {
 
 	scanFromStart bool
 	floor         scanFloor
+	wakes         dueWakes // at delayed events' due times
 
 	lockRetries atomic.Int64
 

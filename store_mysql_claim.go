@@ -28,7 +28,8 @@ func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error)
 
 // scanEvents reads the rows of the candidates and lockDue queries: WAIT events, and the
 // length of each one's payload (lockDue may leave a long payload out). Each event is dated
-// for the commit-to-send latency: its age by the database clock, and the time of the read.
+// for the commit-to-send latency: its age by the database clock, the time of the read, and
+// how long after its commit it was due as written.
 func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
 	return scanEventsCounted(rows, err, nil)
 }
@@ -47,9 +48,10 @@ func scanEventsCounted(rows *sql.Rows, err error, count *int) ([]Event, []int, e
 	for rows.Next() {
 		ev := Event{Status: StatusWait}
 		var size int
-		var ageUS int64
+		var ageUS, deferredUS int64
 		dest := []any{&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
-			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState, &ageUS}
+			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState,
+			&ageUS, &deferredUS}
 		if count != nil {
 			dest = append(dest, count)
 		}
@@ -57,6 +59,7 @@ func scanEventsCounted(rows *sql.Rows, err error, count *int) ([]Event, []int, e
 			return nil, nil, err
 		}
 		ev.storeAge, ev.readAt = time.Duration(ageUS)*time.Microsecond, time.Now()
+		ev.deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
 		events = append(events, ev)
 		sizes = append(sizes, size)
 	}

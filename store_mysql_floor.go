@@ -28,8 +28,10 @@ import (
 // The floor: a claim that left nothing due behind it (it took fewer rows than it was
 // allowed, and committed) lets the next claim start at its read time (the database clock)
 // less floorSlack. A row it cannot have seen was committed after its read, and was due
-// (next_retry_time, set by the INSERT to the database's time) no earlier than floorSlack
-// before that commit, unless its transaction ran longer than that:
+// (next_retry_time, set by the INSERT to the database's time, or later for an event written
+// with a delay, never earlier: a NotBefore the database clock has passed is the insert's
+// time) no earlier than floorSlack before that commit, unless its transaction ran longer
+// than that:
 //
 //   - A Tx (BeginTx, WrapTx) whose first InsertEvent began more than floorSlack before its
 //     Commit returned reports when that insert began: the next claim reaches back that far

@@ -36,16 +36,17 @@ func scanKeyed(rows *sql.Rows, err error) ([]keyed, error) {
 	for rows.Next() {
 		k := keyed{ev: Event{Status: StatusWait}}
 		var (
-			ageUS int64
-			head  sql.NullInt64
+			ageUS, deferredUS int64
+			head              sql.NullInt64
 		)
 		ev := &k.ev
 		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
 			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &k.size, &ev.TraceParent, &ev.TraceState,
-			&ageUS, &head); err != nil {
+			&ageUS, &deferredUS, &head); err != nil {
 			return nil, err
 		}
 		ev.storeAge, ev.readAt = time.Duration(ageUS)*time.Microsecond, time.Now()
+		ev.deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
 		k.keyHead = head.Int64
 		out = append(out, k)
 	}

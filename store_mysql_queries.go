@@ -14,6 +14,11 @@ var schemaSQL string
 // Every time is UTC_TIMESTAMP(3): the database's clock, the same for every session whatever
 // its time_zone. (NOW() returns session-local time, so two instances whose connections have
 // different time zones would disagree about every lease by hours.)
+// dueMarker is the insert's next_retry_time, due at once; an event written with a delay
+// has it replaced by its due time's expression (dueExpr). The comment marks the place and
+// is sent as it is otherwise.
+const dueMarker = "/*due*/UTC_TIMESTAMP(3)"
+
 func newMySQLQueries(table string) mysqlQueries {
 	r := strings.NewReplacer("t_event_record", "`"+table+"`")
 	q := mysqlQueries{
@@ -22,16 +27,20 @@ func newMySQLQueries(table string) mysqlQueries {
 		insert: r.Replace(`INSERT INTO t_event_record
 	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time,
 	 trace_parent, trace_state)
-	VALUES (?, ?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), ?, ?)`),
+	VALUES (?, ?, ?, ?, 'WAIT', 0, ` + dueMarker + `, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), ?, ?)`),
 
 		// Candidates only: no lock, no ownership. Several instances seeing the same row is
 		// expected. Served by idx_status_next_retry.
 		//
-		// The last column of this and the claim's SELECT is the event's age by the database
-		// clock, for the commit-to-send latency.
+		// The last columns of this and the claims' SELECTs are the event's age by the
+		// database clock, for the commit-to-send latency, and how long after its commit it
+		// was due as written (Delay, NotBefore): update_time = create_time holds until a
+		// claim, a release or a person first touches the row, and next_retry_time is the
+		// insert's until then.
 		candidates: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time,
 	       reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state,
-	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3))
+	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3)),
+	       IF(update_time = create_time, TIMESTAMPDIFF(MICROSECOND, create_time, next_retry_time), 0)
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT ?`),
@@ -55,7 +64,7 @@ func newMySQLQueries(table string) mysqlQueries {
 		// limit times that plus maxBytes in memory, however large the payloads are.
 		lockDue: r.Replace(`SELECT id, event_id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
 	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state,
-	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3))
+	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3)), IF(update_time = create_time, TIMESTAMPDIFF(MICROSECOND, create_time, next_retry_time), 0)
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
 	ORDER BY next_retry_time ASC LIMIT %d
@@ -68,7 +77,8 @@ func newMySQLQueries(table string) mysqlQueries {
 		// it passes to check for an implicit lock; the plain read mostly does not need to.
 		lockDueSteady: r.Replace(`SELECT e.id, e.event_id, e.biz_no, e.event_type, IF(OCTET_LENGTH(e.payload) <= %d, e.payload, NULL),
 	       e.retry_count, e.next_retry_time, e.create_time, e.reclaim_count, OCTET_LENGTH(e.payload), e.trace_parent, e.trace_state,
-	       TIMESTAMPDIFF(MICROSECOND, e.create_time, UTC_TIMESTAMP(3)), c.n
+	       TIMESTAMPDIFF(MICROSECOND, e.create_time, UTC_TIMESTAMP(3)),
+	       IF(e.update_time = e.create_time, TIMESTAMPDIFF(MICROSECOND, e.create_time, e.next_retry_time), 0), c.n
 	FROM (SELECT id, next_retry_time, COUNT(*) OVER () AS n FROM
 	        (SELECT id, next_retry_time FROM t_event_record
 	         WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)%s
@@ -251,6 +261,7 @@ func orderedSelect(o Ordering, payload, tail string) string {
 	q := `SELECT t.id, t.event_id, t.biz_no, t.event_type, ` + payload + `,
 	       t.retry_count, t.next_retry_time, t.create_time, t.reclaim_count, OCTET_LENGTH(t.payload), t.trace_parent, t.trace_state,
 	       TIMESTAMPDIFF(MICROSECOND, t.create_time, UTC_TIMESTAMP(3)),
+	       IF(t.update_time = t.create_time, TIMESTAMPDIFF(MICROSECOND, t.create_time, t.next_retry_time), 0),
 	       ` + first("w", "WAIT", "id") + ` AS key_head
 	FROM t_event_record t
 	WHERE t.status = 'WAIT' AND t.next_retry_time <= UTC_TIMESTAMP(3)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +22,9 @@ import (
 // An item is one committed transaction's share of the outbox table, in commit order, or
 // only a position (transactions that did not touch it).
 type item struct {
-	events  []outbox.Event // rows inserted WAIT
-	reread  []int64        // rows that became WAIT by an UPDATE (a retry, a reclaim, a requeue)
+	events  []outbox.Event // rows inserted WAIT and due
+	reread  []int64        // rows that became WAIT by an UPDATE (a retry, a reclaim, a requeue), or inserted not due yet
+	held    []string       // biz nos of rows inserted not due yet (EventInput.Delay, NotBefore), in key order holding back their later events
 	unblock []string       // biz nos whose dead letter left FAIL
 	hazard  string         // a statement the row reader cannot follow
 	claimed []string       // owners that claimed rows while the relay leads
@@ -302,7 +304,15 @@ func (d *decoder) rows(et replication.EventType, e *replication.RowsEvent, cols 
 				return fmt.Errorf("%w: relay: an inserted row lacks columns the relay sends (binlog_row_image MINIMAL?): set binlog_row_image=FULL or NOBLOB", outbox.ErrInvalidConfig)
 			}
 			if ev.NextRetryTime.After(ev.CreateTime) {
-				d.cur.reread = append(d.cur.reread, ev.ID) // not due yet: the table says when
+				// Not due yet (written with a delay): the table says when. So is a later row
+				// of its biz no in this transaction, whatever its own time, so that in key order
+				// it follows the delayed one (see term.deliverItems for later transactions).
+				d.cur.reread = append(d.cur.reread, ev.ID)
+				d.cur.held = append(d.cur.held, ev.BizNo)
+				continue
+			}
+			if slices.Contains(d.cur.held, ev.BizNo) {
+				d.cur.reread = append(d.cur.reread, ev.ID)
 				continue
 			}
 			d.cur.events = append(d.cur.events, ev)

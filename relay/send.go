@@ -78,16 +78,32 @@ func (t *term) send() error {
 func (t *term) deliverItems(items []item) error {
 	var (
 		fresh, known []outbox.Event // after the catch-up position, and up to it
+		// In key order, the biz nos of rows an earlier item inserted not due yet: their
+		// events in later items stay WAIT, for the reread of the delayed row to hold back
+		// with it (it reads the key's waiting events in id order).
+		held map[string]bool
 	)
 	for _, it := range items {
 		for _, owner := range it.claimed {
 			t.log().ErrorContext(t.ctx, "relay: a polling publisher claims rows of a relayed table: set its MySQLConfig.RelayTable so it stands by while the relay leads; events may be sent twice meanwhile",
 				slog.String("claim_owner", owner))
 		}
+		evs := it.events
+		if len(held) > 0 {
+			evs = slices.DeleteFunc(slices.Clone(evs), func(ev outbox.Event) bool { return held[ev.BizNo] })
+		}
 		if t.caughtUp(it.pos) {
-			fresh = append(fresh, it.events...)
+			fresh = append(fresh, evs...)
 		} else {
-			known = append(known, it.events...)
+			known = append(known, evs...)
+		}
+		if t.keyOrder() && len(it.held) > 0 {
+			if held == nil {
+				held = map[string]bool{}
+			}
+			for _, k := range it.held {
+				held[k] = true
+			}
 		}
 	}
 	if len(known) > 0 {

@@ -178,6 +178,7 @@ type listed struct {
 	RetryCount      int        `json:"retry_count"`
 	ReclaimCount    int        `json:"reclaim_count"`
 	NextRetryTime   time.Time  `json:"next_retry_time"`
+	DueTime         *time.Time `json:"due_time,omitempty"` // a WAIT event's: not claimed before
 	ClaimOwner      string     `json:"claim_owner"`
 	ClaimedAt       *time.Time `json:"claimed_at"`
 	LastError       string     `json:"last_error"`
@@ -197,7 +198,20 @@ func toListed(ev outbox.Event, size int) listed {
 		t := ev.ClaimedAt.UTC()
 		l.ClaimedAt = &t
 	}
+	if ev.Status == outbox.StatusWait {
+		t := ev.NextRetryTime.UTC()
+		l.DueTime = &t
+	}
 	return l
+}
+
+// due is when a WAIT event is due (its next_retry_time: written with a delay, or a retry's
+// backoff), by the database clock; "-" for an event that is not waiting.
+func due(ev outbox.Event) string {
+	if ev.Status != outbox.StatusWait {
+		return "-"
+	}
+	return stamp(ev.NextRetryTime)
 }
 
 func (a *app) list(ctx context.Context, args []string) error {
@@ -234,11 +248,11 @@ func (a *app) list(ctx context.Context, args []string) error {
 		}
 	} else if len(evs) > 0 {
 		tw := table(a.stdout)
-		fmt.Fprintln(tw, "ID\tSTATUS\tEVENT_TYPE\tBIZ_NO\tRETRIES\tRECLAIMS\tBYTES\tCREATED (UTC)\tUPDATED (UTC)\tEVENT_ID\tLAST_ERROR")
+		fmt.Fprintln(tw, "ID\tSTATUS\tEVENT_TYPE\tBIZ_NO\tRETRIES\tRECLAIMS\tBYTES\tCREATED (UTC)\tUPDATED (UTC)\tDUE (UTC)\tEVENT_ID\tLAST_ERROR")
 		for _, ev := range evs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", ev.ID, ev.Status, cell(ev.EventType, 40),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", ev.ID, ev.Status, cell(ev.EventType, 40),
 				cell(ev.BizNo, 40), ev.RetryCount, ev.ReclaimCount, ev.PayloadSize, stamp(ev.CreateTime), stamp(ev.UpdateTime),
-				ev.EventID, cell(ev.LastError, 60))
+				due(ev.Event), ev.EventID, cell(ev.LastError, 60))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -297,6 +311,7 @@ func (a *app) show(ctx context.Context, args []string) error {
 		{"id", strconv.FormatInt(ev.ID, 10)},
 		{"event_id", ev.EventID},
 		{"status", string(ev.Status)},
+		{"due (UTC)", due(ev)},
 		{"event_type", ev.EventType},
 		{"biz_no", ev.BizNo},
 		{"retry_count", strconv.Itoa(ev.RetryCount)},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -237,7 +238,7 @@ func TestListAndShow(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 4)
 	// The row id is labelled id, the UUID consumers see event_id.
-	assert.Regexp(t, `^ID\s+STATUS\s+EVENT_TYPE\s+BIZ_NO\s+RETRIES\s+RECLAIMS\s+BYTES\s+CREATED \(UTC\)\s+UPDATED \(UTC\)\s+EVENT_ID\s+LAST_ERROR$`, lines[0])
+	assert.Regexp(t, `^ID\s+STATUS\s+EVENT_TYPE\s+BIZ_NO\s+RETRIES\s+RECLAIMS\s+BYTES\s+CREATED \(UTC\)\s+UPDATED \(UTC\)\s+DUE \(UTC\)\s+EVENT_ID\s+LAST_ERROR$`, lines[0])
 	assert.Regexp(t, fmt.Sprintf(`^%d\s+FAIL\s+ORDER_PAID\s+ORD-3\s+4\s+1\s+2\s.*\s%s\s+broker said no$`, failed, f.eventID(t, failed)), lines[1])
 	assert.Equal(t, strings.Index(lines[0], "EVENT_ID"), strings.Index(lines[1], f.eventID(t, failed)), "the event_id under its header")
 	// Aligned: every row's STATUS column starts where the header's does.
@@ -476,4 +477,57 @@ func TestBadInput(t *testing.T) {
 	r := runEnv(t, nil, "-dsn", testsvc.MySQLDSN(t), "-table", f.table, "show", fmt.Sprint(failed))
 	require.Zero(t, r.code, r.stderr)
 	assert.Regexp(t, `(?m)^status:\s+FAIL$`, r.stdout)
+}
+
+// A delayed event's due time, by the database clock, is printed by list (the DUE column),
+// show (its due line) and their JSON (due_time), as Get returns it; an event that is not
+// waiting has none.
+func TestListAndShowPrintTheDueTime(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	tx, err := f.store.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	eventID, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-9", EventType: "ORDER_EXPIRED", Payload: []byte("{}"), Delay: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	var delayed int64
+	require.NoError(t, f.db.QueryRow("SELECT id FROM `"+f.table+"` WHERE event_id = ?", eventID).Scan(&delayed))
+	sent := f.insert(t, "ORDER_CREATED", "ORD-8", []byte("{}"))
+	f.set(t, sent, outbox.StatusSuccess, time.Minute)
+	ev, err := f.admin.Get(ctx, delayed)
+	require.NoError(t, err)
+	assert.Equal(t, time.Hour, ev.NextRetryTime.Sub(ev.CreateTime), "due an hour after the insert, by the database clock")
+	dueAt := ev.NextRetryTime.UTC().Format("2006-01-02 15:04:05.000")
+
+	r := f.run(t, "list")
+	require.Zero(t, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3)
+	col := strings.Index(lines[0], "DUE (UTC)")
+	require.Positive(t, col)
+	assert.Regexp(t, fmt.Sprintf(`^%d\s+SUCCESS\s`, sent), lines[1])
+	assert.Equal(t, "- ", lines[1][col:col+2], "no due time for a sent event: %q", lines[1])
+	assert.Regexp(t, fmt.Sprintf(`^%d\s+WAIT\s`, delayed), lines[2])
+	assert.Equal(t, dueAt, lines[2][col:col+len(dueAt)], "the due time under its header: %q", lines[2])
+
+	r = f.run(t, "show", fmt.Sprint(delayed))
+	require.Zero(t, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^due \(UTC\):\s+`+regexp.QuoteMeta(dueAt)+`$`, r.stdout)
+	r = f.run(t, "show", fmt.Sprint(sent))
+	require.Zero(t, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^due \(UTC\):\s+-$`, r.stdout)
+
+	r = f.run(t, "show", "--json", fmt.Sprint(delayed))
+	require.Zero(t, r.code, r.stderr)
+	var one listed
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &one))
+	require.NotNil(t, one.DueTime)
+	assert.True(t, one.DueTime.Equal(ev.NextRetryTime), "due_time %s, next_retry_time %s", one.DueTime, ev.NextRetryTime)
+	r = f.run(t, "list", "--status", "SUCCESS", "--json")
+	require.Zero(t, r.code, r.stderr)
+	var evs []listed
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &evs))
+	require.Len(t, evs, 1)
+	assert.Nil(t, evs[0].DueTime, "no due time for a sent event")
 }

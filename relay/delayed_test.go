@@ -1,0 +1,160 @@
+package relay_test
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/testsvc"
+)
+
+// clockedSender is a sender that records, for each event's first send, the database's
+// clock when the send began: to check by that clock that nothing was sent before it was due.
+type clockedSender struct {
+	outbox.Sender
+	db *sql.DB
+
+	mu sync.Mutex
+	at map[string]time.Time // eventId -> the database's UTC clock at its first send
+}
+
+func (s *clockedSender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	var now time.Time
+	if err := s.db.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(3)").Scan(&now); err == nil {
+		s.mu.Lock()
+		for _, ev := range evs {
+			if _, ok := s.at[ev.EventID]; !ok {
+				s.at[ev.EventID] = now
+			}
+		}
+		s.mu.Unlock()
+	}
+	return s.Sender.Send(ctx, evs, keyOrder)
+}
+
+// sentAt is when the event was first sent, by the database clock.
+func (s *clockedSender) sentAt(eventID string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.at[eventID]
+	return at, ok
+}
+
+// insertDelayed commits one transaction of events (biz no, delay) and returns their event
+// ids in order.
+func (e *env) insertDelayed(t *testing.T, evs ...outbox.EventInput) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.store.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	var ids []string
+	for _, in := range evs {
+		if in.EventType == "" {
+			in.EventType, in.Payload = "ORDER_EXPIRED", []byte(in.BizNo)
+		}
+		id, err := tx.InsertEvent(ctx, in)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	require.NoError(t, tx.Commit())
+	return ids
+}
+
+// sentWhenDue checks that every event of ids is SUCCESS, sent by the relay no earlier than
+// it was due (by the database clock), and returns them by event id.
+func (e *env) sentWhenDue(t *testing.T, s *clockedSender, ids []string) map[string]outbox.Event {
+	t.Helper()
+	waitFor(t, 10*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == len(ids) })
+	evs, err := outbox.NewAdmin(e.store).List(context.Background(), outbox.Filter{Limit: 100})
+	require.NoError(t, err)
+	out := map[string]outbox.Event{}
+	for _, le := range evs {
+		out[le.EventID] = le.Event
+	}
+	for _, id := range ids {
+		ev, ok := out[id]
+		require.True(t, ok, "event %s in the table", id)
+		at, sent := s.sentAt(id)
+		require.True(t, sent, "event %s sent", id)
+		assert.False(t, at.Before(ev.NextRetryTime), "event %s sent at %s, due at %s", id, at, ev.NextRetryTime)
+		assert.Equal(t, "relay-1", ev.ClaimOwner)
+	}
+	return out
+}
+
+// Rows inserted with a delay reach the relay through the binlog as inserts that are not due
+// yet (next_retry_time after create_time): it reads them again from the table when they
+// are due, and sends them then. Delayed 4 s, 0 s and 2 s in one transaction, and 1 s in
+// another, they arrive in the order of their delays, once each, none sent early.
+func TestRelaySendsDelayedEventsWhenDue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	topic := testsvc.NewTopic(t, "relay-delay")
+	c := testsvc.Consume(t, topic)
+	sender := &clockedSender{Sender: rocketSender(t, topic), db: e.db, at: map[string]time.Time{}}
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+
+	ids := e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-4", Delay: 4 * time.Second}, outbox.EventInput{BizNo: "ORD-0"},
+		outbox.EventInput{BizNo: "ORD-2", Delay: 2 * time.Second})
+	ids = append(ids, e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-1", Delay: time.Second})...)
+	delayOf := map[string]int{ids[0]: 4, ids[1]: 0, ids[2]: 2, ids[3]: 1}
+	c.WaitDistinct(t, len(ids), 60*time.Second)
+	e.sentWhenDue(t, sender, ids)
+
+	var arrived []int
+	seen := map[string]bool{}
+	for _, m := range c.Messages() {
+		if id := m.GetProperty("eventId"); !seen[id] {
+			seen[id] = true
+			arrived = append(arrived, delayOf[id])
+		}
+	}
+	assert.True(t, slices.IsSorted(arrived), "first arrivals in the order of their delays: %v", arrived)
+	for id, n := range c.Deliveries() {
+		assert.Equal(t, 1, n, "event %s", id)
+	}
+}
+
+// In key order, a row inserted not due yet holds back the later events of its biz no,
+// those of its own transaction and of later ones alike: they stay WAIT until it is due,
+// then go after it, in order. Another biz no goes meanwhile.
+func TestRelayDelayedEventHoldsBackItsKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.KeyOrder)
+	topic := testsvc.NewTopic(t, "relay-delay-key")
+	c := testsvc.ConsumeOrderly(t, topic)
+	sender := &clockedSender{Sender: rocketSender(t, topic), db: e.db, at: map[string]time.Time{}}
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+
+	ids := e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-K", Delay: 3 * time.Second}, outbox.EventInput{BizNo: "ORD-K"},
+		outbox.EventInput{BizNo: "ORD-L"})
+	ids = append(ids, e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-K"})...)
+	rank := map[string]int64{}
+	for i, id := range ids {
+		rank[id] = int64(i)
+	}
+	c.WaitDistinct(t, len(ids), 60*time.Second)
+	evs := e.sentWhenDue(t, sender, ids)
+
+	assert.Empty(t, c.Inversions(func(id string) int64 { return rank[id] }), "each biz no in order")
+	arrivals := c.Arrivals()
+	require.NotEmpty(t, arrivals["ORD-K"])
+	require.Len(t, arrivals["ORD-L"], 1)
+	assert.Equal(t, ids[0], arrivals["ORD-K"][0].EventID, "the delayed event first of its key")
+	head := evs[ids[0]]
+	for _, id := range []string{ids[1], ids[3]} {
+		at, _ := sender.sentAt(id)
+		assert.False(t, at.Before(head.NextRetryTime), "event %s sent at %s, before its key's delayed head was due at %s", id, at, head.NextRetryTime)
+	}
+	at, _ := sender.sentAt(ids[2])
+	assert.True(t, at.Before(head.NextRetryTime), "the other key sent at %s, while ORD-K waited until %s", at, head.NextRetryTime)
+}
