@@ -71,18 +71,6 @@ func (h *storeLogs) records(store string, level slog.Level) []storeRecord {
 	return out
 }
 
-// closingSender is a recorder with a Close method that counts its calls, as a sender that
-// holds a connection has.
-type closingSender struct {
-	*recorder
-	closes atomic.Int32
-}
-
-func (s *closingSender) Close() error {
-	s.closes.Add(1)
-	return nil
-}
-
 // A store name is a metric label: a bounded, configured name. Each bad one is refused by
 // NewPublisher, naming the field and what is wrong; SharedSender needs a name.
 func TestStoreNameMustBeABoundedLabel(t *testing.T) {
@@ -203,10 +191,10 @@ func TestSharedSenderIsClosedByItsMaker(t *testing.T) {
 
 	require.NoError(t, a.Close())
 	require.NoError(t, <-done)
-	assert.Zero(t, sender.closes.Load(), "a publisher of a shared sender leaves it open")
+	assert.Zero(t, sender.closed.Load(), "a publisher of a shared sender leaves it open")
 	require.NoError(t, shared.Close())
 	require.NoError(t, <-done)
-	assert.Zero(t, sender.closes.Load())
+	assert.Zero(t, sender.closed.Load())
 
 	// Each record of a named publisher says its store.
 	started := map[string]int{}
@@ -223,7 +211,7 @@ func TestSharedSenderIsClosedByItsMaker(t *testing.T) {
 	// The sender's own publisher, alone, owns and closes it.
 	alone := newPublisher(t, b.store, sender, cfg("c", "shard-a", false))
 	require.NoError(t, alone.Close())
-	assert.Equal(t, int32(1), sender.closes.Load())
+	assert.Equal(t, int32(1), sender.closed.Load())
 }
 
 // Every measurement of a named publisher carries its store's name, on every instrument it
