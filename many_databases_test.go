@@ -20,52 +20,13 @@ import (
 	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
-// storeLogs is a slog.Handler that keeps every record with the attributes its logger was
-// given (slog.Logger.With), so that a test can tell whose record it is.
-type storeLogs struct {
-	mu    *sync.Mutex
-	recs  *[]storeRecord
-	attrs []slog.Attr
-}
-
-type storeRecord struct {
-	level slog.Level
-	msg   string
-	attrs map[string]string
-}
-
-func newStoreLogs() *storeLogs { return &storeLogs{mu: &sync.Mutex{}, recs: &[]storeRecord{}} }
-
-func (h *storeLogs) Enabled(context.Context, slog.Level) bool { return true }
-func (h *storeLogs) WithGroup(string) slog.Handler            { return h }
-func (h *storeLogs) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &storeLogs{mu: h.mu, recs: h.recs, attrs: append(h.attrs[:len(h.attrs):len(h.attrs)], attrs...)}
-}
-
-func (h *storeLogs) Handle(_ context.Context, r slog.Record) error {
-	rec := storeRecord{level: r.Level, msg: r.Message, attrs: map[string]string{}}
-	for _, a := range h.attrs {
-		rec.attrs[a.Key] = a.Value.String()
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		rec.attrs[a.Key] = a.Value.String()
-		return true
-	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	*h.recs = append(*h.recs, rec)
-	return nil
-}
-
-// records returns the records whose "store" attribute is store ("" for none), at level
-// and above.
-func (h *storeLogs) records(store string, level slog.Level) []storeRecord {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []storeRecord
-	for _, r := range *h.recs {
-		if r.attrs["store"] == store && r.level >= level {
-			out = append(out, r)
+// linesOf returns the lines whose "store" attribute is store ("" for none), at level and
+// above.
+func linesOf(s *lineSink, store string, level slog.Level) []line {
+	var out []line
+	for _, l := range s.all() {
+		if l.attrs["store"] == store && l.level >= level {
+			out = append(out, l)
 		}
 	}
 	return out
@@ -164,7 +125,7 @@ func TestSharedSenderIsClosedByItsMaker(t *testing.T) {
 	b := setup(t)
 	other := testsvc.NewStore(t, b.db, outbox.MySQLConfig{})
 	sender := &closingSender{recorder: newRecorder()}
-	logs := newStoreLogs()
+	logs := newLineSink()
 	cfg := func(id, name string, shared bool) outbox.Config {
 		c := fastConfig(id, nil)
 		c.Logger = slog.New(logs)
@@ -199,14 +160,14 @@ func TestSharedSenderIsClosedByItsMaker(t *testing.T) {
 	// Each record of a named publisher says its store.
 	started := map[string]int{}
 	for _, name := range []string{"shard-a", "shard-b"} {
-		for _, r := range logs.records(name, slog.LevelDebug) {
+		for _, r := range linesOf(logs, name, slog.LevelDebug) {
 			if r.msg == "outbox publisher started" {
 				started[r.attrs["store"]]++
 			}
 		}
 	}
 	assert.Equal(t, map[string]int{"shard-a": 1, "shard-b": 1}, started)
-	assert.Empty(t, logs.records("", slog.LevelDebug), "no record of a named publisher without its store")
+	assert.Empty(t, linesOf(logs, "", slog.LevelDebug), "no record of a named publisher without its store")
 
 	// The sender's own publisher, alone, owns and closes it.
 	alone := newPublisher(t, b.store, sender, cfg("c", "shard-a", false))
@@ -298,7 +259,7 @@ func TestManyDatabasesOneStopped(t *testing.T) {
 	srv := testsvc.PrivateMySQL(t)
 	dbs := map[string]*sql.DB{"orders-a": testsvc.OpenDB(t), "orders-b": srv.OpenDB(t)}
 	sender := newFastRocketMQSender(t, topic)
-	logs := newStoreLogs()
+	logs := newLineSink()
 
 	type shard struct {
 		name      string
@@ -367,7 +328,7 @@ func TestManyDatabasesOneStopped(t *testing.T) {
 	assert.Equal(t, "orders-a", ha.StoreName)
 	assert.NoError(t, ha.LastError, "the other store's publisher has no error")
 	assert.True(t, ha.LastRoundOK.After(down), "the other store's rounds reach their database")
-	assert.NotEmpty(t, logs.records("orders-b", slog.LevelError), "the stopped database's errors are logged under its store")
+	assert.NotEmpty(t, linesOf(logs, "orders-b", slog.LevelError), "the stopped database's errors are logged under its store")
 	srv.Start(t)
 	up := time.Now()
 	bBefore := arrived(b)
@@ -415,7 +376,7 @@ func TestManyDatabasesOneStopped(t *testing.T) {
 		t.Logf("%s: %d events in the table (%d committed, %d failed writes), lost %d, %d delivered more than once",
 			s.name, len(want), committed, writeErrs, lost, dup)
 	}
-	assert.Empty(t, logs.records("", slog.LevelDebug), "every record names its store")
+	assert.Empty(t, linesOf(logs, "", slog.LevelDebug), "every record names its store")
 
 	// One publisher closes; the shared sender stays open for the other.
 	require.NoError(t, a.pub.Close())

@@ -133,6 +133,8 @@ func run(shards []shard, orders int) error {
 	}
 	fmt.Printf("created %d orders with their events in each of %d databases\n", orders, len(shards))
 
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	for _, s := range shards {
 		for {
 			var waiting int
@@ -142,8 +144,10 @@ func run(shards []shard, orders int) error {
 			if waiting == 0 {
 				break
 			}
-			if err := sleep(ctx, 100*time.Millisecond); err != nil {
-				return err
+			select {
+			case <-ctx.Done(): // Ctrl-C
+				return ctx.Err()
+			case <-tick.C:
 			}
 		}
 	}
@@ -192,14 +196,4 @@ func order(ctx context.Context, store *outbox.MySQLStore, bizNo string) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// sleep waits d, or until ctx ends (Ctrl-C).
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }
