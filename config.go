@@ -73,8 +73,9 @@ type Config struct {
 	// "store"), and its [Health] says it. It is a metric label, so it must be bounded: a name
 	// the service configures, such as "shard-03" or "tenant-eu", never a DSN or a value from
 	// a request. 1 to 64 ASCII letters, digits, '_', '-' or '.', beginning with a letter or a
-	// digit. One name is one store: Run refuses a publisher whose StoreName a publisher of
-	// another store uses in this process (give a database's publishers one store value).
+	// digit. One name is one store: Run refuses a publisher whose StoreName a running
+	// publisher of another store with the same MeterProvider or Logger has in this process,
+	// since their series or lines would mix (give a database's publishers one store value).
 	// Required with SharedSender. Defaults to "": no store attribute, as a service with one
 	// database needs.
 	StoreName string

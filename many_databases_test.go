@@ -72,18 +72,24 @@ func TestStoreNameMustBeABoundedLabel(t *testing.T) {
 }
 
 // One name is one store: a publisher of a second store under a name that a running
-// publisher of another store has is refused at Run; several publishers of one store share
-// its name. Once the first stops, its name is free.
+// publisher of another store has, with the same Logger or MeterProvider, is refused at Run;
+// several publishers of one store share its name. Once the first stops, its name is free.
+// Publishers whose logs and metrics go to different places (the tests of a service, run in
+// parallel) may use the same names.
 func TestStoreNameBelongsToOneStore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	other := testsvc.NewStore(t, b.db, outbox.MySQLConfig{})
-	name := testsvc.UniqueTable("shard")
+	name := "shard-0"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	logger := slog.New(&logSink{})
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 	cfg := func(id string) outbox.Config {
-		c := fastConfig(id, &logSink{})
-		c.StoreName = name
+		c := fastConfig(id, nil)
+		c.StoreName, c.Logger, c.MeterProvider = name, logger, provider
 		return c
 	}
 	first := newPublisher(t, b.store, newRecorder(), cfg("first"))
@@ -101,6 +107,23 @@ func TestStoreNameBelongsToOneStore(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	assert.ErrorContains(t, err, fmt.Sprintf("StoreName %q is another store's", name))
 	assert.False(t, clash.Health().Running)
+	for what, c := range map[string]outbox.Config{
+		"the same Logger":        {StoreName: name, Logger: logger},
+		"the same MeterProvider": {StoreName: name, MeterProvider: provider, Logger: slog.New(&logSink{})},
+	} {
+		c.Tuning = fastConfig("", nil).Tuning
+		err := newPublisher(t, other, newRecorder(), c).Run(ctx)
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig, what)
+	}
+	apart := fastConfig("apart", &logSink{}) // its own logger, no metrics: nothing mixes
+	apart.StoreName = name
+	apartCtx, stopApart := context.WithCancel(ctx)
+	apartDone := make(chan error, 1)
+	apartPub := newPublisher(t, other, newRecorder(), apart)
+	go func() { apartDone <- apartPub.Run(apartCtx) }()
+	require.Eventually(t, func() bool { return apartPub.Health().Running }, time.Minute, time.Millisecond)
+	stopApart()
+	require.NoError(t, <-apartDone)
 
 	stopFirst()
 	require.Eventually(t, func() bool { return !first.Health().Running }, time.Minute, time.Millisecond)
@@ -254,6 +277,19 @@ func TestMetricsCarryTheStoreName(t *testing.T) {
 // event committed to either database arrives at a real consumer (lost 0 on both).
 func TestManyDatabasesOneStopped(t *testing.T) {
 	t.Parallel()
+	manyDatabases(t, false)
+}
+
+// The same, with the database SIGKILLed (a crash) instead of stopped: InnoDB recovers it at
+// its start, and nothing committed is lost either.
+func TestManyDatabasesOneCrashed(t *testing.T) {
+	t.Parallel()
+	manyDatabases(t, true)
+}
+
+// manyDatabases runs two databases through one shared sender, and stops (or, with crash,
+// kills) the second one's server mid-run; see TestManyDatabasesOneStopped.
+func manyDatabases(t *testing.T, crash bool) {
 	topic := testsvc.NewTopic(t, "OUTBOX_MANY")
 	consumer := testsvc.Consume(t, topic)
 	srv := testsvc.PrivateMySQL(t)
@@ -312,7 +348,11 @@ func TestManyDatabasesOneStopped(t *testing.T) {
 	require.Eventually(t, func() bool { return arrived(a) >= 100 && arrived(b) >= 100 }, 2*time.Minute, 20*time.Millisecond,
 		"both stores' events arrive")
 
-	srv.Stop(t)
+	if crash {
+		srv.Kill(t)
+	} else {
+		srv.Stop(t)
+	}
 	down := time.Now()
 	before := arrived(a)
 	require.Eventually(t, func() bool {

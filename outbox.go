@@ -462,8 +462,9 @@ const initialClaimLimit = 64
 // a second time while it runs, and while another publisher of the same store with the same
 // [Config.InstanceID] runs in this process ([ErrAlreadyRunning]); after Close it returns
 // [ErrClosed]. It refuses, with an error wrapping [ErrInvalidConfig], a [Config.StoreName]
-// that a running publisher of another store has, and a sender with a Close method that a
-// running publisher uses too, unless both set [Config.SharedSender].
+// that a running publisher of another store with the same MeterProvider or Logger has, and
+// a sender with a Close method that a running publisher uses too, unless both set
+// [Config.SharedSender].
 //
 // When it is stopped, Run stops claiming, lets the send in flight finish (it is bounded by
 // the send timeout) and records its outcome, returns to WAIT every event still SENDING
@@ -572,14 +573,20 @@ func (p *Publisher) Close() error {
 
 // instances is what the running publishers of this process hold: their instance ids per
 // store (two publishers claiming under one id would take each other's leases for their
-// own), their store names (one name is one store: two databases under one name would share
-// their series and log lines), and their senders (a sender that one of them owns would be
-// closed under the others).
-var instances = instanceSet{running: map[instanceKey]bool{}, names: map[string]nameUse{}, senders: map[any]senderUse{}}
+// own), their store names per MeterProvider and per Logger (one name is one store: two
+// databases under one name would share their series and log lines), and their senders (a
+// sender that one of them owns would be closed under the others).
+var instances = instanceSet{running: map[instanceKey]bool{}, names: map[nameKey]nameUse{}, senders: map[any]senderUse{}}
 
 type instanceKey struct {
 	store any
 	id    string
+}
+
+// nameKey is a store name where it shows: on a MeterProvider's series, or a Logger's lines.
+type nameKey struct {
+	scope any
+	name  string
 }
 
 // nameUse is a store name's store and how many running publishers use the name.
@@ -594,22 +601,28 @@ type senderUse struct{ runs, owners int }
 type instanceSet struct {
 	mu      sync.Mutex
 	running map[instanceKey]bool
-	names   map[string]nameUse
+	names   map[nameKey]nameUse
 	senders map[any]senderUse
 }
 
 // take registers p as running: its instance id on its store, its store's name, its sender.
 // It reports a publisher of this process that already runs with the same id on the same
-// store, a publisher of another store under the same name, and a sender with a Close method
-// shared without [Config.SharedSender]. A store or sender passed by value has no identity
-// to check.
+// store, a publisher of another store under the same name with the same MeterProvider or
+// Logger, and a sender with a Close method shared without [Config.SharedSender]. A store,
+// sender or MeterProvider passed by value has no identity to check.
 func (s *instanceSet) take(p *Publisher) (release func(), err error) {
 	storeKey, sendKey := identity(p.store), identity(p.sender)
 	if _, closes := p.sender.(io.Closer); !closes {
 		sendKey = nil // nothing to close under the others
 	}
 	k := instanceKey{store: storeKey, id: p.cfg.InstanceID}
-	name := p.cfg.StoreName
+	var names []nameKey
+	if p.cfg.StoreName != "" && storeKey != nil {
+		names = append(names, nameKey{scope: p.cfg.Logger, name: p.cfg.StoreName})
+		if mp := identity(p.cfg.MeterProvider); mp != nil {
+			names = append(names, nameKey{scope: mp, name: p.cfg.StoreName})
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if storeKey != nil {
@@ -617,9 +630,11 @@ func (s *instanceSet) take(p *Publisher) (release func(), err error) {
 			return nil, fmt.Errorf("%w: another publisher of this store runs with InstanceID %q in this process; give each its own (DefaultInstanceID returns a new one on each call)",
 				ErrAlreadyRunning, k.id)
 		}
-		if u, ok := s.names[name]; ok && name != "" && u.store != storeKey {
-			return nil, fmt.Errorf("%w: StoreName %q is another store's: a publisher of a different store runs under it in this process; give each store a name of its own, and all the publishers of one database one store value",
-				ErrInvalidConfig, name)
+		for _, n := range names {
+			if u, ok := s.names[n]; ok && u.store != storeKey {
+				return nil, fmt.Errorf("%w: StoreName %q is another store's: a publisher of a different store runs under it in this process, with the same MeterProvider or Logger; give each store a name of its own, and all the publishers of one database one store value",
+					ErrInvalidConfig, n.name)
+			}
 		}
 	}
 	if u := s.senders[sendKey]; sendKey != nil && u.runs > 0 && (u.owners > 0 || !p.cfg.SharedSender) {
@@ -632,9 +647,9 @@ func (s *instanceSet) take(p *Publisher) (release func(), err error) {
 	}
 	if storeKey != nil {
 		s.running[k] = true
-		if name != "" {
-			s.names[name] = nameUse{store: storeKey, runs: s.names[name].runs + 1}
-		}
+	}
+	for _, n := range names {
+		s.names[n] = nameUse{store: storeKey, runs: s.names[n].runs + 1}
 	}
 	if sendKey != nil {
 		u := s.senders[sendKey]
@@ -645,12 +660,12 @@ func (s *instanceSet) take(p *Publisher) (release func(), err error) {
 		defer s.mu.Unlock()
 		if storeKey != nil {
 			delete(s.running, k)
-			if name != "" {
-				if u := s.names[name]; u.runs > 1 {
-					s.names[name] = nameUse{store: u.store, runs: u.runs - 1}
-				} else {
-					delete(s.names, name)
-				}
+		}
+		for _, n := range names {
+			if u := s.names[n]; u.runs > 1 {
+				s.names[n] = nameUse{store: u.store, runs: u.runs - 1}
+			} else {
+				delete(s.names, n)
 			}
 		}
 		if sendKey != nil {
@@ -664,9 +679,9 @@ func (s *instanceSet) take(p *Publisher) (release func(), err error) {
 }
 
 // identity returns v itself when it is a pointer, something two values can be compared by
-// to tell one from another; nil otherwise.
+// to tell one from another; nil otherwise (nil too).
 func identity(v any) any {
-	if reflect.TypeOf(v).Kind() != reflect.Pointer {
+	if t := reflect.TypeOf(v); t == nil || t.Kind() != reflect.Pointer {
 		return nil
 	}
 	return v
