@@ -70,7 +70,7 @@ type Config struct {
 	// StoreName names the publisher's store, for a service that publishes several databases
 	// (shards, a database per tenant; see docs/many-databases.md): every log record of the
 	// publisher carries it (attribute "store"), every one of its metrics too (attribute
-	// "store"), and its [Health] says it. It is a metric label, so it must be bounded: a name
+	// "store"), and every send span (outbox.store); its [Health] says it. It is a metric label, so it must be bounded: a name
 	// the service configures, such as "shard-03" or "tenant-eu", never a DSN or a value from
 	// a request. 1 to 64 ASCII letters, digits, '_', '-' or '.', beginning with a letter or a
 	// digit. One name is one store: Run refuses a publisher whose StoreName a running

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/go-outbox/outbox"
@@ -227,6 +228,8 @@ func TestMetricsCarryTheStoreName(t *testing.T) {
 	cfg := fastConfig("labelled", &logSink{})
 	cfg.StoreName = "tenant-eu"
 	cfg.MeterProvider = provider
+	tp, spans := newTracing(t)
+	cfg.TracerProvider = tp
 	cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
 	cfg.Tuning.MaxProbeDelay = 20 * time.Millisecond
 	p := newPublisher(t, b.store, rec, cfg)
@@ -269,6 +272,13 @@ func TestMetricsCarryTheStoreName(t *testing.T) {
 	}
 	assert.Equal(t, map[string]float64{"event_type=ORDER_CREATED,store=tenant-eu": 3}, c.values["outbox.events.sent"])
 	assert.Equal(t, map[string]float64{"event_type=ORDER_CREATED,store=tenant-eu": 1}, c.values["outbox.table.failed"])
+
+	// And every send span.
+	ended := spans.Ended()
+	require.NotEmpty(t, ended)
+	for _, span := range ended {
+		assert.Contains(t, span.Attributes(), attribute.String("outbox.store", "tenant-eu"), span.Name())
+	}
 }
 
 // Two databases, one shared RocketMQ sender, and one of the databases stopped mid-run and

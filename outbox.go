@@ -428,7 +428,7 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("outbox: make the publisher's instruments: %w", err)
 	}
 	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
-	p.tracing = newSendTracing(cfg.TracerProvider, info)
+	p.tracing = newSendTracing(cfg.TracerProvider, info, cfg.StoreName)
 	p.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
 	return p, nil
 }
