@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,27 @@ type Config struct {
 	// refuses a second publisher of the same store with the same id in one process. At most
 	// 64 characters. Defaults to [DefaultInstanceID](), a new id for each publisher.
 	InstanceID string
+
+	// StoreName names the publisher's store, for a service that publishes several databases
+	// (shards, a database per tenant; see docs/many-databases.md): every log record of the
+	// publisher carries it (attribute "store"), every one of its metrics too (attribute
+	// "store"), and every send span (outbox.store); its [Health] says it. It is a metric label, so it must be bounded: a name
+	// the service configures, such as "shard-03" or "tenant-eu", never a DSN or a value from
+	// a request. 1 to 64 ASCII letters, digits, '_', '-' or '.', beginning with a letter or a
+	// digit. One name is one store: Run refuses a publisher whose StoreName a running
+	// publisher of another store with the same MeterProvider or Logger has in this process,
+	// since their series or lines would mix (give a database's publishers one store value).
+	// Required with SharedSender. Defaults to "": no store attribute, as a service with one
+	// database needs.
+	StoreName string
+
+	// SharedSender says that other publishers send through the same sender (one RocketMQ
+	// producer for the publishers of several databases): [Publisher.Close] then leaves the
+	// sender open, and whoever made the sender closes it once, after the last of its
+	// publishers has closed. Run refuses a sender with a Close method that another running
+	// publisher uses unless both set SharedSender: the first Close would close it under the
+	// other. Defaults to false: the publisher owns its sender, and Close closes it.
+	SharedSender bool
 
 	// PollInterval is the pause between the end of one round and the start of the next
 	// (fixed delay, not fixed rate, so slow rounds never pile up). A round that claimed all it
@@ -318,6 +340,35 @@ func (c Config) validate() error {
 	if n := utf8.RuneCountInString(c.InstanceID); n > maxInstanceIDLen {
 		return fmt.Errorf("%w: InstanceID is %d characters, at most %d fit in claim_owner",
 			ErrInvalidConfig, n, maxInstanceIDLen)
+	}
+	if c.SharedSender && c.StoreName == "" {
+		return fmt.Errorf("%w: SharedSender needs StoreName: the publishers of one sender are told apart by their store's name in logs, metrics and Health",
+			ErrInvalidConfig)
+	}
+	if c.StoreName != "" {
+		if err := checkStoreName(c.StoreName); err != nil {
+			return fmt.Errorf("%w: StoreName %w", ErrInvalidConfig, err)
+		}
+	}
+	return nil
+}
+
+// maxStoreNameLen bounds Config.StoreName, a metric label's value.
+const maxStoreNameLen = 64
+
+// storeNameRE is the rule for Config.StoreName: a label value that dashboards, queries and
+// log searches take as it is.
+var storeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// checkStoreName says what is wrong with a store name, or returns nil.
+func checkStoreName(name string) error {
+	switch {
+	case len(name) > maxStoreNameLen:
+		return fmt.Errorf("%.20q... is %d bytes long, at most %d: it is a metric label, a short name the service configures (shard-03), never a DSN",
+			name, len(name), maxStoreNameLen)
+	case !storeNameRE.MatchString(name):
+		return fmt.Errorf("%q is not a bounded label: want 1 to %d ASCII letters, digits, '_', '-' or '.', beginning with a letter or a digit (shard-03, tenant_eu)",
+			name, maxStoreNameLen)
 	}
 	return nil
 }

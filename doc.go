@@ -61,7 +61,11 @@
 //
 // A *sql.DB and a [MySQLStore] may serve any number of goroutines, business transactions
 // and publishers in a process. A [Sender] belongs to the one publisher it is given to:
-// [Publisher.Close] closes it. Every publisher of a table needs an InstanceID of its own
+// [Publisher.Close] closes it. A service that publishes several databases (shards, a
+// database per tenant) runs a publisher per database through one sender instead: each
+// names its store ([Config.StoreName], on its logs, metrics and [Health]) and sets
+// [Config.SharedSender], so that its Close leaves the sender open, and the service closes
+// the sender once after them (see docs/many-databases.md). Every publisher of a table needs an InstanceID of its own
 // ([DefaultInstanceID] makes a new one on each call, the default), and every store of a
 // table the same [MySQLConfig.Ordering]. A [Tx] is one transaction: one goroutine at a
 // time, as a *sql.Tx.

@@ -11,10 +11,15 @@ import (
 // A broker outage is not the service's failure: the events wait safely in the table and go
 // out once the broker is back, so a probe that takes the service out of rotation for it
 // gains nothing. Alert on it instead. A store that keeps failing is a different matter:
-// the service's own transactions use the same database.
+// the service's own transactions use the same database. With several databases, each
+// publisher has its own Health: a database that is down shows in its publisher's alone
+// (see docs/many-databases.md).
 type Health struct {
 	// InstanceID is the owner the publisher writes to claim_owner ([Config.InstanceID]).
 	InstanceID string
+	// StoreName is the publisher's [Config.StoreName]: of a service that publishes several
+	// databases, the one this Health is about ("" when unnamed).
+	StoreName string
 	// Running reports whether [Publisher.Run] is running.
 	Running bool
 	// LastRoundOK is when a round last reached the store without an error: its claim (or
@@ -51,6 +56,7 @@ func (p *Publisher) Health() Health {
 	defer h.mu.Unlock()
 	out := Health{
 		InstanceID:             p.cfg.InstanceID,
+		StoreName:              p.cfg.StoreName,
 		Running:                p.running.Load(),
 		LastRoundOK:            h.lastOK,
 		BrokerUnavailable:      h.down,

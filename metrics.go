@@ -19,11 +19,13 @@ const meterName = "github.com/go-outbox/outbox"
 type lockRetrier interface{ lockRetryCount() int64 }
 
 // Attribute keys and values of the publisher's instruments: a closed set, so that every
-// series is bounded. Event types are the service's own, and few.
+// series is bounded. Event types are the service's own, and few; store names are the
+// service's configuration ([Config.StoreName]), on every measurement of a named publisher.
 const (
 	attrEventType = "event_type"
 	attrOutcome   = "outcome"
 	attrReason    = "reason"
+	attrStore     = "store"
 )
 
 // Bucket boundaries, in seconds: a send takes milliseconds; commit to send spans a wake-up
@@ -51,6 +53,11 @@ type metrics struct {
 	outcomeSent, outcomeFailed, outcomeUnavailable metric.MeasurementOption
 	byType                                         sync.Map // event type -> metric.MeasurementOption
 
+	// store is the store attribute (none for an unnamed store), added to every measurement;
+	// plain is the option of a measurement with no other attribute.
+	store []attribute.KeyValue
+	plain metric.MeasurementOption
+
 	stats statsCache
 }
 
@@ -61,13 +68,14 @@ func newMetrics(cfg Config, store Store, log *slog.Logger) (*metrics, error) {
 		return nil, nil
 	}
 	meter := cfg.MeterProvider.Meter(meterName)
-	m := &metrics{
-		log:                log,
-		meter:              meter,
-		outcomeSent:        metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, "sent"))),
-		outcomeFailed:      metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, "failed"))),
-		outcomeUnavailable: metric.WithAttributeSet(attribute.NewSet(attribute.String(attrOutcome, "unavailable"))),
+	m := &metrics{log: log, meter: meter}
+	if cfg.StoreName != "" {
+		m.store = []attribute.KeyValue{attribute.String(attrStore, cfg.StoreName)}
 	}
+	m.plain = m.attrs()
+	m.outcomeSent = m.attrs(attribute.String(attrOutcome, "sent"))
+	m.outcomeFailed = m.attrs(attribute.String(attrOutcome, "failed"))
+	m.outcomeUnavailable = m.attrs(attribute.String(attrOutcome, "unavailable"))
 	m.stats = statsCache{reader: store, interval: cfg.Tuning.StatsInterval, timeout: cfg.Tuning.StoreTimeout, lease: cfg.Tuning.Lease, log: log}
 	events := metric.WithUnit("{event}")
 	var errs []error
@@ -128,12 +136,17 @@ func newMetrics(cfg Config, store Store, log *slog.Logger) (*metrics, error) {
 	return m, nil
 }
 
-// typeAttr is the event_type attribute, made once per type.
+// attrs is the measurement option of kvs and the store attribute.
+func (m *metrics) attrs(kvs ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(append(kvs[:len(kvs):len(kvs)], m.store...)...))
+}
+
+// typeAttr is the event_type attribute (and the store's), made once per type.
 func (m *metrics) typeAttr(eventType string) metric.MeasurementOption {
 	if o, ok := m.byType.Load(eventType); ok {
 		return o.(metric.MeasurementOption)
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(attribute.String(attrEventType, eventType)))
+	o := m.attrs(attribute.String(attrEventType, eventType))
 	m.byType.Store(eventType, o)
 	return o
 }
@@ -153,16 +166,16 @@ func (m *metrics) observe(p *Publisher) func() {
 		instruments = append(instruments, m.backlog, m.oldestDueAge, m.sending, m.oldestClaimAge, m.sendingPastHalfLease, m.failed)
 	}
 	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		o.ObserveInt64(m.brokerUnavailable, boolCount(p.Health().BrokerUnavailable))
+		o.ObserveInt64(m.brokerUnavailable, boolCount(p.Health().BrokerUnavailable), m.plain)
 		if hasLocks {
-			o.ObserveInt64(m.lockRetries, lr.lockRetryCount())
+			o.ObserveInt64(m.lockRetries, lr.lockRetryCount(), m.plain)
 		}
 		if st, ok := m.stats.get(ctx); ok {
-			o.ObserveInt64(m.backlog, st.Due)
-			o.ObserveFloat64(m.oldestDueAge, st.OldestDueAge.Seconds())
-			o.ObserveInt64(m.sending, st.Sending)
-			o.ObserveFloat64(m.oldestClaimAge, st.OldestClaimAge.Seconds())
-			o.ObserveInt64(m.sendingPastHalfLease, st.SendingPastHalfLease)
+			o.ObserveInt64(m.backlog, st.Due, m.plain)
+			o.ObserveFloat64(m.oldestDueAge, st.OldestDueAge.Seconds(), m.plain)
+			o.ObserveInt64(m.sending, st.Sending, m.plain)
+			o.ObserveFloat64(m.oldestClaimAge, st.OldestClaimAge.Seconds(), m.plain)
+			o.ObserveInt64(m.sendingPastHalfLease, st.SendingPastHalfLease, m.plain)
 			for t, n := range st.FailByType {
 				o.ObserveInt64(m.failed, n, m.typeAttr(t))
 			}
@@ -330,7 +343,7 @@ func (m *metrics) deadLetter(ctx context.Context, ev Event, cause error) {
 	if IsPermanent(cause) {
 		reason = "permanent"
 	}
-	m.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, reason)))
+	m.deadLettered.Add(ctx, 1, m.attrs(attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, reason)))
 }
 
 // reclaimedEvents counts a reclaim run: n events back to WAIT, and the poison events it
@@ -340,10 +353,10 @@ func (m *metrics) reclaimedEvents(ctx context.Context, n int64, dead []Event) {
 		return
 	}
 	if n > 0 {
-		m.reclaimed.Add(ctx, n)
+		m.reclaimed.Add(ctx, n, m.plain)
 	}
 	for _, ev := range dead {
-		m.deadLettered.Add(ctx, 1, metric.WithAttributes(attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, "reclaims")))
+		m.deadLettered.Add(ctx, 1, m.attrs(attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, "reclaims")))
 	}
 }
 
@@ -352,7 +365,7 @@ func (m *metrics) claimLost(ctx context.Context) {
 	if m == nil {
 		return
 	}
-	m.claimsLost.Add(ctx, 1)
+	m.claimsLost.Add(ctx, 1, m.plain)
 }
 
 // leaseLost counts outcomes not recorded because their leases had been reclaimed.
@@ -360,7 +373,7 @@ func (m *metrics) leaseLost(ctx context.Context, n int64) {
 	if m == nil || n <= 0 {
 		return
 	}
-	m.leasesLost.Add(ctx, n)
+	m.leasesLost.Add(ctx, n, m.plain)
 }
 
 // outage counts the start of an outage.
@@ -368,5 +381,5 @@ func (m *metrics) outage(ctx context.Context) {
 	if m == nil {
 		return
 	}
-	m.outages.Add(ctx, 1)
+	m.outages.Add(ctx, 1, m.plain)
 }

@@ -413,8 +413,10 @@ type Publisher struct {
 
 // NewPublisher returns a publisher for store and sender. Zero fields of cfg take their
 // defaults; an invalid cfg is reported here, never at run time. The publisher takes the
-// sender over: [Publisher.Close] closes it, so give each publisher a sender of its own. A
-// store may serve any number of publishers and business transactions.
+// sender over: [Publisher.Close] closes it, so give each publisher a sender of its own, or
+// set [Config.SharedSender] on every publisher of one sender and close it yourself after
+// them (see docs/many-databases.md). A store may serve any number of publishers and
+// business transactions.
 func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidConfig)
@@ -435,15 +437,25 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 		sender: sender,
 		info:   info,
 		cfg:    cfg,
-		log:    cfg.Logger.With(slog.String("instance", cfg.InstanceID)),
+		log:    cfg.Logger.With(logAttrs(cfg)...),
 	}
 	if p.m, err = newMetrics(cfg, store, p.log); err != nil {
 		return nil, fmt.Errorf("outbox: make the publisher's instruments: %w", err)
 	}
 	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
-	p.tracing = newSendTracing(cfg.TracerProvider, info)
+	p.tracing = newSendTracing(cfg.TracerProvider, info, cfg.StoreName)
 	p.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
 	return p, nil
+}
+
+// logAttrs are the attributes of every log record of a publisher of cfg: its instance, and
+// its store when it has a name.
+func logAttrs(cfg Config) []any {
+	attrs := []any{slog.String("instance", cfg.InstanceID)}
+	if cfg.StoreName != "" {
+		attrs = append(attrs, slog.String("store", cfg.StoreName))
+	}
+	return attrs
 }
 
 // initialClaimLimit is the first batch claim's size; it doubles up to BatchSize while
@@ -464,7 +476,10 @@ const initialClaimLimit = 64
 // names the fix; a store it cannot reach then is logged, not refused. Run refuses to start
 // a second time while it runs, and while another publisher of the same store with the same
 // [Config.InstanceID] runs in this process ([ErrAlreadyRunning]); after Close it returns
-// [ErrClosed].
+// [ErrClosed]. It refuses, with an error wrapping [ErrInvalidConfig], a [Config.StoreName]
+// that a running publisher of another store with the same MeterProvider or Logger has, and
+// a sender with a Close method that a running publisher uses too, unless both set
+// [Config.SharedSender].
 //
 // When it is stopped, Run stops claiming, lets the send in flight finish (it is bounded by
 // the send timeout) and records its outcome, returns to WAIT every event still SENDING
@@ -527,7 +542,7 @@ func (p *Publisher) begin(ctx context.Context) (context.Context, func(), error) 
 	}
 	// The instance id is taken before Running is reported, so that whoever sees this
 	// publisher running finds its id taken too.
-	release, err := instances.take(p.store, p.cfg.InstanceID)
+	release, err := instances.take(p)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -548,9 +563,10 @@ func (p *Publisher) begin(ctx context.Context) (context.Context, func(), error) 
 
 // Close stops the publisher for good: it cancels a running [Publisher.Run] and waits for it
 // to return (its last sends finished and recorded, its claims released), then closes the
-// sender if the sender has a Close method, and returns that error. It is safe to call more
-// than once, and without Run; every call returns once the publisher is closed. Run after
-// Close returns [ErrClosed].
+// sender if the sender has a Close method and the publisher owns it (no
+// [Config.SharedSender]), and returns that error. It is safe to call more than once, and
+// without Run; every call returns once the publisher is closed. Run after Close returns
+// [ErrClosed].
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.life.mu.Lock()
@@ -563,45 +579,127 @@ func (p *Publisher) Close() error {
 		}
 		p.roundMu.Lock() // a PublishPending in progress ends before the sender closes
 		p.roundMu.Unlock()
-		if c, ok := p.sender.(io.Closer); ok {
+		if c, ok := p.sender.(io.Closer); ok && !p.cfg.SharedSender {
 			p.closeErr = c.Close()
 		}
 	})
 	return p.closeErr
 }
 
-// instances are the instance ids of the publishers running in this process, per store:
-// two publishers claiming under one id would take each other's leases for their own.
-var instances = instanceSet{running: map[instanceKey]bool{}}
+// instances is what the running publishers of this process hold: their instance ids per
+// store (two publishers claiming under one id would take each other's leases for their
+// own), their store names per MeterProvider and per Logger (one name is one store: two
+// databases under one name would share their series and log lines), and their senders (a
+// sender that one of them owns would be closed under the others).
+var instances = instanceSet{running: map[instanceKey]bool{}, names: map[nameKey]nameUse{}, senders: map[any]senderUse{}}
 
 type instanceKey struct {
 	store any
 	id    string
 }
 
+// nameKey is a store name where it shows: on a MeterProvider's series, or a Logger's lines.
+type nameKey struct {
+	scope any
+	name  string
+}
+
+// nameUse is a store name's store and how many running publishers use the name.
+type nameUse struct {
+	store any
+	runs  int
+}
+
+// senderUse counts a sender's running publishers, and those of them that own it.
+type senderUse struct{ runs, owners int }
+
 type instanceSet struct {
 	mu      sync.Mutex
 	running map[instanceKey]bool
+	names   map[nameKey]nameUse
+	senders map[any]senderUse
 }
 
-// take registers id as running on store, or reports that a publisher already runs with it.
-func (s *instanceSet) take(store Store, id string) (release func(), err error) {
-	if reflect.TypeOf(store).Kind() != reflect.Pointer {
-		return func() {}, nil // a store passed by value has no identity to check
+// take registers p as running: its instance id on its store, its store's name, its sender.
+// It reports a publisher of this process that already runs with the same id on the same
+// store, a publisher of another store under the same name with the same MeterProvider or
+// Logger, and a sender with a Close method shared without [Config.SharedSender]. A store,
+// sender or MeterProvider passed by value has no identity to check.
+func (s *instanceSet) take(p *Publisher) (release func(), err error) {
+	storeKey, sendKey := identity(p.store), identity(p.sender)
+	if _, closes := p.sender.(io.Closer); !closes {
+		sendKey = nil // nothing to close under the others
 	}
-	k := instanceKey{store: store, id: id}
+	k := instanceKey{store: storeKey, id: p.cfg.InstanceID}
+	var names []nameKey
+	if p.cfg.StoreName != "" && storeKey != nil {
+		names = append(names, nameKey{scope: p.cfg.Logger, name: p.cfg.StoreName})
+		if mp := identity(p.cfg.MeterProvider); mp != nil {
+			names = append(names, nameKey{scope: mp, name: p.cfg.StoreName})
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.running[k] {
-		return nil, fmt.Errorf("%w: another publisher of this store runs with InstanceID %q in this process; give each its own (DefaultInstanceID returns a new one on each call)",
-			ErrAlreadyRunning, id)
+	if storeKey != nil {
+		if s.running[k] {
+			return nil, fmt.Errorf("%w: another publisher of this store runs with InstanceID %q in this process; give each its own (DefaultInstanceID returns a new one on each call)",
+				ErrAlreadyRunning, k.id)
+		}
+		for _, n := range names {
+			if u, ok := s.names[n]; ok && u.store != storeKey {
+				return nil, fmt.Errorf("%w: StoreName %q is another store's: a publisher of a different store runs under it in this process, with the same MeterProvider or Logger; give each store a name of its own, and all the publishers of one database one store value",
+					ErrInvalidConfig, n.name)
+			}
+		}
 	}
-	s.running[k] = true
+	if u := s.senders[sendKey]; sendKey != nil && u.runs > 0 && (u.owners > 0 || !p.cfg.SharedSender) {
+		return nil, fmt.Errorf("%w: the sender is in use by another running publisher: set Config.SharedSender on every publisher that shares it, and close it once after them (the Close of a publisher that owns its sender closes it under the others)",
+			ErrInvalidConfig)
+	}
+	owner := 0
+	if !p.cfg.SharedSender {
+		owner = 1
+	}
+	if storeKey != nil {
+		s.running[k] = true
+	}
+	for _, n := range names {
+		s.names[n] = nameUse{store: storeKey, runs: s.names[n].runs + 1}
+	}
+	if sendKey != nil {
+		u := s.senders[sendKey]
+		s.senders[sendKey] = senderUse{runs: u.runs + 1, owners: u.owners + owner}
+	}
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		delete(s.running, k)
+		if storeKey != nil {
+			delete(s.running, k)
+		}
+		for _, n := range names {
+			if u := s.names[n]; u.runs > 1 {
+				s.names[n] = nameUse{store: u.store, runs: u.runs - 1}
+			} else {
+				delete(s.names, n)
+			}
+		}
+		if sendKey != nil {
+			if u := s.senders[sendKey]; u.runs > 1 {
+				s.senders[sendKey] = senderUse{runs: u.runs - 1, owners: u.owners - owner}
+			} else {
+				delete(s.senders, sendKey)
+			}
+		}
 	}, nil
+}
+
+// identity returns v itself when it is a pointer, something two values can be compared by
+// to tell one from another; nil otherwise (nil too).
+func identity(v any) any {
+	if t := reflect.TypeOf(v); t == nil || t.Kind() != reflect.Pointer {
+		return nil
+	}
+	return v
 }
 
 // loop runs fn, then waits the delay it returned, until ctx is done: a fixed delay, so runs

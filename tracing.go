@@ -129,8 +129,9 @@ type sendTracing struct {
 }
 
 // newSendTracing returns the send tracing for tp and the sender info says, or nil if tp is
-// nil. A span is named for the sender's topic if it names one, else "outbox send".
-func newSendTracing(tp trace.TracerProvider, info SenderInfo) *sendTracing {
+// nil. A span is named for the sender's topic if it names one, else "outbox send"; a named
+// store ([Config.StoreName]) is its attribute outbox.store.
+func newSendTracing(tp trace.TracerProvider, info SenderInfo, store string) *sendTracing {
 	if tp == nil {
 		return nil
 	}
@@ -145,6 +146,9 @@ func newSendTracing(tp trace.TracerProvider, info SenderInfo) *sendTracing {
 	}
 	if info.System != "" {
 		t.attrs = append(t.attrs, attribute.String("messaging.system", info.System))
+	}
+	if store != "" {
+		t.attrs = append(t.attrs, attribute.String("outbox.store", store))
 	}
 	return t
 }

@@ -278,6 +278,9 @@ func (a *app) show(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usagef("show takes exactly one id or event_id, got %d arguments", len(pos))
 	}
+	if err := a.perTable(); err != nil {
+		return err
+	}
 	r, err := parseRef(pos[0])
 	if err != nil {
 		return err
@@ -441,6 +444,10 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 		return usagef("give ids (or event_ids) or a filter, not both")
 	case !byID && !ff.set() && !*all:
 		return usagef("say which events: ids, a filter (--type, --biz-no, --min-id, --max-id, --since, --until) or --all")
+	case byID:
+		if err := a.perTable(); err != nil {
+			return err
+		}
 	}
 	refs, err := parseRefs(pos)
 	if err != nil {

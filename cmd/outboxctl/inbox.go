@@ -38,7 +38,7 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 		return usagef("--group is required")
 	}
 	if a.dsn == "" {
-		return usagef("no database: give -dsn or set OUTBOX_DSN")
+		return usagef("no database: give -dsn or set OUTBOX_DSN (or name stores with -store NAME=DSN)")
 	}
 	cfg, err := mysql.ParseDSN(a.dsn)
 	if err != nil {
@@ -51,6 +51,9 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 	if sub == "resend" {
 		if len(pos) == 0 {
 			return usagef("resend needs the ids of the rejected messages")
+		}
+		if err := a.perTable(); err != nil {
+			return err
 		}
 		for _, p := range pos {
 			id, err := strconv.ParseInt(p, 10, 64)

@@ -12,7 +12,11 @@
 // names it: a value that is a UUID is an event_id, a positive integer an id.
 //
 // The database and table come from -dsn and -table, or from OUTBOX_DSN and OUTBOX_TABLE.
-// Output is an aligned table, or JSON with --json. Anything that changes rows by filter
+// A service that publishes several databases (shards, a database per tenant) names each
+// with -store NAME=DSN (repeated, or one a line in a -stores file), by the names its
+// publishers have in Config.StoreName; -on NAME runs the command against one of them, and
+// -on all against each in turn, going on past a database that fails. Output is an aligned
+// table, or JSON with --json. Anything that changes rows by filter
 // first says how many it would change and changes them only with --yes. Bad input exits
 // with status 2 and changes nothing; a failure exits with status 1.
 package main
@@ -59,6 +63,9 @@ func main() {
 // app is one invocation: its global settings and where it writes.
 type app struct {
 	dsn, table     string
+	stores         []namedStore // -store and -stores, in order
+	on             string       // -on: the store to run against, or all
+	each           bool         // the command runs against every store (-on all)
 	connectTimeout time.Duration
 	stdout, stderr io.Writer
 	store          *outbox.MySQLStore
@@ -83,6 +90,9 @@ Commands:
 
 ID is the row's id (a positive integer) or its event_id (the UUID consumers see).
 
+Several databases: name each with -store NAME=DSN (or list them in a -stores file), and
+choose with -on NAME, or -on all for each in turn (ids are per table: not with -on all).
+
 Run 'outboxctl COMMAND --help' for a command's flags.
 
 Global flags:
@@ -95,6 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&a.dsn, "dsn", os.Getenv("OUTBOX_DSN"), "MySQL DSN, e.g. user:pass@tcp(127.0.0.1:3306)/app; defaults to $OUTBOX_DSN")
 	fs.StringVar(&a.table, "table", cmpOr(os.Getenv("OUTBOX_TABLE"), "t_event_record"), "outbox table; defaults to $OUTBOX_TABLE, else")
 	fs.DurationVar(&a.connectTimeout, "connect-timeout", 5*time.Second, "how long to wait for the database to answer")
+	fs.Func("store", "a named database, `NAME=DSN`, NAME as the publishers' Config.StoreName; repeat for each (instead of -dsn)", a.addStore)
+	storesFile := fs.String("stores", "", "a `FILE` of named databases, one NAME=DSN a line (# comments), as -store")
+	fs.StringVar(&a.on, "on", "", "the store to run the command against (`NAME`), or all for each in turn; needed with several stores")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, globalUsage)
 		fs.PrintDefaults()
@@ -107,6 +120,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
+		return exitUsage
+	}
+	dsnSet := false
+	fs.Visit(func(f *flag.Flag) { dsnSet = dsnSet || f.Name == "dsn" })
+	if *storesFile != "" {
+		if err := a.readStores(*storesFile); err != nil {
+			fmt.Fprintf(stderr, "outboxctl: %v\n", err)
+			return exitUsage
+		}
+	}
+	stores, err := a.targets(dsnSet)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxctl: %v\n", err)
 		return exitUsage
 	}
 	cmds := map[string]func(context.Context, []string) error{
@@ -125,25 +151,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outboxctl: unknown command %q (want stats, list, show, requeue, purge, blocked, skip or inbox)\n", name)
 		return exitUsage
 	}
+	if a.on == onAll {
+		return a.runEach(ctx, name, cmd, stores, rest)
+	}
+	a.dsn = stores[0].dsn
+	code, _ := a.exec(ctx, name, stores[0].name, cmd, rest)
+	return code
+}
+
+// exec runs cmd against the database of a.dsn (the store named store, "" for -dsn), closes
+// it, reports the error on stderr, and returns the exit status and the error.
+func (a *app) exec(ctx context.Context, name, store string, cmd func(context.Context, []string) error, args []string) (int, error) {
 	defer func() {
 		if a.db != nil {
 			_ = a.db.Close()
 		}
+		a.db, a.store, a.admin = nil, nil, nil
 	}()
-	err := cmd(ctx, rest)
+	err := cmd(ctx, args)
+	where := name
+	if store != "" {
+		where += " on " + store
+	}
 	switch {
 	case err == nil:
-		return exitOK
+		return exitOK, nil
 	case errors.Is(err, flag.ErrHelp):
-		return exitOK
+		return exitOK, nil
 	case errors.Is(err, errQuiet):
-		return exitUsage
+		return exitUsage, err
 	case errors.As(err, new(usageError)), errors.Is(err, outbox.ErrInvalidInput), errors.Is(err, outbox.ErrInvalidConfig):
-		fmt.Fprintf(stderr, "outboxctl %s: %v\n", name, err)
-		return exitUsage
+		fmt.Fprintf(a.stderr, "outboxctl %s: %v\n", where, err)
+		return exitUsage, err
 	default:
-		fmt.Fprintf(stderr, "outboxctl %s: %v\n", name, err)
-		return exitFail
+		fmt.Fprintf(a.stderr, "outboxctl %s: %v\n", where, err)
+		return exitFail, err
 	}
 }
 
@@ -188,7 +230,7 @@ func (a *app) newFlags(name, usage, about string) *flag.FlagSet {
 // misspelt DSN is reported before anything else.
 func (a *app) open(ctx context.Context) error {
 	if a.dsn == "" {
-		return usagef("no database: give -dsn or set OUTBOX_DSN")
+		return usagef("no database: give -dsn or set OUTBOX_DSN (or name stores with -store NAME=DSN)")
 	}
 	cfg, err := mysql.ParseDSN(a.dsn)
 	if err != nil {

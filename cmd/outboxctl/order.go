@@ -82,6 +82,9 @@ func (a *app) skip(ctx context.Context, args []string) error {
 	if len(pos) == 0 {
 		return usagef("skip takes one or more ids or event_ids")
 	}
+	if err := a.perTable(); err != nil {
+		return err
+	}
 	refs, err := parseRefs(pos)
 	if err != nil {
 		return err
