@@ -147,7 +147,8 @@ type RocketMQConfig struct {
 //	  - code 13 MESSAGE_ILLEGAL: body over the broker's maxMessageSize, properties over
 //	    32 KB, and the like;
 //	  - an empty payload, refused by the sender before any send: the broker fails a
-//	    message without a body on every attempt.
+//	    message without a body on every attempt; with CloudEvents on, an event without an
+//	    event id or type, which a CloudEvent must have.
 //	Unavailable (back to WAIT, no retry counted; the publisher pauses and probes): the
 //	broker, its route or the way to it is down, and the same send works once it is back.
 //	  - no route: "route info not found" (the name server does not answer, or the topic
