@@ -22,7 +22,7 @@ import (
 const MavenEnv = "MVN"
 
 // JavaCloudEvent is one line of the cloudeventsconsumer program: one message of a topic as the
-// CloudEvents Java SDK's RocketMQ binding read it, beside the message's own properties.
+// CloudEvents Java SDK read it by the RocketMQ binding, beside the message's own properties.
 type JavaCloudEvent struct {
 	MsgID string `json:"msgId"`
 	// EventID, EventType and BizNo are the message's eventId, eventType and bizNo properties.
@@ -48,13 +48,13 @@ type JavaCloudEvent struct {
 	Extensions []string `json:"extensions"`
 }
 
-// ReadCloudEventsWithJavaSDK reads topic from its first offset in a Java process (the
-// cloudeventsconsumer program beside this file: RocketMQ's Java client and the CloudEvents
-// Java SDK's RocketMQ binding, resolved by Maven), until n distinct eventIds have come, and
-// returns what it printed for every message. It fails t if they have not come within timeout,
-// and skips it (or fails it, under OUTBOX_REQUIRE_SERVICES=1) without Java or Maven, or when
-// Maven cannot resolve the SDK.
-func ReadCloudEventsWithJavaSDK(t testing.TB, topic string, n int, timeout time.Duration) []JavaCloudEvent {
+// ReadCloudEventsWithJava reads topic from its first offset in a Java process (the
+// cloudeventsconsumer program beside this file: RocketMQ's Java client, and the CloudEvents
+// Java SDK's core under a reader written to the RocketMQ binding, resolved by Maven), until n
+// distinct eventIds have come, and returns what it printed for every message. It fails t if
+// they have not come within timeout, and skips it (or fails it, under
+// OUTBOX_REQUIRE_SERVICES=1) without Java or Maven, or when Maven cannot resolve the SDK.
+func ReadCloudEventsWithJava(t testing.TB, topic string, n int, timeout time.Duration) []JavaCloudEvent {
 	t.Helper()
 	ns := RocketMQNameServer(t)
 	jvm, err := cloudEventsJVM()
@@ -128,7 +128,7 @@ var cloudEventsJVM = sync.OnceValues(func() (javaConsumer, error) {
 	cmd := exec.CommandContext(ctx, mvn, "-q", "-B", "-f", filepath.Join(cloudEventsConsumerDir(), "pom.xml"),
 		"dependency:build-classpath", "-Dmdep.outputFile="+out)
 	if log, err := cmd.CombinedOutput(); err != nil {
-		return javaConsumer{}, fmt.Errorf("could not resolve the CloudEvents Java SDK's RocketMQ binding with Maven: %v\n%s", err, tail(string(log), 40))
+		return javaConsumer{}, fmt.Errorf("could not resolve the CloudEvents Java SDK and RocketMQ's Java client with Maven: %v\n%s", err, tail(string(log), 40))
 	}
 	cp, err := os.ReadFile(out)
 	if err != nil {

@@ -1,5 +1,10 @@
 import io.cloudevents.CloudEvent;
-import io.cloudevents.rocketmq.RocketMqMessageFactory;
+import io.cloudevents.SpecVersion;
+import io.cloudevents.core.data.BytesCloudEventData;
+import io.cloudevents.core.message.MessageReader;
+import io.cloudevents.core.message.impl.BaseGenericBinaryMessageReaderImpl;
+import io.cloudevents.core.message.impl.GenericStructuredMessageReader;
+import io.cloudevents.core.message.impl.MessageUtils;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.HashMap;
@@ -9,27 +14,32 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.function.BiConsumer;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 
 /**
- * The consumer the tests read through testsvc.ReadCloudEventsWithJavaSDK: it reads every
- * message of a topic with RocketMQ's Java client, from the first offset, and has the
- * CloudEvents Java SDK's RocketMQ binding (cloudevents-rocketmq) read each as a CloudEvent.
+ * The consumer the tests read through testsvc.ReadCloudEventsWithJava: it reads every message
+ * of a topic with RocketMQ's Java client, from the first offset, and reads each as a
+ * CloudEvent with the CloudEvents Java SDK (cloudevents-core), by the RocketMQ binding's
+ * binary content mode.
  *
  * <p>Usage: java -cp CLASSPATH CloudEventsConsumer.java NAMESRV TOPIC GROUP COUNT SECONDS
  *
- * <p>It prints one JSON line per message on stdout, what the binding read (or why it could
- * not) beside the message's own properties, and exits once COUNT distinct eventIds have
- * come, with 0, or after SECONDS, with 1.
+ * <p>It prints one JSON line per message on stdout, what the SDK read (or why it could not)
+ * beside the message's own properties, and exits once COUNT distinct eventIds have come,
+ * with 0, or after SECONDS, with 1.
  *
- * <p>The binding's factory has two readers: one of a MessageView of rocketmq-client-java,
- * which talks gRPC to a RocketMQ Proxy, and one of a message's content type, properties
- * and body, which this one calls. The test broker runs no proxy, so the messages come
- * through the remoting client; their user properties are what a MessageView's would be
- * (the client's system properties are left out).
+ * <p>The SDK's own RocketMQ module (io.cloudevents:cloudevents-rocketmq) is not what reads
+ * them here: Maven Central as this project's machines reach it serves cloudevents-core but
+ * not that module. {@link RocketMQBinaryReader} is the binding's reader written to the
+ * binding (the draft in apache/rocketmq-externals, with the property names of that module's
+ * RocketmqConstants): the SDK's core does the rest as it does for that module, from the
+ * choice of the content mode (MessageUtils.parseStructuredOrBinaryMessage) to the
+ * attributes' checks (CloudEventBuilder: id, source as a java.net.URI, type, time as an RFC
+ * 3339 OffsetDateTime).
  */
 public class CloudEventsConsumer {
     public static void main(String[] args) throws Exception {
@@ -82,9 +92,7 @@ public class CloudEventsConsumer {
         });
         out.put("ceProperties", ce);
         try {
-            CloudEvent ev = RocketMqMessageFactory
-                .createReader(props.get("CE_contenttype"), props, m.getBody())
-                .toEvent();
+            CloudEvent ev = RocketMQBinaryReader.reader(props, m.getBody()).toEvent();
             out.put("specversion", ev.getSpecVersion().toString());
             out.put("id", ev.getId());
             out.put("type", ev.getType());
@@ -150,5 +158,59 @@ public class CloudEventsConsumer {
             }
         }
         return b.append('"').toString();
+    }
+}
+
+/**
+ * RocketMQBinaryReader reads a RocketMQ message's user properties and body as a CloudEvent, by
+ * the RocketMQ binding: a CE_contenttype that names a CloudEvents event format means the
+ * structured content mode; otherwise CE_specversion marks the binary content mode, in which
+ * CE_contenttype is datacontenttype, every other CE_x property is attribute x, and the body
+ * is the data.
+ */
+final class RocketMQBinaryReader extends BaseGenericBinaryMessageReaderImpl<String, String> {
+    static final String PREFIX = "CE_";
+    static final String CONTENT_TYPE = "CE_contenttype";
+    static final String SPEC_VERSION = "CE_specversion";
+
+    private final Map<String, String> properties;
+
+    private RocketMQBinaryReader(SpecVersion version, Map<String, String> properties, byte[] body) {
+        super(version, body == null || body.length == 0 ? null : BytesCloudEventData.wrap(body));
+        this.properties = properties;
+    }
+
+    /** reader returns the reader of a message with these user properties and body. */
+    static MessageReader reader(Map<String, String> properties, byte[] body) {
+        return MessageUtils.parseStructuredOrBinaryMessage(
+            () -> properties.get(CONTENT_TYPE),
+            format -> new GenericStructuredMessageReader(format, body),
+            () -> properties.get(SPEC_VERSION),
+            version -> new RocketMQBinaryReader(version, properties, body));
+    }
+
+    @Override
+    protected boolean isContentTypeHeader(String key) {
+        return CONTENT_TYPE.equals(key);
+    }
+
+    @Override
+    protected boolean isCloudEventsHeader(String key) {
+        return key.startsWith(PREFIX) && key.length() > PREFIX.length();
+    }
+
+    @Override
+    protected String toCloudEventsKey(String key) {
+        return key.substring(PREFIX.length());
+    }
+
+    @Override
+    protected void forEachHeader(BiConsumer<String, String> fn) {
+        properties.forEach(fn);
+    }
+
+    @Override
+    protected String toCloudEventsValue(String value) {
+        return value;
     }
 }
