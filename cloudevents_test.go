@@ -271,8 +271,8 @@ func readBinaryCloudEvent(m *primitive.MessageExt) (boundCloudEvent, error) {
 
 // ceSetup inserts n events and publishes them through a real broker, on a fresh topic, with
 // CloudEvents on; before, if not nil, runs once the topic exists. It returns the topic, the
-// sender's source and content type, and the events as stored, by event id.
-func ceSetup(t *testing.T, n int, before func(topic string)) (topic, source, contentType string, events map[string]outbox.Event) {
+// sender's source and content type, the events as stored, by event id, and the sender.
+func ceSetup(t *testing.T, n int, before func(topic string)) (topic, source, contentType string, events map[string]outbox.Event, sender *outbox.RocketMQSender) {
 	t.Helper()
 	b := setup(t)
 	topic = testsvc.NewTopic(t, "OUTBOX_CE")
@@ -297,20 +297,28 @@ func ceSetup(t *testing.T, n int, before func(topic string)) (topic, source, con
 		ev := b.get(t, id)
 		events[ev.EventID] = ev
 	}
-	return topic, source, contentType, events
+	return topic, source, contentType, events, sender
 }
 
 // Events published with CloudEvents on arrive at a real consumer as CloudEvents in binary
 // content mode that a consumer written to the binding reads: id the event id, type the
 // event type, the configured source and content type, time the create_time the database
 // holds (to the millisecond), the payload as data; the eventId, eventType and bizNo
-// properties, key and tag as without CloudEvents.
+// properties, key and tag as without CloudEvents. The publisher sends them as its claim mode
+// does (a batch, or one by one); then they are sent again in key order, batches queue by
+// queue, as in a key-ordered table.
 func TestCloudEventsOnARealBroker(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	var consumer *testsvc.Consumer
-	_, source, contentType, events := ceSetup(t, n, func(topic string) { consumer = testsvc.Consume(t, topic) })
+	_, source, contentType, events, sender := ceSetup(t, n, func(topic string) { consumer = testsvc.Consume(t, topic) })
 	consumer.WaitDistinct(t, n, time.Minute)
+	again := slices.SortedFunc(maps.Values(events), func(a, b outbox.Event) int { return int(a.ID - b.ID) })
+	for i, err := range sender.Send(context.Background(), again, true) {
+		require.NoError(t, err, "key-ordered send of event %d", again[i].ID)
+	}
+	require.Eventually(t, func() bool { return len(consumer.Messages()) >= 2*n }, time.Minute, 50*time.Millisecond,
+		"the key-ordered sends arrive")
 
 	for _, m := range consumer.Messages() {
 		ev, ok := events[m.GetProperty(outbox.PropertyEventID)]
@@ -342,7 +350,8 @@ func TestCloudEventsOnARealBroker(t *testing.T) {
 func TestCloudEventsJavaSDKReadsThem(t *testing.T) {
 	t.Parallel()
 	const n = 10
-	topic, source, contentType, events := ceSetup(t, n, nil)
+	testsvc.RequireCloudEventsJava(t)
+	topic, source, contentType, events, _ := ceSetup(t, n, nil)
 	read := testsvc.ReadCloudEventsWithJava(t, topic, n, 2*time.Minute)
 	require.GreaterOrEqual(t, len(read), n)
 	t.Logf("the Java SDK read %d messages, e.g. %+v", len(read), read[0])

@@ -57,10 +57,7 @@ type JavaCloudEvent struct {
 func ReadCloudEventsWithJava(t testing.TB, topic string, n int, timeout time.Duration) []JavaCloudEvent {
 	t.Helper()
 	ns := RocketMQNameServer(t)
-	jvm, err := cloudEventsJVM()
-	if err != nil {
-		missing(t, err)
-	}
+	jvm := need(t, cloudEventsJVM)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
 	home := t.TempDir() // the client's logs go under user.home
@@ -89,6 +86,14 @@ func ReadCloudEventsWithJava(t testing.TB, topic string, n int, timeout time.Dur
 		t.Fatalf("cloudevents consumer: %v (%d lines read)\n%s", runErr, len(events), tail(stderr.String(), 40))
 	}
 	return events
+}
+
+// RequireCloudEventsJava skips t (or fails it, under OUTBOX_REQUIRE_SERVICES=1) unless
+// [ReadCloudEventsWithJava] can run: Java is there, and Maven resolves the consumer's jars.
+// For a test to call before it does any work.
+func RequireCloudEventsJava(t testing.TB) {
+	t.Helper()
+	need(t, cloudEventsJVM)
 }
 
 // cloudEventsConsumerDir is the directory of the Java consumer and its pom.xml.
