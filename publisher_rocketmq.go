@@ -110,6 +110,21 @@ type RocketMQConfig struct {
 	// An option that sets the queue selector replaces the one key order needs.
 	ProducerOptions []producer.Option
 
+	// CloudEventsSource, if set, makes every message a CloudEvent in binary content mode as
+	// well, by the RocketMQ binding of CloudEvents (see docs/cloudevents.md): the user
+	// properties CE_specversion ("1.0"), CE_id (the event id), CE_source (this value),
+	// CE_type (the event type), CE_time (the event's create_time, RFC 3339 in UTC) and
+	// CE_contenttype (CloudEventsContentType), beside the usual ones, which stay. It must be
+	// a URI-reference (RFC 3986), e.g. "/order-service" or "urn:example:order-service", of
+	// at most 1024 bytes. Defaults to "": no CloudEvents attributes.
+	CloudEventsSource string
+
+	// CloudEventsContentType is the CloudEvents datacontenttype of every event: the media
+	// type of the payloads (RFC 2046, at most 1024 bytes), never a CloudEvents event format
+	// (application/cloudevents...), which marks the structured content mode. Only with
+	// CloudEventsSource. Defaults to "application/json".
+	CloudEventsContentType string
+
 	// Logger, if set, receives the logs of every RocketMQ client in the process: the sender
 	// calls [RouteRocketMQClientLogs] with it. The client's logger is process-wide, so this
 	// is a process-wide choice (the last sender made with a Logger decides where the logs
@@ -122,7 +137,8 @@ type RocketMQConfig struct {
 // RocketMQSender is the [Sender] that publishes events to Apache RocketMQ with a synchronous
 // send. The message body is the payload; its properties are eventId, eventType and bizNo
 // (and traceparent and tracestate, for an event stored with a trace context); its key is
-// the biz no (so a lookup by key finds it) and its tag the event type.
+// the biz no (so a lookup by key finds it) and its tag the event type. With
+// [RocketMQConfig.CloudEventsSource] the message is also a CloudEvent in binary content mode.
 //
 // A send succeeds only when the broker answers SEND_OK. A failed send's error says whose
 // fault it is, decided from what rocketmq-client-go returns:
@@ -131,7 +147,8 @@ type RocketMQConfig struct {
 //	  - code 13 MESSAGE_ILLEGAL: body over the broker's maxMessageSize, properties over
 //	    32 KB, and the like;
 //	  - an empty payload, refused by the sender before any send: the broker fails a
-//	    message without a body on every attempt.
+//	    message without a body on every attempt; with CloudEvents on, an event without an
+//	    event id or type, which a CloudEvent must have.
 //	Unavailable (back to WAIT, no retry counted; the publisher pauses and probes): the
 //	broker, its route or the way to it is down, and the same send works once it is back.
 //	  - no route: "route info not found" (the name server does not answer, or the topic
@@ -162,6 +179,7 @@ type RocketMQSender struct {
 	timeout  time.Duration
 	maxBatch int
 	owned    bool
+	ce       *cloudEvents // nil: no CloudEvents attributes
 
 	// selector is the queue selector of the producer: it sends a message with a queue set
 	// to that queue, one with a sharding key to its key's queue, and others in turn. Nil
@@ -244,7 +262,11 @@ func newRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	case attempts < 0:
 		return nil, fmt.Errorf("%w: SendAttempts must be positive, got %d", ErrInvalidConfig, attempts)
 	}
-	return &RocketMQSender{topic: topic, timeout: timeout, maxBatch: maxBatch}, nil
+	ce, err := newCloudEvents(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &RocketMQSender{topic: topic, timeout: timeout, maxBatch: maxBatch, ce: ce}, nil
 }
 
 // Info implements [Sender]: the topic, and the send timeout the producer was built with
@@ -257,7 +279,8 @@ func (s *RocketMQSender) Info() SenderInfo {
 // stored with the event, never the row id: row ids repeat when the table is recreated or a
 // backup restored, and between tables that publish to one topic. An event stored with a
 // well-formed W3C trace context also carries it, as the traceparent and tracestate
-// properties. In key order the biz no is the sharding key.
+// properties. In key order the biz no is the sharding key. With CloudEvents on, it carries
+// the event's CloudEvents attributes too.
 func (s *RocketMQSender) message(ev Event, keyOrder bool) *primitive.Message {
 	msg := primitive.NewMessage(s.topic, ev.Payload)
 	msg.WithProperty(PropertyEventID, ev.EventID)
@@ -268,6 +291,9 @@ func (s *RocketMQSender) message(ev Event, keyOrder bool) *primitive.Message {
 		if state != "" {
 			msg.WithProperty(PropertyTraceState, state)
 		}
+	}
+	if s.ce != nil {
+		s.ce.set(msg, &ev)
 	}
 	msg.WithKeys([]string{ev.BizNo})
 	msg.WithTag(ev.EventType)
@@ -293,10 +319,22 @@ func (s *RocketMQSender) begin() error {
 // a NullPointerException), on every attempt.
 var errEmptyBody = Permanent(errors.New("rocketmq: the payload is empty; RocketMQ does not accept a message without a body"))
 
-// sendOne sends one event alone, with the client's retries across brokers.
-func (s *RocketMQSender) sendOne(ctx context.Context, ev Event, keyOrder bool) error {
+// refuse returns why ev cannot be sent at all (a [Permanent] error), or nil: it has no
+// payload, or, with CloudEvents on, no event id or type.
+func (s *RocketMQSender) refuse(ev *Event) error {
 	if len(ev.Payload) == 0 {
 		return errEmptyBody
+	}
+	if s.ce != nil {
+		return s.ce.refuse(ev)
+	}
+	return nil
+}
+
+// sendOne sends one event alone, with the client's retries across brokers.
+func (s *RocketMQSender) sendOne(ctx context.Context, ev Event, keyOrder bool) error {
+	if err := s.refuse(&ev); err != nil {
+		return err
 	}
 	res, err := s.producer.SendSync(ctx, s.message(ev, keyOrder))
 	return sendOutcome("send", res, err)
@@ -340,11 +378,11 @@ func (s *RocketMQSender) Send(ctx context.Context, evs []Event, keyOrder bool) [
 		return errs
 	}
 
-	// The positions of the events to send: an event without a payload fails alone.
+	// The positions of the events to send: an event refused (no payload) fails alone.
 	todo := make([]int, 0, len(evs))
-	for i, ev := range evs {
-		if len(ev.Payload) == 0 {
-			errs[i] = errEmptyBody
+	for i := range evs {
+		if err := s.refuse(&evs[i]); err != nil {
+			errs[i] = err
 		} else {
 			todo = append(todo, i)
 		}
@@ -444,6 +482,9 @@ func (s *RocketMQSender) messageSize(ev Event, keyOrder bool) int {
 	n := len(ev.Payload) + 2*len(ev.BizNo) + 2*len(ev.EventType) + len(ev.TraceParent) + len(ev.TraceState) + 20 + 128
 	if keyOrder {
 		n += len(ev.BizNo) + len(primitive.PropertyShardingKey) + 2
+	}
+	if s.ce != nil {
+		n += s.ce.size(&ev)
 	}
 	return n
 }

@@ -128,14 +128,14 @@ type keyOrderedBatch struct {
 // sendInKeyOrder is Send of a batch in key order (see Send).
 func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs []error) {
 	b := &keyOrderedBatch{s: s, evs: evs, errs: errs, failed: map[string]error{}}
-	// An event without a payload fails at its turn: it and the rest of its biz no are held
-	// back, and answered once the biz no's earlier events are.
+	// An event the sender refuses (no payload) fails at its turn: it and the rest of its biz
+	// no are held back, and answered once the biz no's earlier events are.
 	todo := make([]int, 0, len(evs))
 	var held []bool
-	empty := map[string]bool{}
+	refused := map[string]bool{}
 	for i, ev := range evs {
-		if empty[ev.BizNo] || len(ev.Payload) == 0 {
-			empty[ev.BizNo] = true
+		if refused[ev.BizNo] || s.refuse(&evs[i]) != nil {
+			refused[ev.BizNo] = true
 			if held == nil {
 				held = make([]bool, len(evs))
 			}
@@ -186,9 +186,9 @@ func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs [
 	wg.Wait()
 }
 
-// answerHeld answers the events held back after an event without a payload, once the
-// others are answered: the empty event fails (Permanent) if its biz no's earlier events were
-// all sent, and is not sent otherwise; its biz no's later events are not sent.
+// answerHeld answers the events held back after an event the sender refuses, once the
+// others are answered: the refused event fails (Permanent) if its biz no's earlier events
+// were all sent, and is not sent otherwise; its biz no's later events are not sent.
 func (b *keyOrderedBatch) answerHeld(held []bool) {
 	stopped := map[string]error{} // biz no -> its first error in the batch
 	for i, ev := range b.evs {
@@ -200,8 +200,10 @@ func (b *keyOrderedBatch) answerHeld(held []bool) {
 				stopped[key] = b.errs[i]
 			}
 		case cause == nil:
-			b.errs[i] = errEmptyBody
-			stopped[key] = errEmptyBody
+			// The first held event of its biz no: the refused one.
+			refusal := b.s.refuse(&b.evs[i])
+			b.errs[i] = refusal
+			stopped[key] = refusal
 		case errors.Is(cause, ErrNotSent):
 			b.errs[i] = cause
 		default:

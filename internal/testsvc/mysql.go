@@ -39,11 +39,17 @@ var mysqlOnce = sync.OnceValues(findMySQL)
 // MySQLDSN returns the DSN of the test database, skipping or failing t if there is none.
 func MySQLDSN(t testing.TB) string {
 	t.Helper()
-	dsn, err := mysqlOnce()
+	return need(t, mysqlOnce)
+}
+
+// need returns what find finds, skipping or failing t (see missing) if it finds nothing.
+func need[T any](t testing.TB, find func() (T, error)) T {
+	t.Helper()
+	v, err := find()
 	if err != nil {
 		missing(t, err)
 	}
-	return dsn
+	return v
 }
 
 func missing(t testing.TB, err error) {

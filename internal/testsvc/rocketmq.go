@@ -44,11 +44,7 @@ var rocketmqOnce = sync.OnceValues(findRocketMQ)
 // is none.
 func RocketMQNameServer(t testing.TB) string {
 	t.Helper()
-	addr, err := rocketmqOnce()
-	if err != nil {
-		missing(t, err)
-	}
-	return addr
+	return need(t, rocketmqOnce)
 }
 
 func findRocketMQ() (string, error) {
