@@ -357,6 +357,54 @@ func TestRelayRecoversFromAPurgedPosition(t *testing.T) {
 	waitFor(t, 10*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 70 })
 }
 
+// Events that another program writes with a plain SQL INSERT of biz_no, event_type and
+// payload (docs/other-writers.md) are read from the binlog as InsertEvent's are: the row
+// image carries the event id and the times the columns' defaults gave the row, and the
+// relay sends each once, with that event id, without sweeping the table.
+func TestRelaySendsPlainSQLInserts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	topic := testsvc.NewTopic(t, "relay-plain")
+	c := testsvc.Consume(t, topic)
+	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	waitLeader(t, r)
+
+	_, err := e.db.Exec("INSERT INTO "+e.table+" (biz_no, event_type, payload) VALUES (?, ?, ?)", "plain-1", "ORDER_CREATED", []byte(`{"n":1}`))
+	require.NoError(t, err)
+	_, err = e.db.Exec("INSERT INTO " + e.table + ` (biz_no, event_type, payload) VALUES
+		('plain-2', 'ORDER_CREATED', '{"n":2}'), ('plain-3', 'ORDER_CREATED', '{"n":3}'), ('plain-4', 'ORDER_PAID', '{"n":4}')`)
+	require.NoError(t, err)
+	// From a session in MIXED format (MariaDB's default): UUID() is unsafe for statement
+	// logging, so the server logs the insert as rows, and the relay reads it as such.
+	conn, err := e.db.Conn(context.Background())
+	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), "SET SESSION binlog_format = 'MIXED'")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), "INSERT INTO "+e.table+" (biz_no, event_type, payload) VALUES ('plain-5', 'ORDER_CREATED', '{}')")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	goIDs := e.insert(t, 1, byIndex("go"))
+	ids := testsvc.EventIDs(t, e.db, e.table)
+	require.Len(t, ids, 6)
+	c.WaitDistinct(t, 6, 60*time.Second)
+	waitFor(t, 10*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 6 })
+
+	deliveries := c.Deliveries()
+	for _, eventID := range ids {
+		assert.Equal(t, 1, deliveries[eventID], "event %s", eventID)
+	}
+	assert.Contains(t, deliveries, goIDs[0])
+	for _, m := range c.Messages() {
+		var bizNo string
+		require.NoError(t, e.db.QueryRow("SELECT biz_no FROM "+e.table+" WHERE event_id = ?", m.GetProperty("eventId")).Scan(&bizNo))
+		assert.Equal(t, bizNo, m.GetProperty("bizNo"))
+	}
+	st := r.Stats()
+	assert.Equal(t, int64(6), st.Sent)
+	assert.Zero(t, st.Swept, "read from the binlog, not from the table")
+	assert.Zero(t, st.Handovers, "no statement to follow: the MIXED session's insert was logged as rows")
+}
+
 // A statement the row reader cannot follow (an insert from a session that logs statements,
 // DDL on the outbox table, TRUNCATE) makes the relay sweep the table and read on from the
 // current position: nothing committed is lost.
