@@ -382,6 +382,8 @@ func TestRelaySendsPlainSQLInserts(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.ExecContext(context.Background(), "INSERT INTO "+e.table+" (biz_no, event_type, payload) VALUES ('plain-5', 'ORDER_CREATED', '{}')")
 	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), "SET SESSION binlog_format = 'ROW'") // back to the pool as it came
+	require.NoError(t, err)
 	require.NoError(t, conn.Close())
 	goIDs := e.insert(t, 1, byIndex("go"))
 	ids := testsvc.EventIDs(t, e.db, e.table)
