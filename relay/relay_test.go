@@ -407,6 +407,64 @@ func TestRelaySendsPlainSQLInserts(t *testing.T) {
 	assert.Zero(t, st.Handovers, "no statement to follow: the MIXED session's insert was logged as rows")
 }
 
+// What the defaults for plain SQL inserts cost InsertEvent on MariaDB in MIXED format (its
+// default): they make every insert into the table unsafe for statement logging, so it is
+// logged as rows (with its statement's text beside them), where a table without them logs
+// the statement. The binlog bytes per insert are logged (docs/other-writers.md, "The binary
+// log", has the figures).
+func TestInsertEventBinlogInMixedFormat(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, "--binlog-format=MIXED")
+	db := srv.OpenDB(t)
+	ctx := context.Background()
+	position := func() (file string, pos int64) {
+		var doDB, ignoreDB string
+		require.NoError(t, db.QueryRow("SHOW MASTER STATUS").Scan(&file, &pos, &doDB, &ignoreDB))
+		return file, pos
+	}
+	for _, defaults := range []bool{false, true} {
+		table := testsvc.UniqueTable("t_mixed")
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: table})
+		require.NoError(t, err)
+		require.NoError(t, store.CreateSchema(ctx))
+		if !defaults { // the table as an earlier version made it
+			_, err = db.Exec("ALTER TABLE " + table + " ALTER COLUMN event_id DROP DEFAULT, ALTER COLUMN next_retry_time DROP DEFAULT, " +
+				"ALTER COLUMN create_time DROP DEFAULT, ALTER COLUMN update_time DROP DEFAULT")
+			require.NoError(t, err)
+		}
+		file, before := position()
+		const n = 100
+		for i := range n {
+			tx, err := store.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: fmt.Sprintf("ORD-%08d", i), EventType: "ORDER_CREATED",
+				Payload: []byte(strings.Repeat("a", 1024))})
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+		}
+		_, after := position()
+		types := map[string]int{}
+		rows, err := db.Query(fmt.Sprintf("SHOW BINLOG EVENTS IN '%s' FROM %d", file, before))
+		require.NoError(t, err)
+		for rows.Next() {
+			var log, typ, info string
+			var pos, serverID, end int64
+			require.NoError(t, rows.Scan(&log, &pos, &typ, &serverID, &end, &info))
+			if typ == "Query" && strings.Contains(info, "INSERT INTO") || strings.HasPrefix(typ, "Write_rows") {
+				types[typ]++
+			}
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+		t.Logf("defaults %v: %d binlog bytes per InsertEvent of 1 KiB, events %v", defaults, (after-before)/n, types)
+		if defaults {
+			assert.Equal(t, map[string]int{"Write_rows_v1": n}, types, "logged as rows")
+		} else {
+			assert.Equal(t, map[string]int{"Query": n}, types, "logged as statements")
+		}
+	}
+}
+
 // A statement the row reader cannot follow (an insert from a session that logs statements,
 // DDL on the outbox table, TRUNCATE) makes the relay sweep the table and read on from the
 // current position: nothing committed is lost.
