@@ -52,7 +52,8 @@
 // In normal operation it is sent once; after a crash, or a send that outlives the lease, it
 // may be sent twice, so consumers must be idempotent: they deduplicate on the eventId
 // property, the event's [Event.EventID]. That is a UUIDv7 generated once at insert and stored
-// in the row, so every send of the event carries it, and no other event ever has it. The row
+// in the row (a version-1 UUID from the database for a row another program wrote with plain
+// SQL), so every send of the event carries it, and no other event ever has it. The row
 // id is no substitute: it is unique in one table only, and repeats when the table is
 // recreated or truncated, a backup is restored, or two tables or services publish to one
 // topic, and a consumer keyed on it would drop new events as duplicates of old ones.

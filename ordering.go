@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 )
 
 // Ordering says whether, and how, the events of one biz no are published in order.
@@ -48,6 +49,7 @@ func (p *Publisher) check(ctx context.Context) error {
 	defer cancel()
 	o, err := p.store.Check(cctx)
 	p.keyOrder.Store(o != Unordered)
+	p.warnMissingDefaults(cctx)
 	switch {
 	case err == nil:
 		return nil
@@ -56,4 +58,24 @@ func (p *Publisher) check(ctx context.Context) error {
 	}
 	p.log.WarnContext(ctx, "outbox: could not check the table", slog.Any("error", err))
 	return nil
+}
+
+// warnMissingDefaults logs, for a MySQL store whose table was made by an earlier version, the
+// columns that lack the defaults other programs' plain INSERTs need: such an INSERT fails
+// (error 1364) until docs/upgrading.md's ALTER TABLE adds them. Nothing of the store's own
+// needs them, so it is a warning, and a table it cannot read is left to Check.
+func (p *Publisher) warnMissingDefaults(ctx context.Context) {
+	s, ok := p.store.(interface {
+		missingDefaults(context.Context) ([]string, error)
+	})
+	if !ok {
+		return
+	}
+	cols, err := s.missingDefaults(ctx)
+	if err != nil || len(cols) == 0 {
+		return
+	}
+	p.log.WarnContext(ctx, "outbox: the table has no server-side default for "+strings.Join(cols, ", ")+
+		": a plain SQL INSERT of biz_no, event_type and payload by another program fails until they are added "+
+		"(see docs/upgrading.md)", slog.Any("columns", cols))
 }

@@ -33,7 +33,9 @@ type Event struct {
 	ID int64
 	// EventID identifies the event for consumers: a UUIDv7 generated once at insert and
 	// stored in the row, so every send of the event carries the same id, and unique across
-	// tables, services and restored backups. Consumers deduplicate on it.
+	// tables, services and restored backups. Consumers deduplicate on it. A row that another
+	// program wrote with a plain SQL INSERT has the column's default instead, a version-1
+	// UUID from the database's UUID(), as unique and as stable (docs/other-writers.md).
 	EventID   string
 	BizNo     string
 	EventType string
@@ -473,13 +475,14 @@ const initialClaimLimit = 64
 //
 // Run first asks the store how it claims ([Store.Check]): a table that cannot serve the
 // store's [MySQLConfig.Ordering] is refused with an error wrapping [ErrInvalidConfig] that
-// names the fix; a store it cannot reach then is logged, not refused. Run refuses to start
-// a second time while it runs, and while another publisher of the same store with the same
-// [Config.InstanceID] runs in this process ([ErrAlreadyRunning]); after Close it returns
-// [ErrClosed]. It refuses, with an error wrapping [ErrInvalidConfig], a [Config.StoreName]
-// that a running publisher of another store with the same MeterProvider or Logger has, and
-// a sender with a Close method that a running publisher uses too, unless both set
-// [Config.SharedSender].
+// names the fix; a store it cannot reach then is logged, not refused, and so is a MySQL
+// table without the server-side defaults other programs' plain INSERTs need (see
+// [MySQLStore.Check]). Run refuses to start a second time while it runs, and while another
+// publisher of the same store with the same [Config.InstanceID] runs in this process
+// ([ErrAlreadyRunning]); after Close it returns [ErrClosed]. It refuses, with an error
+// wrapping [ErrInvalidConfig], a [Config.StoreName] that a running publisher of another
+// store with the same MeterProvider or Logger has, and a sender with a Close method that a
+// running publisher uses too, unless both set [Config.SharedSender].
 //
 // When it is stopped, Run stops claiming, lets the send in flight finish (it is bounded by
 // the send timeout) and records its outcome, returns to WAIT every event still SENDING

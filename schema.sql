@@ -1,14 +1,22 @@
 -- The outbox table. The publisher replaces the name t_event_record with the configured one.
 --
--- Requires MySQL 8.0+ or MariaDB 10.6+: the batch claim (the default) locks due rows with
+-- Requires MySQL 8.0.13+ or MariaDB 10.6+: the batch claim (the default) locks due rows with
 -- SELECT ... FOR UPDATE SKIP LOCKED and counts them with COUNT(*) OVER (), which older
--- servers do not have. The batch claim runs in READ COMMITTED, which InnoDB writes to the
+-- servers do not have, and the defaults below are expressions, which MySQL takes from
+-- 8.0.13. The batch claim runs in READ COMMITTED, which InnoDB writes to the
 -- binary log only as rows: with binary logging on, binlog_format must be ROW (MySQL's
 -- default) or MIXED (MariaDB's). With STATEMENT the server refuses the claim (error 1665,
 -- reported with this fix); ClaimPerRow works with any format.
 --
 -- Times are DATETIME(3) written by the database as UTC_TIMESTAMP(3): the database's clock,
 -- read in UTC so that sessions with different time_zone settings agree on every lease.
+--
+-- Every column that InsertEvent fills and a program of another language would not has a
+-- default on the server (event_id, next_retry_time, create_time, update_time; the others
+-- have constant ones), so that a plain
+--     INSERT INTO t_event_record (biz_no, event_type, payload) VALUES (?, ?, ?)
+-- writes a WAIT event due at once, as InsertEvent does (docs/other-writers.md). InsertEvent
+-- names every column and never uses them.
 CREATE TABLE IF NOT EXISTS t_event_record (
     id              BIGINT        NOT NULL AUTO_INCREMENT,
     -- the event's identity for consumers, sent as the eventId message property: a UUIDv7
@@ -22,7 +30,10 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- the ids do to the primary key. CHAR(36) in ascii is fixed-width, 36 bytes exactly
     -- (InnoDB stores a utf8mb4 CHAR with a variable length), and written once, so like the
     -- lease columns below it never changes a row's length; ascii_bin compares byte for byte.
-    event_id        CHAR(36)      CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    -- The default serves other writers (a plain INSERT): UUID() is a version-1 UUID on both
+    -- servers, canonical and lowercase, unique as well, but it starts with the low bits of
+    -- its time, so such keys do not go to the right-hand end of uk_event_id.
+    event_id        CHAR(36)      CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT (UUID()),
     biz_no          VARCHAR(64)   NOT NULL,
     event_type      VARCHAR(64)   NOT NULL,
     payload         MEDIUMBLOB    NOT NULL,
@@ -39,7 +50,7 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     reclaim_count   INT           NOT NULL DEFAULT 0,
     -- a WAIT row is due once this has passed: the insert's time, or later for an event
     -- written with a delay (EventInput.Delay, NotBefore), or a retry's after a failure.
-    next_retry_time DATETIME(3)   NOT NULL,
+    next_retry_time DATETIME(3)   NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
     -- the lease: who claimed the row and when; '' and 1970-01-01 when nobody holds it. After
     -- SUCCESS or FAIL, claim_owner keeps the instance that sent the event.
     --
@@ -55,8 +66,9 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     claimed_at      DATETIME(3)   NOT NULL DEFAULT '1970-01-01 00:00:00.000',
     -- why the last attempt failed.
     last_error      VARCHAR(1024) NULL,
-    create_time     DATETIME(3)   NOT NULL,
-    update_time     DATETIME(3)   NOT NULL,
+    -- UTC_TIMESTAMP(3), never CURRENT_TIMESTAMP: that is the session's time zone.
+    create_time     DATETIME(3)   NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
+    update_time     DATETIME(3)   NOT NULL DEFAULT (UTC_TIMESTAMP(3)),
     -- the W3C trace context (traceparent, tracestate) of the span in the context given to
     -- InsertEvent, '' when it had none; sent as the message properties of the same names.
     -- Written once, with the row, and never changed, so they never move a row either:

@@ -228,7 +228,9 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 
 // Check implements [Store]: the store's [MySQLConfig.Ordering], and, in key order, whether
 // the table has the index and the status value ordered claims need (the error wraps
-// [ErrInvalidConfig] and names the ALTER TABLE to run).
+// [ErrInvalidConfig] and names the ALTER TABLE to run). A table without the server-side
+// defaults that other programs' plain INSERTs need (docs/other-writers.md) is no error
+// here: the store never needs them, and [Publisher.Run] logs a warning that names them.
 func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
 	if err := s.checkRelay(ctx); err != nil {
 		return s.ordering, err
@@ -241,6 +243,30 @@ func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
 
 // newerColumns are the columns a table created by an earlier version of this package lacks.
 var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_state"}
+
+// missingDefaults returns the columns, of those a plain SQL INSERT of biz_no, event_type and
+// payload leaves to the server (docs/other-writers.md), that have no default in the table:
+// a table made by an earlier version has none of them. InsertEvent never needs them, so
+// [Publisher.Run] only warns.
+func (s *MySQLStore) missingDefaults(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
+	WHERE table_schema = DATABASE() AND table_name = ?
+	  AND column_name IN ('event_id', 'next_retry_time', 'create_time', 'update_time') AND column_default IS NULL
+	ORDER BY ordinal_position`, s.table)
+	if err != nil {
+		return nil, s.wrap("check column defaults", err)
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, s.wrap("check column defaults", err)
+		}
+		cols = append(cols, strings.ToLower(c))
+	}
+	return cols, s.wrap("check column defaults", rows.Err())
+}
 
 // upgradeHint explains a table made by an earlier version.
 const upgradeHint = "it was created by an earlier version of this package " +

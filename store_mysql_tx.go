@@ -98,7 +98,8 @@ func (t *Tx) insert(ctx context.Context, ev EventInput) (int64, error) {
 	}
 	payload := ev.Payload
 	// Generated here, not by the database: MySQL's UUID() is version 1, and MariaDB has
-	// UUID_v7() only from 11.7.
+	// UUID_v7() only from 11.7. (The column's default, UUID(), is for other writers'
+	// plain INSERTs: see docs/other-writers.md.)
 	eventID, err := uuid.NewV7()
 	if err != nil {
 		return 0, fmt.Errorf("outbox: insert event: generate the event id: %w", err)

@@ -203,6 +203,26 @@ func TestHandleCommitsEffectWithRecord(t *testing.T) {
 	assert.Empty(t, rejectedRows(t, f.in))
 }
 
+// An event that another program wrote into the outbox with a plain SQL INSERT carries the
+// database's UUID(), a version-1 UUID, as its eventId: the inbox records it and drops its
+// redelivery as it does for the UUIDv7 of InsertEvent.
+func TestHandleDeduplicatesAVersion1EventID(t *testing.T) {
+	t.Parallel()
+	f := setup(t, inbox.Config{})
+	ctx := context.Background()
+	msg := messageFor(uuid.Must(uuid.NewUUID()).String())
+
+	o, err := f.in.Handle(ctx, msg, f.effect)
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Handled, o)
+	o, err = f.in.Handle(ctx, redelivery(msg), f.effect)
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Duplicate, o)
+	assert.Equal(t, 1, f.effectsOf(t, msg.EventID), "one effect")
+	assert.Equal(t, 1, f.recorded(t, f.in.Group(), msg.EventID))
+	assert.Empty(t, rejectedRows(t, f.in))
+}
+
 func TestHandleHandlerErrorRollsBackBoth(t *testing.T) {
 	t.Parallel()
 	f := setup(t, inbox.Config{})

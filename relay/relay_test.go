@@ -357,6 +357,114 @@ func TestRelayRecoversFromAPurgedPosition(t *testing.T) {
 	waitFor(t, 10*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 70 })
 }
 
+// Events that another program writes with a plain SQL INSERT of biz_no, event_type and
+// payload (docs/other-writers.md) are read from the binlog as InsertEvent's are: the row
+// image carries the event id and the times the columns' defaults gave the row, and the
+// relay sends each once, with that event id, without sweeping the table.
+func TestRelaySendsPlainSQLInserts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	topic := testsvc.NewTopic(t, "relay-plain")
+	c := testsvc.Consume(t, topic)
+	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	waitLeader(t, r)
+
+	_, err := e.db.Exec("INSERT INTO "+e.table+" (biz_no, event_type, payload) VALUES (?, ?, ?)", "plain-1", "ORDER_CREATED", []byte(`{"n":1}`))
+	require.NoError(t, err)
+	_, err = e.db.Exec("INSERT INTO " + e.table + ` (biz_no, event_type, payload) VALUES
+		('plain-2', 'ORDER_CREATED', '{"n":2}'), ('plain-3', 'ORDER_CREATED', '{"n":3}'), ('plain-4', 'ORDER_PAID', '{"n":4}')`)
+	require.NoError(t, err)
+	// From a session in MIXED format (MariaDB's default): UUID() is unsafe for statement
+	// logging, so the server logs the insert as rows, and the relay reads it as such.
+	conn, err := e.db.Conn(context.Background())
+	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), "SET SESSION binlog_format = 'MIXED'")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), "INSERT INTO "+e.table+" (biz_no, event_type, payload) VALUES ('plain-5', 'ORDER_CREATED', '{}')")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(context.Background(), "SET SESSION binlog_format = 'ROW'") // back to the pool as it came
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	goIDs := e.insert(t, 1, byIndex("go"))
+	ids := testsvc.EventIDs(t, e.db, e.table)
+	require.Len(t, ids, 6)
+	c.WaitDistinct(t, 6, 60*time.Second)
+	waitFor(t, 10*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 6 })
+
+	deliveries := c.Deliveries()
+	for _, eventID := range ids {
+		assert.Equal(t, 1, deliveries[eventID], "event %s", eventID)
+	}
+	assert.Contains(t, deliveries, goIDs[0])
+	for _, m := range c.Messages() {
+		var bizNo string
+		require.NoError(t, e.db.QueryRow("SELECT biz_no FROM "+e.table+" WHERE event_id = ?", m.GetProperty("eventId")).Scan(&bizNo))
+		assert.Equal(t, bizNo, m.GetProperty("bizNo"))
+	}
+	st := r.Stats()
+	assert.Equal(t, int64(6), st.Sent)
+	assert.Zero(t, st.Swept, "read from the binlog, not from the table")
+	assert.Zero(t, st.Handovers, "no statement to follow: the MIXED session's insert was logged as rows")
+}
+
+// What the defaults for plain SQL inserts cost InsertEvent on MariaDB in MIXED format (its
+// default): they make every insert into the table unsafe for statement logging, so it is
+// logged as rows (with its statement's text beside them), where a table without them logs
+// the statement. The binlog bytes per insert are logged (docs/other-writers.md, "The binary
+// log", has the figures).
+func TestInsertEventBinlogInMixedFormat(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, "--binlog-format=MIXED")
+	db := srv.OpenDB(t)
+	ctx := context.Background()
+	position := func() (file string, pos int64) {
+		var doDB, ignoreDB string
+		require.NoError(t, db.QueryRow("SHOW MASTER STATUS").Scan(&file, &pos, &doDB, &ignoreDB))
+		return file, pos
+	}
+	for _, defaults := range []bool{false, true} {
+		table := testsvc.UniqueTable("t_mixed")
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: table})
+		require.NoError(t, err)
+		require.NoError(t, store.CreateSchema(ctx))
+		if !defaults { // the table as an earlier version made it
+			_, err = db.Exec("ALTER TABLE " + table + " ALTER COLUMN event_id DROP DEFAULT, ALTER COLUMN next_retry_time DROP DEFAULT, " +
+				"ALTER COLUMN create_time DROP DEFAULT, ALTER COLUMN update_time DROP DEFAULT")
+			require.NoError(t, err)
+		}
+		file, before := position()
+		const n = 100
+		for i := range n {
+			tx, err := store.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			_, err = tx.InsertEvent(ctx, outbox.EventInput{BizNo: fmt.Sprintf("ORD-%08d", i), EventType: "ORDER_CREATED",
+				Payload: []byte(strings.Repeat("a", 1024))})
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+		}
+		_, after := position()
+		types := map[string]int{}
+		rows, err := db.Query(fmt.Sprintf("SHOW BINLOG EVENTS IN '%s' FROM %d", file, before))
+		require.NoError(t, err)
+		for rows.Next() {
+			var log, typ, info string
+			var pos, serverID, end int64
+			require.NoError(t, rows.Scan(&log, &pos, &typ, &serverID, &end, &info))
+			if typ == "Query" && strings.Contains(info, "INSERT INTO") || strings.HasPrefix(typ, "Write_rows") {
+				types[typ]++
+			}
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+		t.Logf("defaults %v: %d binlog bytes per InsertEvent of 1 KiB, events %v", defaults, (after-before)/n, types)
+		if defaults {
+			assert.Equal(t, map[string]int{"Write_rows_v1": n}, types, "logged as rows")
+		} else {
+			assert.Equal(t, map[string]int{"Query": n}, types, "logged as statements")
+		}
+	}
+}
+
 // A statement the row reader cannot follow (an insert from a session that logs statements,
 // DDL on the outbox table, TRUNCATE) makes the relay sweep the table and read on from the
 // current position: nothing committed is lost.

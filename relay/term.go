@@ -78,6 +78,18 @@ func (t *term) run(parent context.Context, resume string) error {
 	}
 	t.processed.Store(&from)
 	t.pushed = from
+	if resume == "" {
+		// The server counts a transaction in its binlog position as soon as the binlog has
+		// it, a moment before the engine's commit makes its rows visible (the commits then
+		// follow in binlog order): a sweep right away could miss a row whose transaction the
+		// binlog read below starts after. A write of the term's own, committed after the
+		// position was read, is committed after every transaction the position holds, so
+		// once it returns the sweep sees them all. (Recording the position before the
+		// sweep is safe: every term sweeps before it reads.)
+		if err := t.checkpoint(t.ctx); err != nil {
+			return err
+		}
+	}
 	if t.r.cfg.Ordering == outbox.KeyOrder {
 		if err := t.loadDeadLetterKeys(); err != nil {
 			return err

@@ -308,6 +308,38 @@ func TestListAndShow(t *testing.T) {
 	assert.NotNil(t, one.ClaimedAt)
 }
 
+// A row another program wrote with a plain SQL INSERT (docs/other-writers.md) has the
+// database's UUID() as its event_id, a version-1 UUID: list shows it, show and requeue
+// take it as they take InsertEvent's.
+func TestPlainSQLInsertedRow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	res, err := f.db.Exec("INSERT INTO `"+f.table+"` (biz_no, event_type, payload) VALUES (?, ?, ?)",
+		"ORD-SQL", "ORDER_CREATED", []byte(`{"order":"ORD-SQL"}`))
+	require.NoError(t, err)
+	id, err := res.LastInsertId()
+	require.NoError(t, err)
+	eventID := f.eventID(t, id)
+
+	r := f.run(t, "list", "--json")
+	require.Zero(t, r.code, r.stderr)
+	var evs []listed
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &evs))
+	require.Len(t, evs, 1)
+	assert.Equal(t, eventID, evs[0].EventID)
+	assert.Equal(t, "WAIT", evs[0].Status)
+
+	r = f.run(t, "show", eventID)
+	require.Zero(t, r.code, r.stderr)
+	assert.Regexp(t, fmt.Sprintf(`(?m)\Aid:\s+%d$`, id), r.stdout)
+	assert.Contains(t, r.stdout, "payload (text):\n{\"order\":\"ORD-SQL\"}\n")
+
+	f.set(t, id, outbox.StatusFail, time.Minute)
+	r = f.run(t, "requeue", eventID)
+	require.Zero(t, r.code, r.stderr)
+	assert.Equal(t, outbox.StatusWait, f.status(t, id))
+}
+
 func TestRequeue(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
