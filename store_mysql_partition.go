@@ -278,9 +278,9 @@ func (s *MySQLStore) planPartitions(ctx context.Context, l partitionLayout, age 
 		case !old:
 			return plan, nil
 		}
-		open, err := s.hasOpenRows(ctx, s.db, from)
+		open, err := hasOpenRows(ctx, s.db, from)
 		if err != nil {
-			return plan, err
+			return plan, s.wrap("purge: look for unsent rows in a partition", err)
 		}
 		if open {
 			plan.fallback = append(plan.fallback, p)
@@ -312,14 +312,15 @@ type queryer interface {
 }
 
 // hasOpenRows reports whether the partition (from: the table with its PARTITION clause)
-// holds a WAIT, SENDING or FAIL row: ranges of idx_status_next_retry.
-func (s *MySQLStore) hasOpenRows(ctx context.Context, q queryer, from string) (bool, error) {
+// holds a WAIT, SENDING or FAIL row: ranges of idx_status_next_retry. Its error is the
+// driver's.
+func hasOpenRows(ctx context.Context, q queryer, from string) (bool, error) {
 	var one int
 	err := q.QueryRowContext(ctx, "SELECT 1 FROM "+from+" WHERE status IN ('WAIT', 'SENDING', 'FAIL') LIMIT 1").Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
-	return err == nil, s.wrap("purge: look for unsent rows in a partition", err)
+	return err == nil, err
 }
 
 // quoteName quotes an identifier.
@@ -413,7 +414,7 @@ func (s *MySQLStore) dropPartitions(ctx context.Context, parts []partition) ([]s
 		}
 		var names []string
 		for _, p := range parts {
-			open, err := s.hasOpenRows(ctx, conn, "`"+s.table+"` PARTITION ("+quoteName(p.name)+")")
+			open, err := hasOpenRows(ctx, conn, "`"+s.table+"` PARTITION ("+quoteName(p.name)+")")
 			if err != nil {
 				return err
 			}
