@@ -234,8 +234,7 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 // finds out at startup rather than in its first business transaction.
 func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.schema); err != nil {
-		var me *mysql.MySQLError
-		if s.partitionIDs > 0 && errors.As(err, &me) && me.Number == errFeatureDisabled {
+		if s.partitionIDs > 0 && isNoPartitioning(err) {
 			return fmt.Errorf("%w: could not create table %s partitioned: %s: %w", ErrInvalidConfig, s.table, noPartitionsHint, err)
 		}
 		return fmt.Errorf("outbox: could not create table %s: %w", s.table, err)
@@ -423,7 +422,7 @@ func (s *MySQLStore) wrap(op string, err error) error {
 			}
 		}
 	}
-	if errors.As(err, &me) && me.Number == errFeatureDisabled {
+	if isNoPartitioning(err) {
 		return fmt.Errorf("outbox: %s: table %s: %s: %w", op, s.table, noPartitionsHint, err)
 	}
 	if errors.As(err, &me) && me.Number == errBinlogStatementMode {

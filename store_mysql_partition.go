@@ -39,10 +39,19 @@ const (
 	partitionDDLWait = 1
 	// catchAllPartition is the last partition's name in the layout CreateSchema writes.
 	catchAllPartition = "pmax"
-	// errFeatureDisabled is ER_FEATURE_DISABLED: MariaDB started without its partition
-	// plugin (--skip-partition) refuses a partitioned table with it.
+	// errFeatureDisabled is ER_FEATURE_DISABLED (a server built without partitioning), and
+	// errOptionPrevents ER_OPTION_PREVENTS_STATEMENT (one started with --skip-partition):
+	// how MariaDB refuses a partitioned table without its partition plugin.
 	errFeatureDisabled = 1289
+	errOptionPrevents  = 1290
 )
+
+// isNoPartitioning reports the server's refusal of partitioning itself.
+func isNoPartitioning(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == errFeatureDisabled ||
+		me.Number == errOptionPrevents && strings.Contains(strings.ToLower(me.Message), "partition"))
+}
 
 // The lines of schema.sql that a partitioned table has otherwise: a unique key must contain
 // the partitioning column (MySQL and MariaDB alike), and a unique key on (event_id, id)
@@ -236,8 +245,12 @@ func (s *MySQLStore) partitionAlter(ctx context.Context) (string, error) {
 	if _, ok := indexes["idx_event_id"]; !ok {
 		specs = append(specs, "ADD INDEX idx_event_id (event_id)")
 	}
-	specs = append(specs, partitionClause(roundUp(maxID+1, s.partitionIDs), s.partitionIDs))
-	return "ALTER TABLE `" + s.table + "` " + strings.Join(specs, ", "), nil
+	// The partitioning comes after the other changes, without a comma (both servers' grammar).
+	alter := "ALTER TABLE `" + s.table + "` "
+	if len(specs) > 0 {
+		alter += strings.Join(specs, ", ") + " "
+	}
+	return alter + partitionClause(roundUp(maxID+1, s.partitionIDs), s.partitionIDs), nil
 }
 
 // roundUp is the least multiple of per at or above v.

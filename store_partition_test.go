@@ -64,7 +64,7 @@ func (b *bundle) history(t testing.TB, from, to int64, age time.Duration) {
 			if id > lo {
 				q.WriteByte(',')
 			}
-			q.WriteString("(?, ?, 'ORDER_CREATED', '{}', 'SUCCESS', " + at + ", 'old', " + at + ", " + at + ", " + at + ")")
+			q.WriteString("(?, ?, 'ORD', 'ORDER_CREATED', '{}', 'SUCCESS', " + at + ", 'old', " + at + ", " + at + ", " + at + ")")
 			args = append(args, id, uuid.Must(uuid.NewV7()).String())
 		}
 		_, err := b.db.Exec(strings.ReplaceAll(q.String(), "{t}", "`"+outbox.TableForTest(b.store)+"`"), args...)
@@ -128,6 +128,19 @@ func TestPartitionedSchema(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), acked)
 	assert.Equal(t, 3, b.count(t, "status = 'SUCCESS' AND id IN (?, ?, ?)", ids[0], ids[1], ids[2]))
+}
+
+// A key-ordered table can be partitioned too: its index idx_biz_no_status and the
+// partitions together.
+func TestPartitionedOrderedSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := &bundle{db: testsvc.OpenDB(t)}
+	b.store = testsvc.NewStore(t, b.db, outbox.MySQLConfig{PartitionIDs: partIDs, Ordering: outbox.KeyOrder})
+	assert.Equal(t, []string{"p1000", "p2000", "p3000", "pmax"}, b.partitions(t))
+	ordering, err := b.store.Check(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.KeyOrder, ordering)
 }
 
 func TestPartitionIDsValidated(t *testing.T) {
@@ -349,13 +362,13 @@ func TestUpgradeToPartitionedTable(t *testing.T) {
 	i, j := strings.Index(msg, "run: "), strings.Index(msg, "; (a copy")
 	require.True(t, i >= 0 && j > i, msg)
 	alter := msg[i+len("run: ") : j]
-	want := "ALTER TABLE `" + table + "` DROP INDEX uk_event_id, ADD INDEX idx_event_id (event_id), PARTITION BY RANGE (id) (" +
+	want := "ALTER TABLE `" + table + "` DROP INDEX uk_event_id, ADD INDEX idx_event_id (event_id) PARTITION BY RANGE (id) (" +
 		"PARTITION p2000 VALUES LESS THAN (2000), PARTITION p3000 VALUES LESS THAN (3000), PARTITION p4000 VALUES LESS THAN (4000), " +
 		"PARTITION pmax VALUES LESS THAN MAXVALUE)"
 	assert.Equal(t, want, alter)
 	page, err := os.ReadFile("docs/upgrading.md")
 	require.NoError(t, err)
-	assert.Contains(t, string(page), "DROP INDEX uk_event_id, ADD INDEX idx_event_id (event_id), PARTITION BY RANGE (id) (",
+	assert.Contains(t, string(page), "DROP INDEX uk_event_id, ADD INDEX idx_event_id (event_id) PARTITION BY RANGE (id) (",
 		"docs/upgrading.md shows the statement")
 
 	_, err = old.db.Exec(alter)
