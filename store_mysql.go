@@ -75,11 +75,12 @@ type MySQLConfig struct {
 	// stay unique by construction (each is a UUIDv7 made by InsertEvent), no longer by the
 	// table. CreateSchema and [Publisher.Run] refuse a table that is not partitioned so,
 	// naming the ALTER TABLE that makes it (docs/upgrading.md). [MySQLStore.Purge] (the
-	// publisher's retention, outboxctl purge) keeps partitionsAhead empty partitions above
-	// the highest id and drops a partition once every row in it is SUCCESS or SKIPPED and
-	// older than the retention. Choose it so that one partition holds an hour to a day of
-	// events (at 1,000 events/s, 86,400,000 ids are a day), and at least 1,000. 0 (the
-	// default): the table is not partitioned and retention deletes in batches.
+	// publisher's retention, outboxctl purge) keeps two empty partitions above the highest
+	// id and drops a partition once every row in it is SUCCESS or SKIPPED and older than
+	// the retention. Choose it so that one partition holds an hour to a day of events (at
+	// 1,000 events/s, 86,400,000 ids are a day), at least half a Tuning.RetentionInterval's
+	// events, and at least 1,000. 0 (the default): the table is not partitioned and
+	// retention deletes in batches.
 	PartitionIDs int64
 
 	// The settings below are for servers and proxies that need them; most services leave

@@ -85,8 +85,8 @@ func partitionClause(first, per int64) string {
 	return b.String()
 }
 
-// partition is one partition of a RANGE (id) layout: ids below bound (and at or above the
-// previous partition's); bound 0 is the catch-all, VALUES LESS THAN MAXVALUE.
+// partition is one partition of a RANGE (id) layout: ids from lo (the previous partition's
+// bound) to below hi; hi 0 is the catch-all, VALUES LESS THAN MAXVALUE.
 type partition struct {
 	name   string
 	lo, hi int64
