@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,4 +388,49 @@ func TestUpgradeToPartitionedTable(t *testing.T) {
 	n, err := store.Purge(ctx, partAge, outbox.PurgeOptions{})
 	require.NoError(t, err)
 	assert.Zero(t, n, "the old rows share their partition with WAIT rows and new ones: they wait for it")
+}
+
+// The publishers' retention loop maintains a partitioned table: two instances with
+// Retention set drop the old partition of sent events, add partitions ahead, keep the
+// partition of an unsent event, never purge side by side, and publish meanwhile.
+func TestRetentionLoopDropsPartitions(t *testing.T) {
+	t.Parallel()
+	db := testsvc.OpenDB(t)
+	b := newPartitioned(t, db)
+	b.history(t, 1, 2500, oldUpdate)
+	b.exec(t, "UPDATE {t} SET status = 'WAIT', next_retry_time = UTC_TIMESTAMP(3) + INTERVAL 1 DAY WHERE id = 1500")
+	var holding, maxHolding atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	rec := newRecorder()
+	for i := range 2 {
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store), PartitionIDs: partIDs})
+		require.NoError(t, err)
+		outbox.SetPurgeHookForTest(store, func(h bool) {
+			if !h {
+				holding.Add(-1)
+				return
+			}
+			n := holding.Add(1)
+			for m := maxHolding.Load(); n > m && !maxHolding.CompareAndSwap(m, n); m = maxHolding.Load() {
+			}
+		})
+		cfg := fastConfig(fmt.Sprint("part-retain-", i), &logSink{})
+		cfg.Retention = partAge
+		cfg.Tuning.RetentionInterval = 5 * time.Millisecond
+		p := newPublisher(t, store, rec, cfg)
+		wg.Go(func() { _ = p.Run(ctx) })
+	}
+	ids := b.insert(t, 20)
+	require.Eventually(t, func() bool {
+		parts := b.partitions(t)
+		return len(parts) > 0 && parts[0] == "p2000" && slices.Contains(parts, "p4000") && b.count(t, "id BETWEEN 1000 AND 1999") == 1
+	}, 30*time.Second, 20*time.Millisecond, "p1000 dropped, p4000 added, the old sent rows of p2000 deleted")
+	require.Eventually(t, func() bool { return rec.total() >= len(ids) }, 30*time.Second, 5*time.Millisecond)
+	cancel()
+	wg.Wait()
+	assert.EqualValues(t, 1, maxHolding.Load(), "never two purges at once")
+	assert.Equal(t, "WAIT", b.statusOf(t, 1500))
 }
