@@ -331,6 +331,7 @@ func TestPartitionsOnAServerWithoutPartitioning(t *testing.T) {
 	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: table, PartitionIDs: partIDs})
 	require.NoError(t, err)
 	err = store.CreateSchema(ctx)
+	t.Logf("CreateSchema: %v", err)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "partition plugin")
 	var n int
@@ -339,6 +340,7 @@ func TestPartitionsOnAServerWithoutPartitioning(t *testing.T) {
 
 	testsvc.NewStore(t, db, outbox.MySQLConfig{Table: table}) // the table without partitions
 	_, err = store.Check(ctx)
+	t.Logf("Check: %v", err)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	assert.ErrorContains(t, err, "cannot partition tables")
 }
