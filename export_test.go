@@ -117,3 +117,8 @@ func WithOrderingForTest(s Store, o Ordering) *MySQLStore {
 // SetClaimLimitForTest sets the size of p's next batch claim, which otherwise starts small
 // and grows while batches send quickly.
 func SetClaimLimitForTest(p *Publisher, n int) { p.limit.Store(int64(n)) }
+
+// SetPartitionHookForTest makes s call hook before each partition statement of a purge:
+// "reorganize" (adding partitions ahead), "lock" (LOCK TABLES before a drop) and "drop".
+// Call it before s is used.
+func SetPartitionHookForTest(s *MySQLStore, hook func(step string)) { s.partitionHook = hook }

@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"regexp"
 	"strconv"
@@ -64,6 +65,23 @@ type MySQLConfig struct {
 	// table over when the relay's heartbeat is older than its FallbackAfter. Set it on every
 	// publisher of a relayed table (the relay's default is "t_outbox_relay"). Empty: no relay.
 	RelayTable string
+
+	// PartitionIDs, when positive, partitions the table by RANGE (id), PartitionIDs ids a
+	// partition, so that retention drops whole partitions instead of deleting rows one by
+	// one (docs/retention.md). [MySQLStore.CreateSchema] then creates the table with three
+	// partitions of PartitionIDs ids and a catch-all one (VALUES LESS THAN MAXVALUE), and
+	// with a plain index on event_id in place of the unique key uk_event_id, since MySQL and
+	// MariaDB require every unique key to contain the partitioning column: the event ids
+	// stay unique by construction (each is a UUIDv7 made by InsertEvent), no longer by the
+	// table. CreateSchema and [Publisher.Run] refuse a table that is not partitioned so,
+	// naming the ALTER TABLE that makes it (docs/upgrading.md). [MySQLStore.Purge] (the
+	// publisher's retention, outboxctl purge) keeps two empty partitions above the highest
+	// id and drops a partition once every row in it is SUCCESS or SKIPPED and older than
+	// the retention. Choose it so that one partition holds an hour to a day of events (at
+	// 1,000 events/s, 86,400,000 ids are a day), at least half a Tuning.RetentionInterval's
+	// events, and at least 1,000. 0 (the default): the table is not partitioned and
+	// retention deletes in batches.
+	PartitionIDs int64
 
 	// The settings below are for servers and proxies that need them; most services leave
 	// them unset (see docs/configuration.md).
@@ -146,6 +164,10 @@ type MySQLStore struct {
 	// purgeHook, if set (by tests), is called with true once an exclusive purge holds its
 	// lock and with false just before it lets go.
 	purgeHook func(holding bool)
+	// partitionIDs is MySQLConfig.PartitionIDs; partitionHook, if set (by tests), is called
+	// before each partition statement of a purge ("reorganize", "lock", "drop").
+	partitionIDs  int64
+	partitionHook func(step string)
 
 	subsMu sync.Mutex
 	subs   map[chan struct{}]struct{}
@@ -159,6 +181,7 @@ type mysqlQueries struct {
 	lockDue, lockDueSteady, claimAndAck, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn  string
 	expired, reclaim, reclaimFail, owned, releaseOwned                                            string
 	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock               string
+	purgeCandidatesIn, countPurgeableIn                                                           string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;
@@ -184,11 +207,19 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 		return nil, fmt.Errorf("%w: RelayTable %q must be letters, digits and underscores, at most 64, and not the outbox table",
 			ErrInvalidConfig, cfg.RelayTable)
 	}
+	if cfg.PartitionIDs < 0 || cfg.PartitionIDs > 0 && cfg.PartitionIDs < minPartitionIDs || cfg.PartitionIDs > math.MaxInt64/(4*maxPartitions) {
+		return nil, fmt.Errorf("%w: PartitionIDs must be 0 (no partitions) or between %d and %d ids a partition, got %d",
+			ErrInvalidConfig, minPartitionIDs, int64(math.MaxInt64/(4*maxPartitions)), cfg.PartitionIDs)
+	}
 	s := &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
 		pooledClaims: cfg.PooledClaims, claimTurnWait: claimTurnWait, q: newMySQLQueries(table), oq: newOrderQueries(table), born: time.Now(),
 		ordering: cfg.Ordering, scanFromStart: cfg.ScanFromStart}
 	if s.ordering != Unordered {
 		s.q.schema = orderedSchema(s.q.schema)
+	}
+	if cfg.PartitionIDs > 0 {
+		s.partitionIDs = cfg.PartitionIDs
+		s.q.schema = partitionedSchema(s.q.schema, cfg.PartitionIDs)
 	}
 	if cfg.RelayTable != "" {
 		s.relay = newRelayGate(table, cfg.RelayTable)
@@ -198,12 +229,16 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 }
 
 // CreateSchema creates the outbox table and its indexes (schema.sql, with the index of
-// [MySQLConfig.Ordering]) if the table is missing. A table that exists is left as it is,
-// but one made by an earlier version (without the event_id column, say), or one that
-// cannot serve the store's Ordering, is reported with the statements that fix it, so that
-// a service finds out at startup rather than in its first business transaction.
+// [MySQLConfig.Ordering], and partitioned when [MySQLConfig.PartitionIDs] says so) if the
+// table is missing. A table that exists is left as it is, but one made by an earlier
+// version (without the event_id column, say), or one that cannot serve the store's
+// Ordering or partitions, is reported with the statements that fix it, so that a service
+// finds out at startup rather than in its first business transaction.
 func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.schema); err != nil {
+		if s.partitionIDs > 0 && isNoPartitioning(err) {
+			return fmt.Errorf("%w: could not create table %s partitioned: %s: %w", ErrInvalidConfig, s.table, noPartitionsHint, err)
+		}
 		return fmt.Errorf("outbox: could not create table %s: %w", s.table, err)
 	}
 	var missing []string
@@ -220,6 +255,11 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("outbox: table %s has no %s column: %s", s.table, strings.Join(missing, " or "), upgradeHint)
 	}
+	if s.partitionIDs > 0 {
+		if err := s.checkPartitions(ctx); err != nil {
+			return err
+		}
+	}
 	if s.ordering != Unordered {
 		return s.checkOrdering(ctx)
 	}
@@ -227,13 +267,20 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 }
 
 // Check implements [Store]: the store's [MySQLConfig.Ordering], and, in key order, whether
-// the table has the index and the status value ordered claims need (the error wraps
-// [ErrInvalidConfig] and names the ALTER TABLE to run). A table without the server-side
-// defaults that other programs' plain INSERTs need (docs/other-writers.md) is no error
-// here: the store never needs them, and [Publisher.Run] logs a warning that names them.
+// the table has the index and the status value ordered claims need; with
+// [MySQLConfig.PartitionIDs], whether the table is partitioned by RANGE (id) with a
+// catch-all partition (the errors wrap [ErrInvalidConfig] and name the ALTER TABLE to run).
+// A table without the server-side defaults that other programs' plain INSERTs need
+// (docs/other-writers.md) is no error here: the store never needs them, and
+// [Publisher.Run] logs a warning that names them.
 func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
 	if err := s.checkRelay(ctx); err != nil {
 		return s.ordering, err
+	}
+	if s.partitionIDs > 0 {
+		if err := s.checkPartitions(ctx); err != nil {
+			return s.ordering, err
+		}
 	}
 	if s.ordering == Unordered {
 		return Unordered, nil
@@ -403,6 +450,9 @@ func (s *MySQLStore) wrap(op string, err error) error {
 				return fmt.Errorf("outbox: %s: table %s has no %s column: %s: %w", op, s.table, col, upgradeHint, err)
 			}
 		}
+	}
+	if isNoPartitioning(err) {
+		return fmt.Errorf("outbox: %s: table %s: %s: %w", op, s.table, noPartitionsHint, err)
 	}
 	if errors.As(err, &me) && me.Number == errBinlogStatementMode {
 		return fmt.Errorf("outbox: %s: %s: %w", op, binlogHint, err)

@@ -194,6 +194,15 @@ func newMySQLQueries(table string) mysqlQueries {
 	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 		purge: r.Replace(`DELETE FROM t_event_record
 	WHERE id IN (%s) AND status IN ('SUCCESS', 'SKIPPED') AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
+		// The same, within one partition's ids (id >= ? AND id < ?): the batched DELETE of a
+		// partitioned table's old partitions that cannot be dropped whole yet.
+		purgeCandidatesIn: r.Replace(`SELECT id FROM t_event_record
+	WHERE status = ? AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND) AND id >= ? AND id < ?
+	ORDER BY claimed_at LIMIT ?`),
+		countPurgeableIn: r.Replace(`SELECT COUNT(*) FROM t_event_record
+	WHERE status IN ('SUCCESS', 'SKIPPED') AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
+	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND) AND id >= ? AND id < ?`),
 		takePurgeLock: "SELECT GET_LOCK(" + purgeLockName(table) + ", 0)",
 		endPurgeLock:  "DO RELEASE_LOCK(" + purgeLockName(table) + ")",
 	}

@@ -112,6 +112,13 @@ func (s *MySQLStore) ownedIDs(ctx context.Context, owner string) ([]int64, error
 // by primary key, with opts.Pause between statements, so that the table's writers barely
 // notice it; it stops when no old row is left, at opts.Limit, or when ctx ends.
 //
+// On a table partitioned by RANGE (id) with a last partition VALUES LESS THAN MAXVALUE
+// (see [MySQLConfig.PartitionIDs] and docs/retention.md) it maintains the partitions
+// instead: it adds partitions ahead of the ids, drops each old partition whose rows are all
+// SUCCESS or SKIPPED and older than olderThan, and deletes in batches only the old rows of
+// the old partitions that hold an unsent row; it holds the purge lock for this whatever
+// opts.Exclusive says.
+//
 // With opts.Exclusive it runs only if no other session is purging the table (see
 // [PurgeOptions]), and returns [ErrPurgeBusy] otherwise. With opts.DryRun it deletes nothing
 // and reports how many rows it would delete now.
@@ -126,6 +133,13 @@ func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts Pu
 	if err != nil {
 		return 0, err
 	}
+	l, err := s.readPartitions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if l.partitioned && l.problem() == "" {
+		return s.purgePartitioned(ctx, olderThan, opts, l)
+	}
 	if opts.DryRun {
 		return s.countPurgeable(ctx, olderThan, opts.Limit)
 	}
@@ -136,19 +150,31 @@ func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts Pu
 		}
 		defer release()
 	}
-	age := olderThan.Microseconds()
+	return s.purgeRange(ctx, olderThan.Microseconds(), opts, 0, 0, 0)
+}
+
+// purgeRange deletes old SUCCESS, then SKIPPED rows in batches, as Purge says, with ids in
+// [lo, hi) unless both are 0 (the whole table). done is what the purge removed before, for
+// opts.Limit; it returns what this call deleted.
+func (s *MySQLStore) purgeRange(ctx context.Context, age int64, opts PurgeOptions, done, lo, hi int64) (int64, error) {
 	var total int64
 	// One status at a time: each is one range of idx_status_claimed_at, read in order.
 	for _, status := range []Status{StatusSuccess, StatusSkipped} {
 		for {
 			n := opts.BatchRows
 			if opts.Limit > 0 {
-				n = int(min(int64(n), opts.Limit-total))
+				n = int(min(int64(n), opts.Limit-done-total))
 			}
 			if n <= 0 {
 				return total, nil
 			}
-			ids, err := s.selectIDs(ctx, "purge", s.q.purgeCandidates, string(status), age, age, n)
+			var ids []int64
+			var err error
+			if lo == 0 && hi == 0 {
+				ids, err = s.selectIDs(ctx, "purge", s.q.purgeCandidates, string(status), age, age, n)
+			} else {
+				ids, err = s.selectIDs(ctx, "purge", s.q.purgeCandidatesIn, string(status), age, age, lo, hi, n)
+			}
 			if err != nil {
 				return total, err
 			}
@@ -163,7 +189,7 @@ func (s *MySQLStore) Purge(ctx context.Context, olderThan time.Duration, opts Pu
 			if opts.OnBatch != nil {
 				opts.OnBatch(deleted)
 			}
-			if opts.Limit > 0 && total >= opts.Limit {
+			if opts.Limit > 0 && done+total >= opts.Limit {
 				return total, nil
 			}
 			if len(ids) < n {

@@ -176,7 +176,8 @@ func (t *term) stream(from gomysql.GTIDSet) error {
 		return err
 	}
 	d := decoder{t: t, tables: map[uint64]*columns{},
-		table: regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_$])` + regexp.QuoteMeta(r.cfg.Table) + `($|[^A-Za-z0-9_$])`)}
+		table:       regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_$])` + regexp.QuoteMeta(r.cfg.Table) + `($|[^A-Za-z0-9_$])`),
+		maintenance: partitionMaintenance(r.cfg.Table)}
 	for {
 		ev, err := st.GetEvent(t.ctx)
 		if err != nil {
@@ -197,11 +198,14 @@ func (t *term) stream(from gomysql.GTIDSet) error {
 
 // decoder turns binlog events into items.
 type decoder struct {
-	t      *term
-	table  *regexp.Regexp // matches a statement that may name the outbox table
-	tables map[uint64]*columns
-	cur    item
-	open   bool
+	t     *term
+	table *regexp.Regexp // matches a statement that may name the outbox table
+	// maintenance matches the partition statements of the outbox package's retention,
+	// which change no row the relay has to send (see partitionMaintenance).
+	maintenance *regexp.Regexp
+	tables      map[uint64]*columns
+	cur         item
+	open        bool
 }
 
 // columns maps the outbox table's columns to their positions in a row, from the table map
@@ -243,7 +247,7 @@ func (d *decoder) decode(ev *replication.BinlogEvent) (it item, done bool, err e
 		case "COMMIT":
 			return d.commit(e.GSet)
 		}
-		if d.names(q) {
+		if d.names(q) && !(string(e.Schema) == d.t.r.conn.DBName && d.maintenance.MatchString(q)) {
 			d.cur.hazard = q
 		}
 		if !d.open || e.GSet != nil && isDDL(q) {
@@ -267,6 +271,24 @@ func (d *decoder) commit(gset gomysql.GTIDSet) (item, bool, error) {
 var ddl = regexp.MustCompile(`(?i)^\s*(ALTER|CREATE|DROP|RENAME|TRUNCATE|OPTIMIZE|REPAIR|ANALYZE|GRANT|REVOKE)\b`)
 
 func isDDL(q string) bool { return ddl.MatchString(q) }
+
+// partitionMaintenance matches, whole, the statements by which the outbox package's purge
+// maintains a table partitioned by RANGE (id) (MySQLConfig.PartitionIDs): ADD PARTITION and
+// REORGANIZE PARTITION make partitions (and move rows between them, unchanged), and DROP
+// PARTITION drops partitions that held only SUCCESS and SKIPPED rows, checked with the
+// table locked. None adds or changes a row the relay has to send, so the term goes on
+// reading instead of handing over. Anything else naming the table (another ALTER, a
+// TRUNCATE PARTITION, an EXCHANGE PARTITION, which brings rows in) stays a hazard.
+func partitionMaintenance(table string) *regexp.Regexp {
+	name := "`?[A-Za-z0-9_]+`?"
+	bound := `PARTITION\s+` + name + `\s+VALUES\s+LESS\s+THAN\s*\(\s*[0-9]+\s*\)`
+	return regexp.MustCompile(`(?is)^ALTER\s+TABLE\s+` + "`?" + regexp.QuoteMeta(table) + "`?" + `\s+(` +
+		`DROP\s+PARTITION\s+` + name + `(\s*,\s*` + name + `)*` +
+		`|ADD\s+PARTITION\s*\(\s*` + bound + `(\s*,\s*` + bound + `)*\s*\)` +
+		`|REORGANIZE\s+PARTITION\s+` + name + `\s+INTO\s*\(\s*(` + bound + `\s*,\s*)*` +
+		`PARTITION\s+` + name + `\s+VALUES\s+LESS\s+THAN\s+MAXVALUE\s*\)` +
+		`)\s*;?\s*$`)
+}
 
 // names reports whether statement q may name the outbox table (in any database): a conservative test (a false alarm costs a sweep, a miss would lose events).
 func (d *decoder) names(q string) bool { return d.table.MatchString(q) }

@@ -46,10 +46,17 @@ func newServer(t *testing.T, extra ...string) *testsvc.MySQLServer {
 
 func newEnv(t *testing.T, srv *testsvc.MySQLServer, ordering outbox.Ordering) *env {
 	t.Helper()
-	e := &env{srv: srv, db: srv.OpenDB(t), table: testsvc.UniqueTable("t_relay"), ordering: ordering, dsn: srv.DSN()}
+	return newEnvConfig(t, srv, outbox.MySQLConfig{Ordering: ordering})
+}
+
+// newEnvConfig is newEnv with the store's settings (its Table and RelayTable are the env's).
+func newEnvConfig(t *testing.T, srv *testsvc.MySQLServer, cfg outbox.MySQLConfig) *env {
+	t.Helper()
+	e := &env{srv: srv, db: srv.OpenDB(t), table: testsvc.UniqueTable("t_relay"), ordering: cfg.Ordering, dsn: srv.DSN()}
 	e.relayTbl = e.table + "_cp"
+	cfg.Table, cfg.RelayTable = e.table, e.relayTbl
 	var err error
-	e.store, err = outbox.NewMySQLStore(e.db, outbox.MySQLConfig{Table: e.table, Ordering: ordering, RelayTable: e.relayTbl})
+	e.store, err = outbox.NewMySQLStore(e.db, cfg)
 	require.NoError(t, err)
 	require.NoError(t, e.store.CreateSchema(context.Background()))
 	require.NoError(t, relay.CreateSchema(context.Background(), e.db, relay.Config{CheckpointTable: e.relayTbl}))
@@ -507,6 +514,68 @@ func TestRelayHandsOverOnStatementsItCannotFollow(t *testing.T) {
 		waitFor(t, 30*time.Second, "an event after the TRUNCATE", func() bool { return c.Deliveries()[id] >= 1 })
 	}
 	assert.GreaterOrEqual(t, r.Stats().Handovers, int64(3))
+}
+
+// The purge's partition statements on a partitioned table (MySQLConfig.PartitionIDs:
+// REORGANIZE PARTITION to add partitions ahead, DROP PARTITION of partitions of sent rows)
+// change no row the relay has to send: the relay reads on through them without a
+// handover, and the events after them arrive once each. Other DDL still hands over.
+func TestRelayReadsOnThroughPartitionMaintenance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnvConfig(t, newServer(t), outbox.MySQLConfig{PartitionIDs: 1000})
+	// History: 2,500 events sent 60 days ago, written as SUCCESS (nothing for the relay).
+	at := "DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 60 DAY)"
+	for lo := 1; lo <= 2500; lo += 500 {
+		var q strings.Builder
+		q.WriteString("INSERT INTO " + e.table + " (id, event_id, biz_no, event_type, payload, status, next_retry_time, claim_owner, claimed_at, create_time, update_time) VALUES ")
+		for id := lo; id < lo+500; id++ {
+			if id > lo {
+				q.WriteByte(',')
+			}
+			fmt.Fprintf(&q, "(%d, UUID(), 'old', 'ORDER_CREATED', '{}', 'SUCCESS', %s, 'old', %s, %s, %s)", id, at, at, at, at)
+		}
+		_, err := e.db.Exec(q.String())
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	sent := map[string]int{}
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		mu.Lock()
+		sent[ev.EventID]++
+		mu.Unlock()
+		return nil
+	})
+	count := func(ids []string) (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			n += min(sent[id], 1)
+		}
+		return n
+	}
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+	first := e.insert(t, 5, byIndex("before"))
+	waitFor(t, 30*time.Second, "the first events sent", func() bool { return count(first) == len(first) })
+	handovers := r.Stats().Handovers
+
+	n, err := e.store.Purge(ctx, 30*24*time.Hour, outbox.PurgeOptions{Exclusive: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1999), n, "p1000 and p2000 dropped")
+	after := e.insert(t, 5, byIndex("after"))
+	waitFor(t, 30*time.Second, "the events after the partition statements sent", func() bool { return count(after) == len(after) })
+	assert.Equal(t, handovers, r.Stats().Handovers, "no handover for the partition statements")
+	mu.Lock()
+	for _, id := range append(first, after...) {
+		assert.Equal(t, 1, sent[id], "event %s sent once", id)
+	}
+	mu.Unlock()
+
+	// Any other DDL on the table is still a statement the relay cannot follow.
+	_, err = e.db.Exec("ALTER TABLE " + e.table + " TRUNCATE PARTITION p3000")
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "a handover for TRUNCATE PARTITION", func() bool { return r.Stats().Handovers > handovers })
 }
 
 // The checkpoint advances on an idle outbox while other tables commit, so that a failover

@@ -535,7 +535,9 @@ func (a *app) purge(ctx context.Context, args []string) error {
 		"Deletes SUCCESS (then SKIPPED) events last updated more than --older-than ago, --batch rows per DELETE\n"+
 			"with --pause between, each batch logged. WAIT, SENDING and FAIL events are never deleted.\n"+
 			"Without --yes it only reports how many it would delete. It refuses to run beside another\n"+
-			"purge of the table (a publisher's retention, say).")
+			"purge of the table (a publisher's retention, say). On a table partitioned by RANGE (id)\n"+
+			"(MySQLConfig.PartitionIDs) it drops each old partition whose rows are all SUCCESS or SKIPPED\n"+
+			"instead, and adds partitions ahead of the ids (docs/retention.md).")
 	olderThan := fs.String("older-than", "", "age, e.g. 720h (required)")
 	batch := fs.Int("batch", 500, "rows per DELETE, at most 10000")
 	pause := fs.Duration("pause", 100*time.Millisecond, "pause between DELETEs")

@@ -449,6 +449,48 @@ func TestPurge(t *testing.T) {
 	assert.Zero(t, out.Deleted)
 }
 
+// On a partitioned table, outboxctl purge drops the old partition of sent events whole (one
+// batch in the log), adds partitions ahead, and leaves the partition of an unsent event.
+func TestPurgePartitioned(t *testing.T) {
+	t.Parallel()
+	db := testsvc.OpenDB(t)
+	table := testsvc.UniqueTable("t_event")
+	testsvc.NewStore(t, db, outbox.MySQLConfig{Table: table, PartitionIDs: 1000})
+	f := &fixture{db: db, table: table, env: []string{"OUTBOX_DSN=" + testsvc.MySQLDSN(t), "OUTBOX_TABLE=" + table}}
+	at := "DATE_SUB(UTC_TIMESTAMP(3), INTERVAL 40 DAY)"
+	for lo := 1; lo <= 1500; lo += 500 {
+		var q strings.Builder
+		q.WriteString("INSERT INTO `" + table + "` (id, event_id, biz_no, event_type, payload, status, next_retry_time, claim_owner, claimed_at, create_time, update_time) VALUES ")
+		for id := lo; id < lo+500; id++ {
+			if id > lo {
+				q.WriteByte(',')
+			}
+			status := "SUCCESS"
+			if id == 1200 {
+				status = "WAIT"
+			}
+			fmt.Fprintf(&q, "(%d, UUID(), 'ORD', 'A', '{}', '%s', %s, 'node-1', %s, %s, %s)", id, status, at, at, at, at)
+		}
+		_, err := db.Exec(q.String())
+		require.NoError(t, err)
+	}
+
+	r := f.run(t, "purge", "--older-than", "720h")
+	require.Zero(t, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "999 SUCCESS or SKIPPED events are older than 720h0m0s; nothing deleted")
+
+	r = f.run(t, "purge", "--older-than", "720h", "--yes")
+	require.Zero(t, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "deleted 999 SUCCESS or SKIPPED events older than 720h0m0s in 1 batches")
+	var parts string
+	require.NoError(t, db.QueryRow(`SELECT GROUP_CONCAT(PARTITION_NAME ORDER BY PARTITION_ORDINAL_POSITION)
+	FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table).Scan(&parts))
+	assert.Equal(t, "p2000,p3000,p4000,pmax", parts)
+	var status string
+	require.NoError(t, db.QueryRow("SELECT status FROM `"+table+"` WHERE id = 1200").Scan(&status))
+	assert.Equal(t, "WAIT", status)
+}
+
 // Every bad input: a clear message, a non-zero exit, and the table as it was.
 func TestBadInput(t *testing.T) {
 	t.Parallel()

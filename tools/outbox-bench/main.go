@@ -5,8 +5,9 @@
 // with -namesrv the same drain into a real RocketMQ broker. Every row runs once per round,
 // -runs rounds, and reports its median rate and range. Then it prints the time from commit
 // to send, with -purge-rows the time from commit to send while a purge of that many old
-// SUCCESS rows runs beside a steady load and without it, and with -backlog the heap while a
-// large backlog drains.
+// SUCCESS rows runs beside a steady load and without it (with -purge-partitions also while
+// the same rows leave a partitioned table by one partition drop), and with -backlog the heap
+// while a large backlog drains.
 //
 //	bash scripts/mariadb.sh start && eval "$(bash scripts/rocketmq.sh start)"
 //	go -C tools run ./outbox-bench -dsn "$(bash scripts/mariadb.sh dsn)" -namesrv "$OUTBOX_TEST_ROCKETMQ_NAMESRV"
@@ -73,6 +74,7 @@ func main() {
 	purgeRows := flag.Int("purge-rows", 0, "also measure commit-to-send while a purge of this many old SUCCESS rows runs beside the load, and without it (e.g. 1000000)")
 	purgeBatch := flag.Int("purge-batch", 500, "rows per purge DELETE")
 	purgePause := flag.Duration("purge-pause", 100*time.Millisecond, "pause between purge DELETEs")
+	purgePartitions := flag.Bool("purge-partitions", false, "with -purge-rows: also remove the rows from a partitioned table (MySQLConfig.PartitionIDs) by dropping their partition, beside the same load, and run the load on a partitioned table without a purge")
 	backlog := flag.Int("backlog", 0, "also drain a backlog of this many rows with one batch-mode instance, reporting the heap (e.g. 1000000)")
 	steadyRates := flag.String("steady-rates", "100,1000,5000", "steady-state rows: commit rates (events/s, one event per transaction); empty skips them")
 	steadyInstances := flag.String("steady-instances", "1,3", "steady-state rows: numbers of publisher instances")
@@ -225,7 +227,7 @@ func main() {
 	}
 
 	if *purgeRows > 0 {
-		purgeTable(ctx, env, *purgeRows, *purgeBatch, *purgePause, max(*latencyEvents, 1), *rate)
+		purgeTable(ctx, env, *purgeRows, *purgeBatch, *purgePause, max(*latencyEvents, 1), *rate, *purgePartitions)
 	}
 	if *latencyEvents > 0 {
 		latencyTable(ctx, env, *latencyEvents, *rate)
@@ -373,10 +375,12 @@ func latencyTable(ctx context.Context, env bench.Env, events, rate int) {
 
 }
 
-// purgeTable prints commit-to-send under a steady load while a purge of rows old SUCCESS
-// rows runs beside it, and then under the same load (as many events, at the same rate)
-// without the purge.
-func purgeTable(ctx context.Context, env bench.Env, rows, batch int, pause time.Duration, events, rate int) {
+// purgeTable prints commit-to-send and the writers' throughput under a steady load while a
+// purge of rows old SUCCESS rows runs beside it, in batched DELETEs, and then under the
+// same load (as many events, at the same rate) without the purge; with partitions, also
+// while the same rows leave a partitioned table by the drop of their partition, and on a
+// partitioned table without a purge.
+func purgeTable(ctx context.Context, env bench.Env, rows, batch int, pause time.Duration, events, rate int, partitions bool) {
 	fmt.Println()
 	base := bench.Latency{Instances: 3, Events: events, Rate: rate, WakeUp: true, Poll: defaultPoll}
 	with := base
@@ -386,24 +390,43 @@ func purgeTable(ctx context.Context, env bench.Env, rows, batch int, pause time.
 		log.Fatalf("latency beside a purge: %v", err)
 	}
 	base.Events = len(withRes.Sorted)
+	type leg struct {
+		name string
+		res  bench.LatencyResult
+	}
+	legs := []leg{{fmt.Sprintf("beside a batched DELETE (%d/%s)", batch, pause), withRes}}
+	if partitions {
+		dropped := with
+		dropped.Partitioned, dropped.Events = true, base.Events
+		res, err := dropped.Run(ctx, env)
+		if err != nil {
+			log.Fatalf("latency beside a partition drop: %v", err)
+		}
+		legs = append(legs, leg{"beside a partition drop", res})
+	}
 	baseRes, err := base.Run(ctx, env)
 	if err != nil {
 		log.Fatalf("latency without a purge: %v", err)
 	}
+	legs = append(legs, leg{"no purge", baseRes})
+	if partitions {
+		plain := base
+		plain.Partitioned = true
+		res, err := plain.Run(ctx, env)
+		if err != nil {
+			log.Fatalf("latency on a partitioned table: %v", err)
+		}
+		legs = append(legs, leg{"no purge, partitioned", res})
+	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "commit to send\tmode\tinstances\trate/s\tevents\tp50\tp99\tmax\tpurged\tpurge took\t")
-	for _, r := range []struct {
-		name string
-		res  bench.LatencyResult
-	}{
-		{fmt.Sprintf("beside a purge (%d/%s)", batch, pause), withRes},
-		{"no purge", baseRes},
-	} {
+	fmt.Fprintln(w, "commit to send\tmode\tinstances\trate/s\tevents\tcommits/s\tcommit p99\tcommit max\tp50\tp99\tmax\tremoved\ttook\t")
+	for _, r := range legs {
 		purged, took := "-", "-"
 		if r.res.PurgeElapsed > 0 {
-			purged, took = strconv.FormatInt(r.res.Purged, 10), r.res.PurgeElapsed.Round(time.Second).String()
+			purged, took = strconv.FormatInt(r.res.Purged, 10), r.res.PurgeElapsed.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.name, bench.ModeName(base.PerRow), base.Instances, rate, len(r.res.Sorted),
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, bench.ModeName(base.PerRow), base.Instances, rate, len(r.res.Sorted),
+			r.res.CommitRate(), ms(r.res.CommitQuantile(0.99)), ms(r.res.CommitQuantile(1)),
 			ms(r.res.Quantile(0.5)), ms(r.res.Quantile(0.99)), ms(r.res.Quantile(1)), purged, took)
 	}
 	_ = w.Flush()

@@ -165,13 +165,17 @@ type table struct {
 
 var tableSeq atomic.Int64
 
-func newTable(ctx context.Context, env Env) (*table, error) {
+func newTable(ctx context.Context, env Env) (*table, error) { return newTableWith(ctx, env, 0) }
+
+// newTableWith is newTable, partitioned by RANGE (id) with partitionIDs ids a partition
+// when positive (MySQLConfig.PartitionIDs).
+func newTableWith(ctx context.Context, env Env, partitionIDs int64) (*table, error) {
 	db, err := env.open()
 	if err != nil {
 		return nil, err
 	}
 	name := fmt.Sprintf("bench_event_%d_%d", time.Now().UnixNano()%1e9, tableSeq.Add(1))
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, PartitionIDs: partitionIDs})
 	if err == nil {
 		err = store.CreateSchema(ctx)
 	}
@@ -580,11 +584,16 @@ type Latency struct {
 
 	// PurgeRows, when positive, fills the table with this many SUCCESS rows sent 60 days ago
 	// before the load starts, and purges them (MySQLStore.Purge, older than 30 days, in
-	// batches of PurgeBatch rows with PurgePause between) beside the load, which then runs
-	// until the purge has ended and at least Events events were committed.
+	// batches of PurgeBatch rows with PurgePause between) beside the load, from its second
+	// second on; the load then runs until the purge has ended and at least Events events
+	// were committed.
 	PurgeRows  int
 	PurgeBatch int
 	PurgePause time.Duration
+	// Partitioned makes the table partitioned by RANGE (id) (MySQLConfig.PartitionIDs), with
+	// partitions of PurgeRows+1 ids (1,000 at least), so that the PurgeRows old rows fill the
+	// first partition exactly and the purge drops it whole.
+	Partitioned bool
 }
 
 // LatencyResult holds the latency of every event, sorted.
@@ -593,6 +602,23 @@ type LatencyResult struct {
 	// Purged and PurgeElapsed describe the purge that ran beside the load, if any.
 	Purged       int64
 	PurgeElapsed time.Duration
+	// Commits holds how long each transaction of the load took (BeginTx to Commit), sorted;
+	// LoadElapsed how long the load ran: together, the writers' throughput.
+	Commits     []time.Duration
+	LoadElapsed time.Duration
+}
+
+// CommitRate is the load's commits per second.
+func (r LatencyResult) CommitRate() float64 {
+	if r.LoadElapsed <= 0 {
+		return 0
+	}
+	return float64(len(r.Commits)) / r.LoadElapsed.Seconds()
+}
+
+// CommitQuantile is the q-quantile of the load's transaction times.
+func (r LatencyResult) CommitQuantile(q float64) time.Duration {
+	return LatencyResult{Sorted: r.Commits}.Quantile(q)
 }
 
 // Quantile returns the q-quantile (0 < q <= 1).
@@ -608,7 +634,11 @@ func (r LatencyResult) Quantile(q float64) time.Duration {
 // to the moment the sender was called with it.
 func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 	var res LatencyResult
-	t, err := newTable(ctx, env)
+	var partitionIDs int64
+	if l.Partitioned {
+		partitionIDs = max(int64(l.PurgeRows)+1, 1000)
+	}
+	t, err := newTableWith(ctx, env, partitionIDs)
 	if err != nil {
 		return res, err
 	}
@@ -645,8 +675,17 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 	defer stop()
 
 	purgeDone := make(chan error, 1)
+	purgeStart := make(chan struct{}) // closed a second into the load: a partition's drop needs a row past its bound
+	startPurge := sync.OnceFunc(func() { close(purgeStart) })
+	defer startPurge()
 	if l.PurgeRows > 0 {
 		go func() {
+			select {
+			case <-purgeStart:
+			case <-ctx.Done():
+				purgeDone <- ctx.Err()
+				return
+			}
 			start := time.Now()
 			n, err := t.store.Purge(ctx, 30*24*time.Hour, outbox.PurgeOptions{BatchRows: l.PurgeBatch, Pause: l.PurgePause})
 			res.Purged, res.PurgeElapsed = n, time.Since(start)
@@ -661,7 +700,11 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 	committedAt := make(map[string]time.Time, l.Events) // by event id
 	tick := time.NewTicker(time.Second / time.Duration(l.Rate))
 	defer tick.Stop()
+	loadStart := time.Now()
 	for i := 0; i < l.Events || purging; i++ {
+		if i == l.Rate {
+			startPurge()
+		}
 		if purging {
 			select {
 			case purgeErr = <-purgeDone:
@@ -671,12 +714,16 @@ func (l Latency) Run(ctx context.Context, env Env) (LatencyResult, error) {
 		}
 		<-tick.C
 		store := instances[i%len(instances)].store
+		began := time.Now()
 		id, at, err := commitOne(ctx, store, i, l.WakeUp)
 		if err != nil {
 			return res, err
 		}
+		res.Commits = append(res.Commits, time.Since(began))
 		committedAt[id] = at
 	}
+	res.LoadElapsed = time.Since(loadStart)
+	slices.Sort(res.Commits)
 	if purgeErr != nil {
 		return res, fmt.Errorf("purge: %w", purgeErr)
 	}
