@@ -192,17 +192,25 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 		ways = slices.DeleteFunc(ways, func(w way) bool { return !slices.Contains(only, w.key) })
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "service\trun\torders\torders/s\tpublishing cost\tstatements/event\tredo KB/event\tbinlog KB/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax\t")
+	cpuCols, cpuHead := "", ""
+	if paired {
+		cpuHead = "\tCPU µs/order: process\tserver"
+	}
+	fmt.Fprintln(w, "service\trun\torders\torders/s\tpublishing cost\tstatements/event\tredo KB/event\tbinlog KB/event\tclaim rounds/s\tevents/round\tp50\tp99\tmax"+cpuHead+"\t")
 	for i, res := range results {
-		fmt.Fprintf(w, "alone\t%d\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", i+1, res.AloneOrders(), res.AloneRate())
+		if paired {
+			cpuCols = "\t-\t-"
+		}
+		fmt.Fprintf(w, "alone\t%d\t%d\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-%s\t\n", i+1, res.AloneOrders(), res.AloneRate(), cpuCols)
 		for _, way := range ways {
 			s := way.pick(res)
 			if paired {
-				fmt.Fprintf(w, "alone, before it\t%d\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", i+1, s.AloneRate)
+				fmt.Fprintf(w, "alone, before it\t%d\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\t\n", i+1, s.AloneRate, micros(s.AloneCPU.Self), micros(s.AloneCPU.Server))
+				cpuCols = "\t" + micros(s.CPU.Self) + "\t" + micros(s.CPU.Server)
 			}
-			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.1f %%\t%.2f\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name, i+1,
+			fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%.1f %%\t%.2f\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%s%s\t\n", way.name, i+1,
 				s.Committed, s.Rate(), res.CostPercent(s), s.StatementsPerEvent(), bench.KB(s.RedoPerEvent()), binlogKB(s.BinlogPerEvent()),
-				s.RoundsPerSecond(), s.EventsPerRound(), ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)))
+				s.RoundsPerSecond(), s.EventsPerRound(), ms(s.Quantile(0.5)), ms(s.Quantile(0.99)), ms(s.Quantile(1)), cpuCols)
 		}
 	}
 	if runs > 1 {
@@ -214,7 +222,10 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 			slices.Sort(xs)
 			return median(xs)
 		}
-		fmt.Fprintf(w, "alone\tmedian\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", med(bench.ServiceResult.AloneRate))
+		if paired {
+			cpuCols = "\t-\t-"
+		}
+		fmt.Fprintf(w, "alone\tmedian\t-\t%.0f\t-\t-\t-\t-\t-\t-\t-\t-\t-%s\t\n", med(bench.ServiceResult.AloneRate), cpuCols)
 		for _, way := range ways {
 			msOf := func(q float64) string {
 				return ms(time.Duration(med(func(r bench.ServiceResult) float64 { return float64(way.pick(r).Quantile(q)) })))
@@ -228,17 +239,41 @@ func serviceTable(ctx context.Context, env bench.Env, writers, instances int, du
 				}
 				return med(func(r bench.ServiceResult) float64 { return f(way.pick(r)) })
 			}
-			fmt.Fprintf(w, "%s\tmedian\t-\t%.0f\t%.1f %%\t%.2f\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%s\t\n", way.name,
+			if paired {
+				cpuCols = "\t" + micros(time.Duration(med(func(r bench.ServiceResult) float64 { return float64(way.pick(r).CPU.Self) }))) +
+					"\t" + micros(time.Duration(med(func(r bench.ServiceResult) float64 { return float64(way.pick(r).CPU.Server) })))
+			}
+			fmt.Fprintf(w, "%s\tmedian\t-\t%.0f\t%.1f %%\t%.2f\t%s\t%s\t%.0f\t%.1f\t%s\t%s\t%s%s\t\n", way.name,
 				med(func(r bench.ServiceResult) float64 { return way.pick(r).Rate() }),
 				med(func(r bench.ServiceResult) float64 { return r.CostPercent(way.pick(r)) }),
 				med(func(r bench.ServiceResult) float64 { return way.pick(r).StatementsPerEvent() }),
 				bench.KB(bytesOf(bench.SteadyResult.RedoPerEvent)), binlogKB(bytesOf(bench.SteadyResult.BinlogPerEvent)),
 				med(func(r bench.ServiceResult) float64 { return way.pick(r).RoundsPerSecond() }),
 				med(func(r bench.ServiceResult) float64 { return way.pick(r).EventsPerRound() }),
-				msOf(0.5), msOf(0.99), msOf(1))
+				msOf(0.5), msOf(0.99), msOf(1), cpuCols)
 		}
 	}
 	_ = w.Flush()
+	if paired {
+		// What publishing added to the CPU per order, against the writers alone just before:
+		// the process's (the publishers' or the relay's own work) and the server's.
+		for _, way := range ways {
+			over := func(f func(bench.CPUUse) time.Duration) string {
+				xs := make([]float64, 0, len(results))
+				for _, r := range results {
+					p := way.pick(r)
+					if f(p.CPU) < 0 || f(p.AloneCPU) < 0 {
+						return "unknown"
+					}
+					xs = append(xs, float64(f(p.CPU)-f(p.AloneCPU)))
+				}
+				slices.Sort(xs)
+				return fmt.Sprintf("%+.0f µs", median(xs)/1e3)
+			}
+			fmt.Printf("%s: CPU per order over the writers alone (median of rounds): process %s, server %s\n", way.name,
+				over(func(u bench.CPUUse) time.Duration { return u.Self }), over(func(u bench.CPUUse) time.Duration { return u.Server }))
+		}
+	}
 	last := results[len(results)-1]
 	if cal := last.Coalescing.Writer; cal.Questions > 0 {
 		fmt.Printf("an order and its event alone (subtracted from each way, last run): %.2f statements, %s KB redo, %s KB binlog\n",
@@ -261,4 +296,12 @@ func steadyWay(s bench.Steady) string {
 		return "binlog relay"
 	}
 	return publishing(s.Eager)
+}
+
+// micros prints a CPU time per order in microseconds, "-" if unknown.
+func micros(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", float64(d)/1e3)
 }

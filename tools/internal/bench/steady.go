@@ -392,6 +392,9 @@ type SteadyResult struct {
 	// AloneRate is, with Service.Paired, the writers' orders per second alone measured just
 	// before this run (fresh tables, nobody publishing); 0 otherwise.
 	AloneRate float64
+	// CPU is the CPU used per order while the writers committed (publishing included);
+	// AloneCPU the same for the writers alone just before (Service.Paired).
+	CPU, AloneCPU CPUUse
 }
 
 // Rate is the achieved commit rate.
@@ -503,10 +506,12 @@ func measure(ctx context.Context, env Env, instances int, w workload, poll time.
 		return res, err
 	}
 	times := &commitTimes{at: map[string]time.Time{}}
+	cpu0 := sampleCPU(ctx, t.db)
 	wr, err := write(ctx, stores, w, times)
 	if err != nil {
 		return res, err
 	}
+	res.CPU = cpuPerOrder(cpu0, sampleCPU(ctx, t.db), wr.committed)
 	res.Committed, res.Elapsed = wr.committed, wr.elapsed
 	polls, err := waitSent(ctx, t, rec, wr.committed, time.Minute+2*poll, how.Reference != ReadOnly && how.Reference != BinlogOnly)
 	if err != nil {
@@ -675,8 +680,9 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 	runs = slices.Concat(runs[k:], runs[:k])
 	for _, run := range runs {
 		var before float64
+		var beforeCPU CPUUse
 		if s.Paired {
-			if before, err = s.aloneAgain(ctx, env, dbs, w); err != nil {
+			if before, beforeCPU, err = s.aloneAgain(ctx, env, dbs, w); err != nil {
 				return res, err
 			}
 		}
@@ -689,34 +695,36 @@ func (s Service) Run(ctx context.Context, env Env) (ServiceResult, error) {
 		if *run.res, err = measure(ctx, env, s.Instances, w, pollInterval, run.how); err != nil {
 			return res, err
 		}
-		run.res.AloneRate = before
+		run.res.AloneRate, run.res.AloneCPU = before, beforeCPU
 	}
 	return res, nil
 }
 
 // aloneAgain measures the writers alone on fresh tables (outbox and orders) through the
-// instances' pools, and returns their orders per second.
-func (s Service) aloneAgain(ctx context.Context, env Env, dbs []*sql.DB, w workload) (float64, error) {
+// instances' pools, and returns their orders per second and the CPU per order.
+func (s Service) aloneAgain(ctx context.Context, env Env, dbs []*sql.DB, w workload) (float64, CPUUse, error) {
+	none := CPUUse{Self: -1, Server: -1}
 	t, err := newTable(ctx, env)
 	if err != nil {
-		return 0, err
+		return 0, none, err
 	}
 	defer t.drop()
 	orders, drop, err := newOrders(ctx, t.db)
 	if err != nil {
-		return 0, err
+		return 0, none, err
 	}
 	defer drop()
 	stores, err := storesOn(dbs, t.name)
 	if err != nil {
-		return 0, err
+		return 0, none, err
 	}
 	w.orders = orders
+	c0 := sampleCPU(ctx, t.db)
 	r, err := write(ctx, stores, w, nil)
 	if err != nil {
-		return 0, err
+		return 0, none, err
 	}
-	return float64(r.committed) / r.elapsed.Seconds(), nil
+	return float64(r.committed) / r.elapsed.Seconds(), cpuPerOrder(c0, sampleCPU(ctx, t.db), r.committed), nil
 }
 
 // newOrders creates a fresh orders table and returns its name and a function that drops it.
