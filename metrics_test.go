@@ -343,15 +343,13 @@ func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 	var dash struct {
 		Templating struct {
 			List []struct {
-				Name       string `json:"name"`
-				Type       string `json:"type"`
-				Definition string `json:"definition"`
-				Query      struct {
-					Query string `json:"query"`
-				} `json:"query"`
-				Multi      bool   `json:"multi"`
-				IncludeAll bool   `json:"includeAll"`
-				AllValue   string `json:"allValue"`
+				Name       string          `json:"name"`
+				Type       string          `json:"type"`
+				Definition string          `json:"definition"`
+				Query      json.RawMessage `json:"query"` // a string or an object, by type
+				Multi      bool            `json:"multi"`
+				IncludeAll bool            `json:"includeAll"`
+				AllValue   string          `json:"allValue"`
 			} `json:"list"`
 		} `json:"templating"`
 		Panels []struct {
@@ -396,9 +394,13 @@ func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 		require.NoError(t, err, "All is a regular expression")
 		assert.True(t, allValue.MatchString(""), "All (%q) matches the series of an unnamed store, which have no store label", v.AllValue)
 		assert.True(t, allValue.MatchString("shard-0"), "All (%q) matches a named store", v.AllValue)
-		assert.Equal(t, v.Definition, v.Query.Query)
-		m := regexp.MustCompile(`^label_values\((outbox_[a-z_]+)(\{[^}]*\})?, store\)$`).FindStringSubmatch(v.Query.Query)
-		require.NotNil(t, m, "the store variable lists the store label's values: %s", v.Query.Query)
+		var query struct {
+			Query string `json:"query"`
+		}
+		require.NoError(t, json.Unmarshal(v.Query, &query))
+		assert.Equal(t, v.Definition, query.Query)
+		m := regexp.MustCompile(`^label_values\((outbox_[a-z_]+)(\{[^}]*\})?, store\)$`).FindStringSubmatch(query.Query)
+		require.NotNil(t, m, "the store variable lists the store label's values: %s", query.Query)
 		known := false
 		for _, prom := range instruments {
 			known = known || m[1] == prom
