@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -331,15 +332,29 @@ var instruments = map[string]string{
 	"outbox.table.failed":                  "outbox_table_failed",
 }
 
-// docs/operations.md lists every instrument, and the dashboard has a panel for each.
+// docs/operations.md lists every instrument, and the dashboard has a panel for each. Every
+// series selector of the dashboard keeps to the chosen jobs and stores, and the store
+// variable's All also matches an unnamed publisher's series, which have no store label.
 func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 	readme, err := os.ReadFile("docs/operations.md")
 	require.NoError(t, err)
 	raw, err := os.ReadFile("dashboards/outbox.json")
 	require.NoError(t, err)
 	var dash struct {
+		Templating struct {
+			List []struct {
+				Name       string          `json:"name"`
+				Type       string          `json:"type"`
+				Definition string          `json:"definition"`
+				Query      json.RawMessage `json:"query"` // a string or an object, by type
+				Multi      bool            `json:"multi"`
+				IncludeAll bool            `json:"includeAll"`
+				AllValue   string          `json:"allValue"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			Type    string `json:"type"`
+			Title   string `json:"title"`
 			Targets []struct {
 				Expr string `json:"expr"`
 			} `json:"targets"`
@@ -347,14 +362,50 @@ func TestMetricsDocumentedAndOnTheDashboard(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(raw, &dash), "the dashboard is valid JSON")
 	var exprs []string
+	selector := regexp.MustCompile(`outbox_[a-z_]+(\{[^}]*\})?`)
 	for _, p := range dash.Panels {
 		for _, target := range p.Targets {
 			exprs = append(exprs, target.Expr)
+			sels := selector.FindAllString(target.Expr, -1)
+			assert.NotEmpty(t, sels, "panel %q: %s reads no outbox series", p.Title, target.Expr)
+			for _, sel := range sels {
+				assert.Contains(t, sel, `job=~"$job"`, "panel %q: %s", p.Title, target.Expr)
+				assert.Contains(t, sel, `store=~"$store"`, "panel %q: %s", p.Title, target.Expr)
+			}
 		}
 	}
+	require.NotEmpty(t, exprs, "the dashboard has queries")
 	all := strings.Join(exprs, "\n")
 	for name, prom := range instruments {
 		assert.Contains(t, string(readme), "`"+name+"` (`"+prom+"`)", "docs/operations.md lists %s", name)
 		assert.Contains(t, all, prom, "the dashboard shows %s", name)
 	}
+
+	found := false
+	for _, v := range dash.Templating.List {
+		if v.Name != "store" {
+			continue
+		}
+		found = true
+		assert.Equal(t, "query", v.Type)
+		assert.True(t, v.Multi, "several stores may be chosen")
+		assert.True(t, v.IncludeAll, "the store variable has All")
+		allValue, err := regexp.Compile("^(?:" + v.AllValue + ")$")
+		require.NoError(t, err, "All is a regular expression")
+		assert.True(t, allValue.MatchString(""), "All (%q) matches the series of an unnamed store, which have no store label", v.AllValue)
+		assert.True(t, allValue.MatchString("shard-0"), "All (%q) matches a named store", v.AllValue)
+		var query struct {
+			Query string `json:"query"`
+		}
+		require.NoError(t, json.Unmarshal(v.Query, &query))
+		assert.Equal(t, v.Definition, query.Query)
+		m := regexp.MustCompile(`^label_values\((outbox_[a-z_]+)(\{[^}]*\})?, store\)$`).FindStringSubmatch(query.Query)
+		require.NotNil(t, m, "the store variable lists the store label's values: %s", query.Query)
+		known := false
+		for _, prom := range instruments {
+			known = known || m[1] == prom
+		}
+		assert.True(t, known, "the store variable reads an outbox metric: %s", m[1])
+	}
+	assert.True(t, found, "the dashboard has a store variable")
 }
