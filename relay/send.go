@@ -437,12 +437,28 @@ func (t *term) reread(ids []int64) error {
 
 // resumeKey reads a key's waiting events in id order and delivers the due ones, up to the
 // first that is not due (which holds the key back until it is).
+//
+// The read finds every committed event of the key, also those whose transactions the
+// binlog reader has not handed over yet; sent now, they would be sent again when their
+// items come. So the items up to the server's position after the read are checked against
+// the table before they are sent, as the items up to the end of the sweep are.
 func (t *term) resumeKey(key string) error {
 	evs, err := t.readEvents(t.r.q.keyWaiting, key)
 	if err != nil {
 		return err
 	}
 	due := t.due(evs)
+	if len(due) > 0 {
+		pos, err := currentPosition(t.ctx, t.r.db, t.info.flavor)
+		if err != nil {
+			return err
+		}
+		set, err := gomysql.ParseGTIDSet(t.info.flavor, pos)
+		if err != nil {
+			return fmt.Errorf("relay: the server's position %q: %w", pos, err)
+		}
+		t.catchUp = set
+	}
 	t.swept(len(due))
 	return t.deliver(due, false)
 }
