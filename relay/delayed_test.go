@@ -242,3 +242,32 @@ func TestRelayResumedKeySendsEachEventOnce(t *testing.T) {
 		assert.Equal(t, 1, gate.sent(id), "sends of event %s", id)
 	}
 }
+
+// A row due at the latest time the table holds (NotBefore 9999-12-31 23:59:59.999 UTC) is
+// due further ahead than a time.Duration reaches: the relay holds it, and sends what comes
+// after it.
+func TestRelayHoldsAnEventDueAtTheLastTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	topic := testsvc.NewTopic(t, "relay-delay-far")
+	sender := &clockedSender{Sender: rocketSender(t, topic), db: e.db, at: map[string]time.Time{}}
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+
+	last := time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+	far := e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-FAR", NotBefore: last})
+	// Items are delivered in commit order, a batch's rows read from the table after its
+	// inserts: once an event committed after the first later one was marked is marked
+	// too, the relay has read the far one and sent whatever it would send.
+	now := e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-NOW"})
+	waitFor(t, 30*time.Second, "the later event SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 1 })
+	now = append(now, e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-NEXT"})...)
+	waitFor(t, 30*time.Second, "the next event SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] >= 2 })
+	for _, id := range now {
+		_, sent := sender.sentAt(id)
+		assert.True(t, sent, "event %s sent", id)
+	}
+	_, sent := sender.sentAt(far[0])
+	assert.False(t, sent, "the event due in 9999 sent")
+	assert.Equal(t, map[string]int{"SUCCESS": 2, "WAIT": 1}, e.statuses(t))
+}

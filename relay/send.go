@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -516,7 +517,9 @@ func (t *term) readEvents(q string, args ...any) ([]timedEvent, error) {
 			return nil, fmt.Errorf("relay: read events: %w", err)
 		}
 		ev.Status = outbox.StatusWait
-		te.in = time.Duration(in.Int64) * time.Microsecond
+		// A due time more than a time.Duration ahead (a NotBefore centuries away) waits
+		// the longest Duration: the product would overflow, and might read as due.
+		te.in = time.Duration(min(in.Int64, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
 		out = append(out, te)
 	}
 	if err := rows.Err(); err != nil {
