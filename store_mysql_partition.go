@@ -411,12 +411,27 @@ func (s *MySQLStore) addPartitionsAhead(ctx context.Context, l partitionLayout, 
 	return s.readPartitions(ctx)
 }
 
+// hasRecentFinalRows reports whether the partition (from: the table with its PARTITION
+// clause) holds a SUCCESS or SKIPPED row claimed within the retention (age in
+// microseconds): a range of idx_status_claimed_at. A row that a transaction still open
+// during the plan inserted, and that was sent (or dead-lettered and skipped) before the
+// drop's lock, is such a row: its claim came after its commit. Its error is the driver's.
+func hasRecentFinalRows(ctx context.Context, q queryer, from string, age int64) (bool, error) {
+	var one int
+	err := q.QueryRowContext(ctx, "SELECT 1 FROM "+from+" WHERE status IN ('SUCCESS', 'SKIPPED') AND claimed_at >= "+cutoffSQL+" LIMIT 1", age).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // dropPartitions drops the partitions, after checking again, with the table locked, that
-// none holds a WAIT, SENDING or FAIL row: LOCK TABLES ... WRITE waits for every transaction
-// on the table to end, so a row inserted into one of them by a transaction that was still
-// open when the plan was made is seen now, and keeps its partition. It returns the names
-// it dropped.
-func (s *MySQLStore) dropPartitions(ctx context.Context, parts []partition) ([]string, error) {
+// none holds a WAIT, SENDING or FAIL row, nor a sent row claimed within the retention (age,
+// in microseconds): LOCK TABLES ... WRITE waits for every transaction on the table to end,
+// so a row inserted into one of them by a transaction that was still open when the plan
+// was made is seen now, unsent or sent since, and keeps its partition. It returns the
+// names it dropped.
+func (s *MySQLStore) dropPartitions(ctx context.Context, parts []partition, age int64) ([]string, error) {
 	var dropped []string
 	err := s.partitionDDL(ctx, "purge: drop partitions", func(conn *sql.Conn) error {
 		if s.partitionHook != nil {
@@ -427,7 +442,11 @@ func (s *MySQLStore) dropPartitions(ctx context.Context, parts []partition) ([]s
 		}
 		var names []string
 		for _, p := range parts {
-			open, err := hasOpenRows(ctx, conn, "`"+s.table+"` PARTITION ("+quoteName(p.name)+")")
+			from := "`" + s.table + "` PARTITION (" + quoteName(p.name) + ")"
+			open, err := hasOpenRows(ctx, conn, from)
+			if err == nil && !open {
+				open, err = hasRecentFinalRows(ctx, conn, from, age)
+			}
 			if err != nil {
 				return err
 			}
@@ -500,7 +519,7 @@ func (s *MySQLStore) purgePartitioned(ctx context.Context, olderThan time.Durati
 	}
 	total = 0
 	if len(drop) > 0 {
-		dropped, err := s.dropPartitions(ctx, drop)
+		dropped, err := s.dropPartitions(ctx, drop, age)
 		var n int64
 		for i, p := range drop {
 			if slices.Contains(dropped, p.name) {

@@ -287,6 +287,45 @@ func TestPartitionDropWaitsForOpenInserts(t *testing.T) {
 	assert.Equal(t, "WAIT", b.statusOf(t, 999))
 }
 
+// A row that a transaction still open during the plan inserts into a partition that looks
+// droppable, and that is sent before the drop locks the table, keeps the partition too: it
+// is final, but younger than the retention. The drop looks for such rows with the table
+// locked, and the partition's old rows are deleted in batches instead.
+func TestPartitionDropKeepsRowsSentSinceThePlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testsvc.OpenDB(t)
+	b := newPartitioned(t, db)
+	b.history(t, 1, 998, oldUpdate)
+	b.history(t, 1000, 1200, oldUpdate)
+	n, err := b.store.Purge(ctx, 90*24*time.Hour, outbox.PurgeOptions{}) // the partitions ahead, nothing dropped
+	require.NoError(t, err)
+	require.Zero(t, n)
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.Exec("INSERT INTO `"+outbox.TableForTest(b.store)+"` (id, event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time) "+
+		"VALUES (999, ?, 'late', 'ORDER_CREATED', '{}', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))", uuid.Must(uuid.NewV7()).String())
+	require.NoError(t, err)
+	var hookErr error
+	outbox.SetPartitionHookForTest(b.store, func(step string) {
+		if step != "lock" {
+			return
+		}
+		// After the plan, before the lock: the transaction commits and its event is sent,
+		// as a publisher's claim and acknowledgement write it.
+		if hookErr = tx.Commit(); hookErr == nil {
+			_, hookErr = db.Exec("UPDATE `" + outbox.TableForTest(b.store) + "` SET status = 'SUCCESS', claim_owner = 'publisher', " +
+				"claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3) WHERE id = 999 AND status = 'WAIT'")
+		}
+	})
+	n, err = b.store.Purge(ctx, partAge, outbox.PurgeOptions{})
+	require.NoError(t, err)
+	require.NoError(t, hookErr)
+	assert.Equal(t, int64(998), n, "the partition's old rows deleted in batches instead")
+	assert.Contains(t, b.partitions(t), "p1000")
+	assert.Equal(t, "SUCCESS", b.statusOf(t, 999), "the row sent just now stays for the retention")
+}
+
 // A purge of a partitioned table fails, and loses nothing, when the database goes down
 // before one of its partition statements; the next purge, once it is back, does the work.
 func TestPartitionMaintenanceDatabaseDown(t *testing.T) {

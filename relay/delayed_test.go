@@ -158,3 +158,123 @@ func TestRelayDelayedEventHoldsBackItsKey(t *testing.T) {
 	at, _ := sender.sentAt(ids[2])
 	assert.True(t, at.Before(head.NextRetryTime), "the other key sent at %s, while ORD-K waited until %s", at, head.NextRetryTime)
 }
+
+// gateSender holds the first send that carries an event of its biz no until open is closed,
+// and counts the sends of each event id.
+type gateSender struct {
+	outbox.Sender
+	key        string
+	held, open chan struct{}
+	once       sync.Once
+
+	mu    sync.Mutex
+	sends map[string]int
+}
+
+func (s *gateSender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	for _, ev := range evs {
+		if ev.BizNo == s.key {
+			first := false
+			s.once.Do(func() { first = true })
+			if first {
+				close(s.held)
+				select {
+				case <-s.open:
+				case <-ctx.Done():
+				}
+			}
+			break
+		}
+	}
+	errs := s.Sender.Send(ctx, evs, keyOrder)
+	s.mu.Lock()
+	for i, ev := range evs {
+		if errs[i] == nil {
+			s.sends[ev.EventID]++
+		}
+	}
+	s.mu.Unlock()
+	return errs
+}
+
+func (s *gateSender) sent(eventID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sends[eventID]
+}
+
+// In key order, a delayed row that is due by the time the relay reads it from the table
+// sends its key's waiting events with it, read from the table; a later event of the key
+// whose transaction the binlog hands over after that read is one of them, and is not sent a
+// second time when its insert comes from the binlog.
+func TestRelayResumedKeySendsEachEventOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.KeyOrder)
+	topic := testsvc.NewTopic(t, "relay-resume-once")
+	c := testsvc.Consume(t, topic)
+	gate := &gateSender{Sender: rocketSender(t, topic), key: "ORD-G", held: make(chan struct{}), open: make(chan struct{}),
+		sends: map[string]int{}}
+	r, _ := start(t, e.dsn, gate, e.config("relay-1"))
+	waitLeader(t, r)
+
+	// One transaction: an event the sender holds, and a delayed event of ORD-K that is due
+	// before the sender lets the batch go on.
+	ids := e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-G"}, outbox.EventInput{BizNo: "ORD-K", Delay: time.Millisecond})
+	select {
+	case <-gate.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay never sent the held event")
+	}
+	// While the batch waits on the sender: a later event of ORD-K, committed.
+	ids = append(ids, e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-K"})...)
+	waitFor(t, 10*time.Second, "the delayed event due", func() bool {
+		var due int
+		require.NoError(t, e.db.QueryRow("SELECT COUNT(*) FROM "+e.table+" WHERE biz_no = 'ORD-K' AND next_retry_time <= UTC_TIMESTAMP(3)").Scan(&due))
+		return due == 2
+	})
+	close(gate.open)
+	// Items are delivered in commit order: once a later transaction's event is sent and
+	// marked, every send of the earlier ones is done.
+	ids = append(ids, e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-Z"})...)
+	waitFor(t, 30*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == len(ids) })
+	c.WaitDistinct(t, len(ids), 60*time.Second)
+	for _, id := range ids {
+		assert.Equal(t, 1, gate.sent(id), "sends of event %s", id)
+	}
+}
+
+// A row due at the latest time the table holds (NotBefore 9999-12-31 23:59:59.999 UTC) is
+// due further ahead than a time.Duration reaches: the relay holds it, and sends what comes
+// after it.
+func TestRelayHoldsAnEventDueAtTheLastTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	topic := testsvc.NewTopic(t, "relay-delay-far")
+	sender := &clockedSender{Sender: rocketSender(t, topic), db: e.db, at: map[string]time.Time{}}
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+
+	last := time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+	far := e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-FAR", NotBefore: last})
+	// Items are delivered in commit order, a batch's rows read from the table after its
+	// inserts: once an event committed after the first later one was marked is marked
+	// too, the relay has read the far one and sent whatever it would send.
+	now := e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-NOW"})
+	sentKey := func(key string) func() bool {
+		return func() bool {
+			var n int
+			require.NoError(t, e.db.QueryRow("SELECT COUNT(*) FROM "+e.table+" WHERE biz_no = ? AND status = 'SUCCESS'", key).Scan(&n))
+			return n == 1
+		}
+	}
+	waitFor(t, 30*time.Second, "the later event SUCCESS", sentKey("ORD-NOW"))
+	now = append(now, e.insertDelayed(t, outbox.EventInput{BizNo: "ORD-NEXT"})...)
+	waitFor(t, 30*time.Second, "the next event SUCCESS", sentKey("ORD-NEXT"))
+	for _, id := range now {
+		_, sent := sender.sentAt(id)
+		assert.True(t, sent, "event %s sent", id)
+	}
+	_, sent := sender.sentAt(far[0])
+	assert.False(t, sent, "the event due in 9999 sent")
+	assert.Equal(t, map[string]int{"SUCCESS": 2, "WAIT": 1}, e.statuses(t))
+}

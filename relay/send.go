@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -437,12 +438,28 @@ func (t *term) reread(ids []int64) error {
 
 // resumeKey reads a key's waiting events in id order and delivers the due ones, up to the
 // first that is not due (which holds the key back until it is).
+//
+// The read finds every committed event of the key, also those whose transactions the
+// binlog reader has not handed over yet; sent now, they would be sent again when their
+// items come. So the items up to the server's position after the read are checked against
+// the table before they are sent, as the items up to the end of the sweep are.
 func (t *term) resumeKey(key string) error {
 	evs, err := t.readEvents(t.r.q.keyWaiting, key)
 	if err != nil {
 		return err
 	}
 	due := t.due(evs)
+	if len(due) > 0 {
+		pos, err := currentPosition(t.ctx, t.r.db, t.info.flavor)
+		if err != nil {
+			return err
+		}
+		set, err := gomysql.ParseGTIDSet(t.info.flavor, pos)
+		if err != nil {
+			return fmt.Errorf("relay: the server's position %q: %w", pos, err)
+		}
+		t.catchUp = set
+	}
 	t.swept(len(due))
 	return t.deliver(due, false)
 }
@@ -500,7 +517,9 @@ func (t *term) readEvents(q string, args ...any) ([]timedEvent, error) {
 			return nil, fmt.Errorf("relay: read events: %w", err)
 		}
 		ev.Status = outbox.StatusWait
-		te.in = time.Duration(in.Int64) * time.Microsecond
+		// A due time more than a time.Duration ahead (a NotBefore centuries away) waits
+		// the longest Duration: the product would overflow, and might read as due.
+		te.in = time.Duration(min(in.Int64, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
 		out = append(out, te)
 	}
 	if err := rows.Err(); err != nil {

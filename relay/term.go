@@ -37,9 +37,10 @@ type term struct {
 	processed atomic.Pointer[string]
 	// pushed is the position of the last item the reader queued (the reader's own).
 	pushed string
-	// catchUp is the position the server had when the term's sweep ended: events committed
-	// up to it may have been sent already (by the sweep, or by the last leader after its
-	// checkpoint), so their status is read before they are sent.
+	// catchUp is the position the server had when the term's sweep ended, or later, after
+	// a key's waiting events were read from the table (resumeKey): events committed up to it
+	// may have been sent already (by the sweep, by that read, or by the last leader after
+	// its checkpoint), so their status is read before they are sent.
 	catchUp gomysql.GTIDSet
 
 	// Only the sender goroutine uses the fields below.

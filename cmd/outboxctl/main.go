@@ -105,7 +105,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&a.dsn, "dsn", os.Getenv("OUTBOX_DSN"), "MySQL DSN, e.g. user:pass@tcp(127.0.0.1:3306)/app; defaults to $OUTBOX_DSN")
 	fs.StringVar(&a.table, "table", cmpOr(os.Getenv("OUTBOX_TABLE"), "t_event_record"), "outbox table; defaults to $OUTBOX_TABLE, else")
 	fs.DurationVar(&a.connectTimeout, "connect-timeout", 5*time.Second, "how long to wait for the database to answer")
-	fs.Func("store", "a named database, `NAME=DSN`, NAME as the publishers' Config.StoreName; repeat for each (instead of -dsn)", a.addStore)
+	// The -store values are read after the flags: the flag package's error would quote the
+	// value, password and all.
+	var storeFlags []string
+	fs.Func("store", "a named database, `NAME=DSN`, NAME as the publishers' Config.StoreName; repeat for each (instead of -dsn)",
+		func(s string) error { storeFlags = append(storeFlags, s); return nil })
 	storesFile := fs.String("stores", "", "a `FILE` of named databases, one NAME=DSN a line (# comments), as -store")
 	fs.StringVar(&a.on, "on", "", "the store to run the command against (`NAME`), or all for each in turn; needed with several stores")
 	fs.Usage = func() {
@@ -124,6 +128,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	dsnSet := false
 	fs.Visit(func(f *flag.Flag) { dsnSet = dsnSet || f.Name == "dsn" })
+	for _, s := range storeFlags {
+		if err := a.addStore(s); err != nil {
+			fmt.Fprintf(stderr, "outboxctl: -store: %v\n", err)
+			return exitUsage
+		}
+	}
 	if *storesFile != "" {
 		if err := a.readStores(*storesFile); err != nil {
 			fmt.Fprintf(stderr, "outboxctl: %v\n", err)

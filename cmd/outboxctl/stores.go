@@ -35,10 +35,10 @@ func (a *app) addStore(s string) error {
 	case name == "":
 		return fmt.Errorf("the store has no name: want NAME=DSN")
 	case len(name) > maxStoreName:
-		return fmt.Errorf("store name %.20q... is %d bytes long, at most %d", name, len(name), maxStoreName)
+		return fmt.Errorf("store name %.20q... is %d bytes long, at most %d", redact(name), len(name), maxStoreName)
 	case !storeNameRE.MatchString(name):
 		return fmt.Errorf("store name %q is not a bounded label: want 1 to %d ASCII letters, digits, '_', '-' or '.', beginning with a letter or a digit",
-			name, maxStoreName)
+			redact(name), maxStoreName)
 	case name == onAll:
 		return fmt.Errorf("store name %q is taken: -on %s runs a command against every store", name, onAll)
 	case strings.TrimSpace(dsn) == "":
@@ -53,9 +53,15 @@ func (a *app) addStore(s string) error {
 	return nil
 }
 
-// redact hides what follows a DSN's user name, so that an error never prints a password.
+// redact hides what follows a DSN's user name, so that an error never prints a password:
+// up to the last '@' before the last '/', as the driver reads a DSN (a password may hold
+// an '@').
 func redact(s string) string {
-	if i := strings.IndexByte(s, '@'); i >= 0 {
+	slash := strings.LastIndexByte(s, '/')
+	if slash < 0 {
+		slash = len(s)
+	}
+	if i := strings.LastIndexByte(s[:slash], '@'); i >= 0 {
 		if j := strings.IndexByte(s[:i], ':'); j >= 0 {
 			return s[:j] + ":***" + s[i:]
 		}

@@ -188,3 +188,23 @@ func TestStoresBadInput(t *testing.T) {
 	assert.Equal(t, exitUsage, r.code)
 	assert.Equal(t, 1, strings.Count(r.stderr, "--lease must be positive"), r.stderr)
 }
+
+// A -store given without its NAME= (or a name that takes in part of a DSN) is refused with
+// an error that never shows the password, whatever the password holds.
+func TestStoresErrorsHideThePassword(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		store, secret, msg string
+	}{
+		{"root:s3cret@tcp(127.0.0.1:1)/x?parseTime=true", "s3cret", "is not a bounded label"},
+		{"root:s3cret@tcp(127.0.0.1:1)/" + strings.Repeat("x", 40) + "?parseTime=true", "s3cret", "bytes long, at most 64"},
+		{"root:s3cret@tcp(127.0.0.1:1)/x", "s3cret", "want NAME=DSN"},
+		{"root:p@ss@tcp(127.0.0.1:1)/x", "ss@tcp", "want NAME=DSN"},
+	} {
+		r := runEnv(t, nil, "-store", c.store, "stats")
+		assert.Equal(t, exitUsage, r.code, "%s: stderr %s", c.store, r.stderr)
+		assert.Contains(t, r.stderr, c.msg, c.store)
+		assert.NotContains(t, r.stderr, c.secret, c.store)
+		assert.Contains(t, r.stderr, "root:***@", c.store)
+	}
+}
