@@ -499,6 +499,9 @@ func (s *MySQLStore) purgePartitioned(ctx context.Context, olderThan time.Durati
 	var drop []partition
 	for i, p := range plan.drop {
 		if opts.Limit > 0 && total+plan.rows[i] > opts.Limit {
+			// Dropping it would remove more than the limit allows: its rows go in batches,
+			// up to the limit, oldest first, like those of a partition that cannot be dropped.
+			plan.fallback = append(slices.Clone(plan.drop[i:]), plan.fallback...)
 			break
 		}
 		drop = append(drop, p)

@@ -205,6 +205,32 @@ func TestPurgeDropsOnlyFinalPartitions(t *testing.T) {
 	assert.Equal(t, []string{"p3000", "p4000", "p5000", "p6000", "p7000", "p8000", "pmax"}, b.partitions(t))
 }
 
+// A limit smaller than a droppable partition's rows removes that many of them in batches
+// instead of dropping it (or nothing at all); the partition goes whole once the limit
+// allows what is left of it.
+func TestPurgeLimitBelowAPartitionDeletesInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newPartitioned(t, testsvc.OpenDB(t))
+	b.history(t, 1, 1500, oldUpdate) // p1000 (ids 1..999) is droppable: an id above it exists
+
+	n, err := b.store.Purge(ctx, partAge, outbox.PurgeOptions{Limit: 400, DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(400), n, "dry run")
+	n, err = b.store.Purge(ctx, partAge, outbox.PurgeOptions{Limit: 400, BatchRows: 150})
+	require.NoError(t, err)
+	assert.Equal(t, int64(400), n)
+	assert.Equal(t, 999-400, b.count(t, "id < 1000"), "the oldest 400 deleted")
+	assert.Zero(t, b.count(t, "id <= 400"), "oldest first")
+	assert.Contains(t, b.partitions(t), "p1000", "not dropped: the limit is below its rows")
+
+	n, err = b.store.Purge(ctx, partAge, outbox.PurgeOptions{Limit: 599})
+	require.NoError(t, err)
+	assert.Equal(t, int64(599), n)
+	assert.NotContains(t, b.partitions(t), "p1000", "what is left of it fits the limit: dropped whole")
+	assert.Zero(t, b.count(t, "id < 1000"))
+}
+
 // One instance maintains the partitions at a time: a second purge, exclusive or not, while
 // the first holds the purge lock, returns ErrPurgeBusy and changes nothing.
 func TestPartitionMaintenanceOneAtATime(t *testing.T) {
