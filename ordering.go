@@ -62,7 +62,8 @@ func (p *Publisher) check(ctx context.Context) error {
 
 // warnMissingDefaults logs, for a MySQL store whose table was made by an earlier version, the
 // columns that lack the defaults other programs' plain INSERTs need: such an INSERT fails
-// (error 1364) until docs/upgrading.md's ALTER TABLE adds them. Nothing of the store's own
+// in strict SQL mode (error 1364), and in a non-strict one writes an event without an event
+// id and with zero times, until docs/upgrading.md's ALTER TABLE adds them. Nothing of the store's own
 // needs them, so it is a warning, and a table it cannot read is left to Check.
 func (p *Publisher) warnMissingDefaults(ctx context.Context) {
 	s, ok := p.store.(interface {
@@ -76,6 +77,6 @@ func (p *Publisher) warnMissingDefaults(ctx context.Context) {
 		return
 	}
 	p.log.WarnContext(ctx, "outbox: the table has no server-side default for "+strings.Join(cols, ", ")+
-		": a plain SQL INSERT of biz_no, event_type and payload by another program fails until they are added "+
-		"(see docs/upgrading.md)", slog.Any("columns", cols))
+		": a plain SQL INSERT of biz_no, event_type and payload by another program fails (strict SQL mode) or "+
+		"writes an event without an event id (non-strict) until they are added (see docs/upgrading.md)", slog.Any("columns", cols))
 }
