@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +16,8 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/go-outbox/outbox/internal/storename"
 )
 
 // The defaults, as the design article sets them, and for the batch claim.
@@ -353,24 +354,17 @@ func (c Config) validate() error {
 	return nil
 }
 
-// maxStoreNameLen bounds Config.StoreName, a metric label's value.
-const maxStoreNameLen = 64
-
-// storeNameRE is the rule for Config.StoreName: a label value that dashboards, queries and
-// log searches take as it is.
-var storeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-
-// checkStoreName says what is wrong with a store name, or returns nil.
+// checkStoreName says what is wrong with a store name (by the rule of package storename),
+// or returns nil.
 func checkStoreName(name string) error {
+	err := storename.Check(name)
 	switch {
-	case len(name) > maxStoreNameLen:
-		return fmt.Errorf("%.20q... is %d bytes long, at most %d: it is a metric label, a short name the service configures (shard-03), never a DSN",
-			name, len(name), maxStoreNameLen)
-	case !storeNameRE.MatchString(name):
-		return fmt.Errorf("%q is not a bounded label: want 1 to %d ASCII letters, digits, '_', '-' or '.', beginning with a letter or a digit (shard-03, tenant_eu)",
-			name, maxStoreNameLen)
+	case err == nil:
+		return nil
+	case len(name) > storename.MaxLen:
+		return fmt.Errorf("%.20q... %w: it is a metric label, a short name the service configures (shard-03), never a DSN", name, err)
 	}
-	return nil
+	return fmt.Errorf("%q %w (shard-03, tenant_eu)", name, err)
 }
 
 // DefaultInstanceID returns a new instance id of the form host-pid-suffix, e.g.

@@ -9,16 +9,16 @@ import (
 //go:embed schema.sql
 var schemaSQL string
 
-// The statements, written against t_event_record and renamed to the configured table.
-//
-// Every time is UTC_TIMESTAMP(3): the database's clock, the same for every session whatever
-// its time_zone. (NOW() returns session-local time, so two instances whose connections have
-// different time zones would disagree about every lease by hours.)
 // dueMarker is the insert's next_retry_time, due at once; an event written with a delay
 // has it replaced by its due time's expression (dueExpr). The comment marks the place and
 // is sent as it is otherwise.
 const dueMarker = "/*due*/UTC_TIMESTAMP(3)"
 
+// The statements, written against t_event_record and renamed to the configured table.
+//
+// Every time is UTC_TIMESTAMP(3): the database's clock, the same for every session whatever
+// its time_zone. (NOW() returns session-local time, so two instances whose connections have
+// different time zones would disagree about every lease by hours.)
 func newMySQLQueries(table string) mysqlQueries {
 	r := strings.NewReplacer("t_event_record", "`"+table+"`")
 	q := mysqlQueries{

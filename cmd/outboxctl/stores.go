@@ -8,8 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
+
+	"github.com/go-outbox/outbox/internal/storename"
 )
 
 // namedStore is one database of a service that publishes several (-store NAME=DSN): its
@@ -18,12 +19,6 @@ type namedStore struct{ name, dsn string }
 
 // onAll, as -on, runs the command against every store in turn.
 const onAll = "all"
-
-// maxStoreName and storeNameRE are the rule of the library's Config.StoreName, so that the
-// names an operator types are the ones the logs, metrics and Health show.
-const maxStoreName = 64
-
-var storeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // addStore reads one NAME=DSN, from -store or a line of a -stores file.
 func (a *app) addStore(s string) error {
@@ -34,11 +29,8 @@ func (a *app) addStore(s string) error {
 		return fmt.Errorf("want NAME=DSN, got %q", redact(s))
 	case name == "":
 		return fmt.Errorf("the store has no name: want NAME=DSN")
-	case len(name) > maxStoreName:
-		return fmt.Errorf("store name %.20q... is %d bytes long, at most %d", redact(name), len(name), maxStoreName)
-	case !storeNameRE.MatchString(name):
-		return fmt.Errorf("store name %q is not a bounded label: want 1 to %d ASCII letters, digits, '_', '-' or '.', beginning with a letter or a digit",
-			redact(name), maxStoreName)
+	case storename.Check(name) != nil:
+		return fmt.Errorf("store name %.40q %w", redact(name), storename.Check(name))
 	case name == onAll:
 		return fmt.Errorf("store name %q is taken: -on %s runs a command against every store", name, onAll)
 	case strings.TrimSpace(dsn) == "":
