@@ -337,11 +337,3 @@ func orderIndexOf(o Ordering) int {
 	}
 	return 0
 }
-
-// validOrdered checks that o is one of the ordered modes.
-func validOrdered(op string, o Ordering) error {
-	if o != KeyOrder && o != KeyOrderSkipDeadLetters {
-		return fmt.Errorf("%w: %s: ordering %s is not an ordered mode (want KeyOrder or KeyOrderSkipDeadLetters)", ErrInvalidInput, op, o)
-	}
-	return nil
-}

@@ -26,15 +26,6 @@ func orderedSetupWith(t *testing.T, o outbox.Ordering) *bundle {
 	return &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: o})}
 }
 
-// in returns a store on b's table that claims in o (the table serves every ordering once it
-// is made for KeyOrder).
-func (b *bundle) in(t testing.TB, o outbox.Ordering) *outbox.MySQLStore {
-	t.Helper()
-	s, err := outbox.NewMySQLStore(b.db, outbox.MySQLConfig{Table: outbox.TableForTest(b.store), Ordering: o})
-	require.NoError(t, err)
-	return s
-}
-
 // insertKeys commits per events for each key, one transaction per round, the keys
 // interleaved within a round (so that one key's ids are not adjacent), and returns each
 // key's ids in order.

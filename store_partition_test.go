@@ -267,18 +267,15 @@ func TestPartitionMaintenanceOneAtATime(t *testing.T) {
 	assert.Equal(t, []string{"p2000", "p3000", "p4000", "pmax"}, b.partitions(t))
 }
 
-// A row that a transaction still open inserts into a partition that looks droppable (all
-// its committed rows old and final) keeps the partition: the drop locks the table, which
-// waits for the transaction, and looks again.
-func TestPartitionDropWaitsForOpenInserts(t *testing.T) {
-	t.Parallel()
+// openInsertIntoOldPartition writes old sent rows around id 999 (p1000 then looks
+// droppable), adds the partitions ahead with a purge that drops nothing (so that the next
+// purge has no statement to run before its drop), and returns a transaction, still open,
+// that has inserted row 999 (WAIT) into p1000.
+func (b *bundle) openInsertIntoOldPartition(t *testing.T, db *sql.DB) *sql.Tx {
+	t.Helper()
 	ctx := context.Background()
-	db := testsvc.OpenDB(t)
-	b := newPartitioned(t, db)
 	b.history(t, 1, 998, oldUpdate)
 	b.history(t, 1000, 1200, oldUpdate)
-	// A purge whose retention is longer than the rows' age adds the partitions ahead and
-	// drops nothing, so that the purge below has no statement to run before its drop.
 	n, err := b.store.Purge(ctx, 90*24*time.Hour, outbox.PurgeOptions{})
 	require.NoError(t, err)
 	require.Zero(t, n)
@@ -287,6 +284,18 @@ func TestPartitionDropWaitsForOpenInserts(t *testing.T) {
 	_, err = tx.Exec("INSERT INTO `"+outbox.TableForTest(b.store)+"` (id, event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time) "+
 		"VALUES (999, ?, 'late', 'ORDER_CREATED', '{}', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))", uuid.Must(uuid.NewV7()).String())
 	require.NoError(t, err)
+	return tx
+}
+
+// A row that a transaction still open inserts into a partition that looks droppable (all
+// its committed rows old and final) keeps the partition: the drop locks the table, which
+// waits for the transaction, and looks again.
+func TestPartitionDropWaitsForOpenInserts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testsvc.OpenDB(t)
+	b := newPartitioned(t, db)
+	tx := b.openInsertIntoOldPartition(t, db)
 	committed := make(chan error, 1)
 	outbox.SetPartitionHookForTest(b.store, func(step string) {
 		if step != "lock" {
@@ -305,7 +314,7 @@ func TestPartitionDropWaitsForOpenInserts(t *testing.T) {
 			committed <- tx.Commit()
 		}()
 	})
-	n, err = b.store.Purge(ctx, partAge, outbox.PurgeOptions{})
+	n, err := b.store.Purge(ctx, partAge, outbox.PurgeOptions{})
 	require.NoError(t, err)
 	require.NoError(t, <-committed)
 	assert.Equal(t, int64(998), n, "the partition's old rows deleted in batches instead")
@@ -322,16 +331,7 @@ func TestPartitionDropKeepsRowsSentSinceThePlan(t *testing.T) {
 	ctx := context.Background()
 	db := testsvc.OpenDB(t)
 	b := newPartitioned(t, db)
-	b.history(t, 1, 998, oldUpdate)
-	b.history(t, 1000, 1200, oldUpdate)
-	n, err := b.store.Purge(ctx, 90*24*time.Hour, outbox.PurgeOptions{}) // the partitions ahead, nothing dropped
-	require.NoError(t, err)
-	require.Zero(t, n)
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	_, err = tx.Exec("INSERT INTO `"+outbox.TableForTest(b.store)+"` (id, event_id, biz_no, event_type, payload, next_retry_time, create_time, update_time) "+
-		"VALUES (999, ?, 'late', 'ORDER_CREATED', '{}', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))", uuid.Must(uuid.NewV7()).String())
-	require.NoError(t, err)
+	tx := b.openInsertIntoOldPartition(t, db)
 	var hookErr error
 	outbox.SetPartitionHookForTest(b.store, func(step string) {
 		if step != "lock" {
@@ -344,7 +344,7 @@ func TestPartitionDropKeepsRowsSentSinceThePlan(t *testing.T) {
 				"claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3) WHERE id = 999 AND status = 'WAIT'")
 		}
 	})
-	n, err = b.store.Purge(ctx, partAge, outbox.PurgeOptions{})
+	n, err := b.store.Purge(ctx, partAge, outbox.PurgeOptions{})
 	require.NoError(t, err)
 	require.NoError(t, hookErr)
 	assert.Equal(t, int64(998), n, "the partition's old rows deleted in batches instead")
