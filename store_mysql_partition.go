@@ -319,15 +319,10 @@ func (s *MySQLStore) planPartitions(ctx context.Context, l partitionLayout, age 
 // cutoffSQL is the retention's cutoff by the database clock, olderThan in microseconds.
 const cutoffSQL = "DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)"
 
-// queryer is a *sql.DB or a *sql.Conn.
-type queryer interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // hasOpenRows reports whether the partition (from: the table with its PARTITION clause)
 // holds a WAIT, SENDING or FAIL row: ranges of idx_status_next_retry. Its error is the
 // driver's.
-func hasOpenRows(ctx context.Context, q queryer, from string) (bool, error) {
+func hasOpenRows(ctx context.Context, q querier, from string) (bool, error) {
 	var one int
 	err := q.QueryRowContext(ctx, "SELECT 1 FROM "+from+" WHERE status IN ('WAIT', 'SENDING', 'FAIL') LIMIT 1").Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -416,7 +411,7 @@ func (s *MySQLStore) addPartitionsAhead(ctx context.Context, l partitionLayout, 
 // microseconds): a range of idx_status_claimed_at. A row that a transaction still open
 // during the plan inserted, and that was sent (or dead-lettered and skipped) before the
 // drop's lock, is such a row: its claim came after its commit. Its error is the driver's.
-func hasRecentFinalRows(ctx context.Context, q queryer, from string, age int64) (bool, error) {
+func hasRecentFinalRows(ctx context.Context, q querier, from string, age int64) (bool, error) {
 	var one int
 	err := q.QueryRowContext(ctx, "SELECT 1 FROM "+from+" WHERE status IN ('SUCCESS', 'SKIPPED') AND claimed_at >= "+cutoffSQL+" LIMIT 1", age).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
