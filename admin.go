@@ -6,8 +6,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // ErrInvalidInput is wrapped by every error for an administrative request that cannot be
@@ -51,7 +54,10 @@ const (
 // publisher runs them too.
 //
 // Everywhere here, id is the row's AUTO_INCREMENT id ([Event.ID]) and event_id the UUID
-// consumers see ([Event.EventID]).
+// consumers see ([Event.EventID]): the eventId they log and deduplicate on, and what
+// [Tx.InsertEvent] returns. Each call that names one event takes either: [Admin.Get],
+// [Admin.Requeue] and [Admin.Skip] the id, [Admin.GetByEventID], [Admin.RequeueByEventID]
+// and [Admin.SkipByEventID] the event_id, and [Filter] selects by either.
 type Admin struct {
 	s *MySQLStore
 }
@@ -71,6 +77,9 @@ type Filter struct {
 	Status Status
 	// IDs keeps these rows only, when not empty (at most 10000).
 	IDs []int64
+	// EventIDs keeps the events with these event ids only, when not empty (at most
+	// 10000), as [Admin.GetByEventID] finds them: each must be a UUID.
+	EventIDs []string
 	// EventType and BizNo keep events with exactly this type or business key.
 	EventType string
 	BizNo     string
@@ -98,6 +107,14 @@ func (f Filter) validate() error {
 	for _, id := range f.IDs {
 		if id <= 0 {
 			return fmt.Errorf("%w: ids are positive, got %d", ErrInvalidInput, id)
+		}
+	}
+	if len(f.EventIDs) > maxAdminBatch {
+		return fmt.Errorf("%w: at most %d event ids at once, got %d", ErrInvalidInput, maxAdminBatch, len(f.EventIDs))
+	}
+	for _, eventID := range f.EventIDs {
+		if _, err := eventIDForms(eventID); err != nil {
+			return err
 		}
 	}
 	if f.MinID < 0 || f.MaxID < 0 {
@@ -217,6 +234,96 @@ func (s *MySQLStore) get(ctx context.Context, id int64) (Event, error) {
 	return ev, nil
 }
 
+// GetByEventID returns the event whose event id is eventID ([Event.EventID], the eventId
+// consumers see), payload and all, found through the table's index on event_id (uk_event_id,
+// or idx_event_id on a partitioned table). eventID is a UUID of any version, as
+// [Tx.InsertEvent] returns it or a plain SQL INSERT's UUID() default writes it; it is matched
+// in the canonical lower-case form those write, in upper case, and as given. An event id no
+// row has is an error wrapping [ErrNotFound]; an empty or malformed one, or one that two rows
+// share (possible only on a partitioned table, whose index on event_id is not unique), an
+// error wrapping [ErrInvalidInput]. Nothing is changed.
+func (a *Admin) GetByEventID(ctx context.Context, eventID string) (Event, error) {
+	id, err := a.s.idOfEventID(ctx, eventID)
+	if err != nil {
+		return Event{}, err
+	}
+	return a.s.get(ctx, id)
+}
+
+// RequeueByEventID is [Admin.Requeue] for the event whose event id is eventID, found as
+// [Admin.GetByEventID] finds it, with its errors: [ErrNotFound], [ErrInvalidInput], and
+// [ErrNotDeadLetter] for an event that is not FAIL. Nothing changes on an error.
+func (a *Admin) RequeueByEventID(ctx context.Context, eventID string) error {
+	id, err := a.s.idOfEventID(ctx, eventID)
+	if err != nil {
+		return err
+	}
+	return a.Requeue(ctx, id)
+}
+
+// SkipByEventID is [Admin.Skip] for the event whose event id is eventID, found as
+// [Admin.GetByEventID] finds it, with its errors: [ErrNotFound], [ErrInvalidInput], and
+// [ErrNotDeadLetter] for an event that is not FAIL. Nothing changes on an error.
+func (a *Admin) SkipByEventID(ctx context.Context, eventID string) error {
+	id, err := a.s.idOfEventID(ctx, eventID)
+	if err != nil {
+		return err
+	}
+	return a.Skip(ctx, id)
+}
+
+// eventIDForms checks that s is an event id (a UUID) and returns the texts a row may hold
+// it as: the canonical lower-case form (what InsertEvent and MySQL's UUID() write), upper
+// case, and s itself when it has the column's 36 characters (a plain INSERT may write any
+// case). The column is ascii_bin, so each is an exact match on its index.
+func eventIDForms(s string) ([]any, error) {
+	if s == "" {
+		return nil, fmt.Errorf("%w: the event id is empty (want a UUID, e.g. 0190b1d2-7c4e-7a3b-9f00-1c2d3e4f5a6b)", ErrInvalidInput)
+	}
+	u, err := uuid.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: event id %.60q is not a UUID (want e.g. 0190b1d2-7c4e-7a3b-9f00-1c2d3e4f5a6b)", ErrInvalidInput, s)
+	}
+	canon := u.String()
+	forms := []any{canon, strings.ToUpper(canon)}
+	if len(s) == len(canon) && s != canon && s != strings.ToUpper(canon) {
+		forms = append(forms, s)
+	}
+	return forms, nil
+}
+
+// eventIDQuery is the lookup of an event id's row: an equality range on the index on
+// event_id for each form (see eventIDForms), at most two rows (enough to tell a shared id).
+// No ORDER BY: on a small table the server would rather read the primary key in order.
+// No index hint either: the index is uk_event_id or idx_event_id, as the table is
+// partitioned or not, and a store (outboxctl's) need not be told which.
+func (s *MySQLStore) eventIDQuery(forms int) string {
+	return "SELECT id FROM `" + s.table + "` WHERE event_id IN (" + placeholders(forms) + ") LIMIT 2"
+}
+
+// idOfEventID returns the row id of the event whose event id is eventID.
+func (s *MySQLStore) idOfEventID(ctx context.Context, eventID string) (int64, error) {
+	forms, err := eventIDForms(eventID)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := s.selectIDs(ctx, "look up event id", s.eventIDQuery(len(forms)), forms...)
+	switch {
+	case err != nil:
+		return 0, err
+	case len(ids) == 0:
+		return 0, fmt.Errorf("%w: event id %s", ErrNotFound, eventID)
+	case len(ids) > 1:
+		slices.Sort(ids)
+		return 0, fmt.Errorf("%w: event id %s is held by more than one row (ids %d and %d, at least): name the event by its id",
+			ErrInvalidInput, eventID, ids[0], ids[1])
+	}
+	return ids[0], nil
+}
+
+// placeholders writes n SQL parameters: ?, ?, ...
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
 // Requeue returns a dead-lettered (FAIL) event to WAIT, for a person who has fixed the
 // cause and wants it sent again: retry and reclaim counts reset, due now, claim columns
 // cleared, and this process's publishers woken. Only a FAIL event changes: an event in any
@@ -270,6 +377,14 @@ func (f Filter) where() (string, []any) {
 	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, "id IN ("+idList(f.IDs)+")")
+	}
+	if len(f.EventIDs) > 0 {
+		var forms []any
+		for _, eventID := range f.EventIDs {
+			fs, _ := eventIDForms(eventID) // validated
+			forms = append(forms, fs...)
+		}
+		conds, args = append(conds, "event_id IN ("+placeholders(len(forms))+")"), append(args, forms...)
 	}
 	if f.EventType != "" {
 		conds, args = append(conds, "event_type = ?"), append(args, f.EventType)

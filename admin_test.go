@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
 // insertTyped commits one event of the given type and biz no and returns its id.
@@ -571,4 +572,150 @@ func newStoreOn(t *testing.T, b *bundle, _ int, hook func(bool)) *outbox.MySQLSt
 	require.NoError(t, err)
 	outbox.SetPurgeHookForTest(s, hook)
 	return s
+}
+
+// Operators find an event by the event id they hold (the eventId consumers log, what
+// InsertEvent returns, or a plain SQL INSERT's UUID() default), through the table's index on
+// event_id, on a plain, a key-order and a partitioned table alike; a missing one is
+// ErrNotFound and a malformed one ErrInvalidInput, and neither changes anything.
+func TestAdminByEventID(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		setup func(*testing.T) *bundle
+		index string
+	}{
+		{"plain", setup, "uk_event_id"},
+		{"key order", orderedSetup, "uk_event_id"},
+		{"partitioned", func(t *testing.T) *bundle { return newPartitioned(t, testsvc.OpenDB(t)) }, "idx_event_id"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			testAdminByEventID(t, c.setup(t), c.index)
+		})
+	}
+}
+
+func testAdminByEventID(t *testing.T, b *bundle, index string) {
+	ctx := context.Background()
+	admin := b.admin()
+	ctxInsert := context.Background()
+	tx, err := b.store.BeginTx(ctxInsert, nil)
+	require.NoError(t, err)
+	insertedID, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-1", EventType: "A", Payload: []byte(`{"n":1}`)})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	other := b.insertTyped(t, "A", "ORD-2")
+	// Another program's plain INSERT: event_id is the server's UUID(), a version-1 UUID.
+	res, err := b.db.Exec("INSERT INTO `" + outbox.TableForTest(b.store) + "` (biz_no, event_type, payload) VALUES ('ORD-3', 'B', '{}')")
+	require.NoError(t, err)
+	plain, err := res.LastInsertId()
+	require.NoError(t, err)
+	plainEventID := b.get(t, plain).EventID
+	require.EqualValues(t, 1, uuid.MustParse(plainEventID).Version(), "UUID() writes version 1")
+
+	ev, err := admin.GetByEventID(ctx, insertedID)
+	require.NoError(t, err)
+	assert.Equal(t, insertedID, ev.EventID)
+	assert.Equal(t, "ORD-1", ev.BizNo)
+	assert.Equal(t, []byte(`{"n":1}`), ev.Payload, "whole, payload and all")
+	inserted := ev.ID
+	ev, err = admin.GetByEventID(ctx, plainEventID)
+	require.NoError(t, err)
+	assert.Equal(t, plain, ev.ID)
+	ev, err = admin.GetByEventID(ctx, strings.ToUpper(plainEventID))
+	require.NoError(t, err, "an id copied in upper case")
+	assert.Equal(t, plain, ev.ID)
+
+	evs, err := admin.List(ctx, outbox.Filter{EventIDs: []string{insertedID, plainEventID}})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{plain, inserted}, ids(evs))
+	evs, err = admin.List(ctx, outbox.Filter{EventIDs: []string{insertedID}, BizNo: "ORD-2"})
+	require.NoError(t, err)
+	assert.Empty(t, evs, "fields are ANDed")
+
+	// The lookup is served by the index on event_id.
+	q := outbox.EventIDQueryForTest(b.store, 2)
+	rows, err := b.db.Query("EXPLAIN "+q, plainEventID, strings.ToUpper(plainEventID))
+	require.NoError(t, err)
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	for rows.Next() {
+		vals, ptrs := make([]any, len(cols)), make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		got := map[string]string{}
+		for i, col := range cols {
+			got[strings.ToLower(col)] = fmt.Sprintf("%s", vals[i])
+		}
+		t.Logf("event id lookup: type=%s key=%s rows=%s extra=%s", got["type"], got["key"], got["rows"], got["extra"])
+		assert.Equal(t, index, got["key"])
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, rows.Close())
+
+	// Missing and malformed ids change nothing.
+	b.setState(t, inserted, outbox.StatusFail, time.Hour)
+	b.setState(t, plain, outbox.StatusFail, time.Hour)
+	snapshot := b.snapshot(t)
+	missing := uuid.NewString()
+	_, err = admin.GetByEventID(ctx, missing)
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+	assert.Contains(t, err.Error(), missing)
+	require.ErrorIs(t, admin.RequeueByEventID(ctx, missing), outbox.ErrNotFound)
+	require.ErrorIs(t, admin.SkipByEventID(ctx, missing), outbox.ErrNotFound)
+	for _, bad := range []string{"", "not-a-uuid", fmt.Sprint(inserted), insertedID + "0"} {
+		_, err := admin.GetByEventID(ctx, bad)
+		require.ErrorIs(t, err, outbox.ErrInvalidInput, "%q", bad)
+		assert.NotErrorIs(t, err, outbox.ErrNotFound)
+		require.ErrorIs(t, admin.RequeueByEventID(ctx, bad), outbox.ErrInvalidInput, "%q", bad)
+		require.ErrorIs(t, admin.SkipByEventID(ctx, bad), outbox.ErrInvalidInput, "%q", bad)
+		_, err = admin.List(ctx, outbox.Filter{EventIDs: []string{insertedID, bad}})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput, "%q", bad)
+		_, err = admin.RequeueFailed(ctx, outbox.Filter{EventIDs: []string{bad}}, outbox.RequeueOptions{})
+		require.ErrorIs(t, err, outbox.ErrInvalidInput, "%q", bad)
+	}
+	_, err = admin.GetByEventID(ctx, "")
+	assert.ErrorContains(t, err, "the event id is empty")
+	_, err = admin.GetByEventID(ctx, "not-a-uuid")
+	assert.ErrorContains(t, err, `event id "not-a-uuid" is not a UUID`)
+	// Not a dead letter: refused, as by id.
+	require.ErrorIs(t, admin.RequeueByEventID(ctx, b.get(t, other).EventID), outbox.ErrNotDeadLetter)
+	require.ErrorIs(t, admin.SkipByEventID(ctx, b.get(t, other).EventID), outbox.ErrNotDeadLetter)
+	assert.Equal(t, snapshot, b.snapshot(t), "a refused call changes nothing")
+
+	// Requeue and skip by event id; a requeue by filter takes event ids too.
+	require.NoError(t, admin.RequeueByEventID(ctx, insertedID))
+	assert.Equal(t, outbox.StatusWait, b.get(t, inserted).Status)
+	assert.Equal(t, outbox.StatusFail, b.get(t, plain).Status, "only the event named")
+	require.NoError(t, admin.SkipByEventID(ctx, plainEventID))
+	assert.Equal(t, outbox.StatusSkipped, b.get(t, plain).Status)
+	b.setState(t, inserted, outbox.StatusFail, time.Hour)
+	b.setState(t, other, outbox.StatusFail, time.Hour)
+	n, err := admin.RequeueFailed(ctx, outbox.Filter{EventIDs: []string{insertedID}}, outbox.RequeueOptions{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+	assert.Equal(t, outbox.StatusWait, b.get(t, inserted).Status)
+	assert.Equal(t, outbox.StatusFail, b.get(t, other).Status)
+}
+
+// A partitioned table's index on event_id is not unique (MySQL needs the partitioning
+// column in every unique key), so a plain INSERT can repeat an event id there: a lookup by
+// it then says so and names the rows, and changes nothing.
+func TestAdminByEventIDSharedByTwoRows(t *testing.T) {
+	t.Parallel()
+	b := newPartitioned(t, testsvc.OpenDB(t))
+	ctx := context.Background()
+	first := b.insertTyped(t, "A", "ORD-1")
+	eventID := b.get(t, first).EventID
+	b.exec(t, "INSERT INTO {t} (event_id, biz_no, event_type, payload) VALUES (?, 'ORD-2', 'A', '{}')", eventID)
+	b.setState(t, first, outbox.StatusFail, time.Hour)
+	snapshot := b.snapshot(t)
+	_, err := b.admin().GetByEventID(ctx, eventID)
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	assert.ErrorContains(t, err, fmt.Sprintf("is held by more than one row (ids %d and %d", first, first+1))
+	require.ErrorIs(t, b.admin().RequeueByEventID(ctx, eventID), outbox.ErrInvalidInput)
+	assert.Equal(t, snapshot, b.snapshot(t))
 }
