@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -216,7 +215,8 @@ func due(ev outbox.Event) string {
 
 func (a *app) list(ctx context.Context, args []string) error {
 	fs := a.newFlags("list", "list [--status S] [--type T] [--biz-no B] [--min-id N] [--max-id N] [--since T] [--until T] [--limit N] [--json]",
-		"Lists events, newest id first, without their payloads (see show). Exits 1 when none match.")
+		"Lists events, newest id first, without their payloads (see show). None matching is no\n"+
+			"failure: it says so (--json: []) and exits 0.")
 	var ff filterFlags
 	ff.register(fs, true, "most rows to print (default 100, at most 10000)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -258,8 +258,8 @@ func (a *app) list(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if len(evs) == 0 {
-		return errors.New("no events match the filter")
+	if len(evs) == 0 && !*asJSON {
+		fmt.Fprintln(a.stdout, "no events match the filter")
 	}
 	return nil
 }
@@ -269,7 +269,7 @@ func (a *app) list(ctx context.Context, args []string) error {
 func (a *app) show(ctx context.Context, args []string) error {
 	fs := a.newFlags("show", "show ID|EVENT_ID [--json]",
 		"Prints one event whole, named by its id (the row's) or its event_id (the UUID consumers see).\n"+
-			"The payload is printed as text when it is valid UTF-8, else in hex.")
+			"The payload is printed as text when it is valid UTF-8, else in hex. Exits 3 when no event has it.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -288,11 +288,12 @@ func (a *app) show(ctx context.Context, args []string) error {
 	if err := a.open(ctx); err != nil {
 		return err
 	}
-	ids, err := a.resolve(ctx, []ref{r})
-	if err != nil {
-		return err
+	var ev outbox.Event
+	if r.eventID != "" {
+		ev, err = a.admin.GetByEventID(ctx, pos[0])
+	} else {
+		ev, err = a.admin.Get(ctx, r.id)
 	}
-	ev, err := a.admin.Get(ctx, ids[0])
 	if err != nil {
 		return err
 	}
@@ -366,10 +367,10 @@ func parseRefs(args []string) ([]ref, error) {
 	return refs, nil
 }
 
-// resolve returns the id of each event refs name, looking event_ids up (through the
-// table's unique key on event_id); an event_id no row has is an error.
+// resolve returns the id of each event refs name, finding event_ids through Admin (the
+// table's index on event_id); an event_id no row has is an error wrapping ErrNotFound.
 func (a *app) resolve(ctx context.Context, refs []ref) ([]int64, error) {
-	var eventIDs []any
+	var eventIDs []string
 	for _, r := range refs {
 		if r.eventID != "" {
 			eventIDs = append(eventIDs, r.eventID)
@@ -377,28 +378,23 @@ func (a *app) resolve(ctx context.Context, refs []ref) ([]int64, error) {
 	}
 	byEventID := map[string]int64{}
 	if len(eventIDs) > 0 {
-		q := "SELECT event_id, id FROM `" + a.table + "` WHERE event_id IN (" +
-			strings.TrimSuffix(strings.Repeat("?,", len(eventIDs)), ",") + ")"
-		rows, err := a.db.QueryContext(ctx, q, eventIDs...)
+		evs, err := a.admin.List(ctx, outbox.Filter{EventIDs: eventIDs, Limit: 10000})
 		if err != nil {
 			return nil, fmt.Errorf("look up event_ids: %w", err)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				eventID string
-				id      int64
-			)
-			if err := rows.Scan(&eventID, &id); err != nil {
-				return nil, fmt.Errorf("look up event_ids: %w", err)
+		for _, ev := range evs {
+			key := ev.EventID
+			if u, err := uuid.Parse(key); err == nil {
+				key = u.String() // as parseRef writes it: a row may hold it in upper case
 			}
-			byEventID[eventID] = id
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("look up event_ids: %w", err)
+			if other, ok := byEventID[key]; ok {
+				return nil, usagef("event_id %s is held by rows %d and %d: name the event by its id", key, other, ev.ID)
+			}
+			byEventID[key] = ev.ID
 		}
 	}
 	ids := make([]int64, len(refs))
+	var missing []string
 	for i, r := range refs {
 		if r.eventID == "" {
 			ids[i] = r.id
@@ -406,9 +402,12 @@ func (a *app) resolve(ctx context.Context, refs []ref) ([]int64, error) {
 		}
 		id, ok := byEventID[r.eventID]
 		if !ok {
-			return nil, fmt.Errorf("%w: event_id %s", outbox.ErrNotFound, r.eventID)
+			missing = append(missing, r.eventID)
 		}
 		ids[i] = id
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: no event has event_id %s; nothing changed", outbox.ErrNotFound, strings.Join(missing, ", "))
 	}
 	return ids, nil
 }
@@ -420,7 +419,8 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 		"Returns dead letters (FAIL) to WAIT: retry and reclaim counts reset, due now, claim cleared.\n"+
 			"By id or event_id: every one must be a FAIL event, or nothing changes. By filter (at least one filter\n"+
 			"flag, or --all): prints how many FAIL events match, and requeues them only with --yes,\n"+
-			"in batches, each logged. Only FAIL rows are ever changed.")
+			"in batches, each logged. Only FAIL rows are ever changed. A filter that matches no FAIL event\n"+
+			"says so and exits 0; an id or event_id that does not exist exits 3, one that is not FAIL 4.")
 	var ff filterFlags
 	ff.register(fs, false, "requeue at most this many (default: all that match)")
 	all := fs.Bool("all", false, "select every FAIL event (instead of a filter)")
@@ -475,7 +475,11 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 		return err
 	}
 	if n == 0 {
-		return errors.New("no FAIL events match the filter: nothing to requeue")
+		if *asJSON {
+			return writeJSON(a.stdout, map[string]any{"matched": 0, "requeued": 0, "dry_run": !byID && !*yes})
+		}
+		fmt.Fprintln(a.stdout, "no FAIL events match the filter: nothing to requeue")
+		return nil
 	}
 	if !byID && !*yes {
 		if *asJSON {
@@ -493,7 +497,11 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 	}
 	total, err := a.admin.RequeueFailed(ctx, f, opts)
 	if err != nil {
-		return fmt.Errorf("after %d requeued in %d whole batches: %w", total, batches, err)
+		err = fmt.Errorf("after %d requeued in %d whole batches: %w", total, batches, err)
+		if batches > 0 {
+			err = partial(err)
+		}
+		return err
 	}
 	if *asJSON {
 		return writeJSON(a.stdout, map[string]any{"matched": n, "requeued": total, "batches": batches, "dry_run": false})
@@ -514,16 +522,19 @@ func (a *app) checkFailed(ctx context.Context, ids []int64, verb string) error {
 		status[ev.ID] = ev.Status
 	}
 	var bad []string
+	code := exitRefused
 	for _, id := range ids {
 		switch st, ok := status[id]; {
 		case !ok:
 			bad = append(bad, fmt.Sprintf("id %d does not exist", id))
+			code = exitNotFound
 		case st != outbox.StatusFail:
 			bad = append(bad, fmt.Sprintf("id %d is %s, not FAIL", id, st))
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("nothing %s: %s", verb, strings.Join(bad, "; "))
+		// A missing event is the status: it is the likelier typo, and the others need it fixed first.
+		return exitError{code: code, err: fmt.Errorf("nothing %s: %s", verb, strings.Join(bad, "; "))}
 	}
 	return nil
 }
@@ -587,7 +598,7 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	}
 	deleted, err := a.store.Purge(ctx, age, opts)
 	if err != nil {
-		return fmt.Errorf("after %d deleted in %d batches: %w", deleted, batches, err)
+		return partial(fmt.Errorf("after %d deleted in %d batches: %w", deleted, batches, err))
 	}
 	if *asJSON {
 		return writeJSON(a.stdout, map[string]any{"matched": n, "deleted": deleted, "batches": batches, "dry_run": false})

@@ -85,8 +85,11 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 		return err
 	}
 	defer sender.Close()
-	for _, id := range ids {
+	for i, id := range ids {
 		if err := in.Resend(ctx, id, sender); err != nil {
+			if i > 0 {
+				return partial(err) // the ones before it were resent: status 1, not "nothing changed"
+			}
 			return err
 		}
 		fmt.Fprintf(a.stdout, "rejected message %d resent to %s and deleted\n", id, *topic)

@@ -106,6 +106,6 @@ func TestInboxRejectedAndResend(t *testing.T) {
 	assert.Empty(t, left, "the row is gone once the broker took the message")
 
 	r = runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--topic", topic, "--namesrv", ns, fmt.Sprint(id))
-	assert.Equal(t, 1, r.code, "a second resend finds nothing")
+	assert.Equal(t, exitNotFound, r.code, "a second resend finds nothing")
 	assert.Contains(t, r.stderr, "not found")
 }

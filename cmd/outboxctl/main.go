@@ -17,8 +17,25 @@
 // publishers have in Config.StoreName; -on NAME runs the command against one of them, and
 // -on all against each in turn, going on past a database that fails. Output is an aligned
 // table, or JSON with --json. Anything that changes rows by filter
-// first says how many it would change and changes them only with --yes. Bad input exits
-// with status 2 and changes nothing; a failure exits with status 1.
+// first says how many it would change and changes them only with --yes.
+//
+// Every command exits with one of these statuses, so that a script or a cron check can tell
+// "all clear" from "broken":
+//
+//	0  done, including when nothing matched, nothing is blocked, or nothing was there to
+//	   requeue or purge
+//	1  the operation failed: the database cannot be reached or refused a statement, the
+//	   table is missing, another purge is running; a command that changed rows before it
+//	   failed says on stderr what it changed
+//	2  bad input (flags, arguments, DSN, store names): nothing was read or changed
+//	3  an event (id or event_id) or rejected message named on the command line does not
+//	   exist: nothing was changed
+//	4  an event named on the command line is not a dead letter (FAIL), so requeue or skip
+//	   refused it: nothing was changed
+//	5  blocked --check found a blocked key (it is listed as without --check)
+//
+// With -on all the status is the worst of the stores' runs, in this order from worst: 2
+// (which stops the run), 1, 4, 3, 5, 0.
 package main
 
 import (
@@ -39,12 +56,54 @@ import (
 	"github.com/go-outbox/outbox"
 )
 
-// Exit statuses.
+// Exit statuses, as the package doc and globalUsage give them.
 const (
-	exitOK    = 0
-	exitFail  = 1 // the operation failed, or found nothing to act on
-	exitUsage = 2 // bad input: nothing was read or changed
+	exitOK       = 0 // done, including when nothing matched or nothing is blocked
+	exitFail     = 1 // the operation failed
+	exitUsage    = 2 // bad input: nothing was read or changed
+	exitNotFound = 3 // an event or rejected message named by id or event_id does not exist
+	exitRefused  = 4 // a named event is not a dead letter, so requeue or skip refused it
+	exitFound    = 5 // blocked --check found a blocked key
 )
+
+// worse returns the worse of two exit statuses, for -on all: 2, 1, 4, 3, 5, 0 from worst.
+func worse(a, b int) int {
+	rank := func(code int) int {
+		switch code {
+		case exitOK:
+			return 0
+		case exitFound:
+			return 1
+		case exitNotFound:
+			return 2
+		case exitRefused:
+			return 3
+		case exitFail:
+			return 4
+		default: // exitUsage
+			return 5
+		}
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
+}
+
+// exitError is an error with the exit status it means, for the command's own verdicts
+// (checkFailed's, a partial change, blocked --check's finding).
+type exitError struct {
+	code  int
+	err   error
+	quiet bool // nothing to print: the command has said it on stdout
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+// partial marks err as the failure of a command that had changed rows before it: status 1,
+// whatever err wraps (a requeue or skip refused midway has not changed "nothing").
+func partial(err error) error { return exitError{code: exitFail, err: err} }
 
 // usageError is bad input: the command exits with exitUsage.
 type usageError struct{ msg string }
@@ -89,6 +148,16 @@ Commands:
   inbox resend ID...  rejected messages published again for the group's consumers, then deleted
 
 ID is the row's id (a positive integer) or its event_id (the UUID consumers see).
+
+Exit status (every command):
+  0  done, including nothing matched, nothing blocked, nothing to requeue or purge
+  1  the operation failed: database unreachable, table missing, a statement failed,
+     another purge running (a command that changed rows first says what on stderr)
+  2  bad input (flags, arguments, DSN, store names): nothing was read or changed
+  3  an event (ID) or rejected message named on the command line does not exist
+  4  an event named on the command line is not a dead letter (requeue, skip)
+  5  blocked --check: some key is blocked
+With -on all, the worst of the stores' statuses: 2, 1, 4, 3, 5, 0 from worst.
 
 Several databases: name each with -store NAME=DSN (or list them in a -stores file), and
 choose with -on NAME, or -on all for each in turn (ids are per table: not with -on all).
@@ -183,19 +252,35 @@ func (a *app) exec(ctx context.Context, name, store string, cmd func(context.Con
 	if store != "" {
 		where += " on " + store
 	}
+	code := exitCode(err)
+	var ee exitError
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK, nil
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK, nil
-	case errors.Is(err, errQuiet):
-		return exitUsage, err
-	case errors.As(err, new(usageError)), errors.Is(err, outbox.ErrInvalidInput), errors.Is(err, outbox.ErrInvalidConfig):
-		fmt.Fprintf(a.stderr, "outboxctl %s: %v\n", where, err)
-		return exitUsage, err
+	case errors.Is(err, errQuiet), errors.As(err, &ee) && ee.quiet:
+		return code, err
+	}
+	fmt.Fprintf(a.stderr, "outboxctl %s: %v\n", where, err)
+	return code, err
+}
+
+// exitCode is the exit status err means (see the package doc).
+func exitCode(err error) int {
+	var ee exitError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, errQuiet), errors.As(err, new(usageError)),
+		errors.Is(err, outbox.ErrInvalidInput), errors.Is(err, outbox.ErrInvalidConfig):
+		return exitUsage
+	case errors.Is(err, outbox.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, outbox.ErrNotDeadLetter):
+		return exitRefused
 	default:
-		fmt.Fprintf(a.stderr, "outboxctl %s: %v\n", where, err)
-		return exitFail, err
+		return exitFail
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,12 +16,14 @@ type blockedRow struct {
 }
 
 func (a *app) blocked(ctx context.Context, args []string) error {
-	fs := a.newFlags("blocked", "blocked [--limit N] [--json]",
+	fs := a.newFlags("blocked", "blocked [--limit N] [--json] [--check]",
 		"Lists dead letters (FAIL) with WAIT events of the same biz no after them, oldest first,\n"+
 			"and how many wait behind each. With per-key ordering (KeyOrder) those keys stand still\n"+
 			"until the dead letter is requeued (requeue ID: sent after all) or skipped (skip ID:\n"+
-			"never sent). Exits 1 when no key is blocked.")
+			"never sent). Nothing blocked is success: it says so (--json: []) and exits 0, as when\n"+
+			"something is; with --check a blocked key exits 5, for an alert (a failure stays 1).")
 	limit := fs.Int("limit", 0, "most rows to print (default 100, at most 10000)")
+	check := fs.Bool("check", false, "exit 5 when some key is blocked (0 when none)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -60,8 +61,11 @@ func (a *app) blocked(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if len(keys) == 0 {
-		return errors.New("no dead letter has events of its biz no waiting behind it")
+	if len(keys) == 0 && !*asJSON {
+		fmt.Fprintln(a.stdout, "no dead letter has events of its biz no waiting behind it")
+	}
+	if len(keys) > 0 && *check {
+		return exitError{code: exitFound, quiet: true, err: fmt.Errorf("%d blocked keys", len(keys))}
 	}
 	return nil
 }
@@ -73,7 +77,8 @@ func (a *app) skip(ctx context.Context, args []string) error {
 		"Marks dead letters (FAIL) SKIPPED: never to be sent. SKIPPED is final and counts as sent\n"+
 			"for per-key ordering, so the events of a blocked biz no behind it go on (see blocked).\n"+
 			"Each is named by its id or its event_id, and every one must be a FAIL event, or nothing\n"+
-			"changes. To send a dead letter after all, requeue it instead.")
+			"changes (exit 3 when one does not exist, 4 when one is not FAIL). To send a dead letter\n"+
+			"after all, requeue it instead.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -105,7 +110,11 @@ func (a *app) skip(ctx context.Context, args []string) error {
 	var done []int64
 	for _, id := range ids {
 		if err := a.admin.Skip(ctx, id); err != nil {
-			return fmt.Errorf("after %d skipped (%s): %w", len(done), joinIDs(done), err)
+			err = fmt.Errorf("after %d skipped (%s): %w", len(done), joinIDs(done), err)
+			if len(done) > 0 {
+				err = partial(err)
+			}
+			return err
 		}
 		done = append(done, id)
 		fmt.Fprintf(a.stderr, "%s skipped id %d\n", time.Now().UTC().Format(time.RFC3339), id)

@@ -131,7 +131,8 @@ func (a *app) perTable() error {
 // runEach runs cmd against every store in turn, the next one after a failure (a database
 // that is down stops only its own run), and stops at bad input, which would be bad for every
 // store. Text output comes under a "== store NAME ==" line for each store; with --json it is
-// one JSON array of {"store", "result"} or {"store", "error"}. The exit status is the worst.
+// one JSON array of {"store", "result"} or {"store", "error"}. The exit status is the worst (see
+// worse).
 func (a *app) runEach(ctx context.Context, cmdName string, cmd func(context.Context, []string) error, stores []namedStore, args []string) int {
 	asJSON := false
 	for _, arg := range args {
@@ -154,13 +155,13 @@ func (a *app) runEach(ctx context.Context, cmdName string, cmd func(context.Cont
 		var out bytes.Buffer
 		a.stdout, a.dsn = &out, st.dsn
 		code, err := a.exec(ctx, cmdName, st.name, cmd, args)
-		worst = max(worst, code)
+		worst = worse(worst, code)
 		if asJSON {
 			e := entry{Store: st.name}
 			if json.Valid(out.Bytes()) {
 				e.Result = bytes.TrimSpace(out.Bytes())
 			}
-			if err != nil {
+			if err != nil && code != exitFound {
 				e.Error = err.Error()
 			}
 			entries = append(entries, e)
