@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
@@ -232,4 +233,27 @@ func TestEventIDLookupThroughAdmin(t *testing.T) {
 	r = p.run(t, "skip", p.eventID(t, pid))
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Equal(t, outbox.StatusSkipped, p.status(t, pid))
+}
+
+// A purge beside another purge of the table (a publisher's retention) does nothing and
+// exits 1.
+func TestExitStatusPurgeBusy(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for range 2 {
+		f.set(t, f.insert(t, "A", "ORD", []byte("{}")), outbox.StatusSuccess, 40*24*time.Hour)
+	}
+	var r result
+	ran := false
+	_, err := f.store.Purge(context.Background(), 720*time.Hour, outbox.PurgeOptions{BatchRows: 1, Exclusive: true,
+		OnBatch: func(int64) {
+			if !ran {
+				ran = true
+				r = f.run(t, "purge", "--older-than", "720h", "--yes")
+			}
+		}})
+	require.NoError(t, err)
+	require.True(t, ran)
+	assert.Equal(t, exitFail, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "another purge of this table is running")
 }
