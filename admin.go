@@ -55,9 +55,8 @@ const (
 //
 // Everywhere here, id is the row's AUTO_INCREMENT id ([Event.ID]) and event_id the UUID
 // consumers see ([Event.EventID]): the eventId they log and deduplicate on, and what
-// [Tx.InsertEvent] returns. Each call that names one event takes either: [Admin.Get],
-// [Admin.Requeue] and [Admin.Skip] the id, [Admin.GetByEventID], [Admin.RequeueByEventID]
-// and [Admin.SkipByEventID] the event_id, and [Filter] selects by either.
+// [Tx.InsertEvent] returns. [Admin.GetByEventID] finds an event by its event_id, and its
+// [Event.ID] then names it to [Admin.Requeue] and [Admin.Skip]; [Filter] selects by either.
 type Admin struct {
 	s *MySQLStore
 }
@@ -241,35 +240,15 @@ func (s *MySQLStore) get(ctx context.Context, id int64) (Event, error) {
 // in the canonical lower-case form those write, in upper case, and as given. An event id no
 // row has is an error wrapping [ErrNotFound]; an empty or malformed one, or one that two rows
 // share (possible only on a partitioned table, whose index on event_id is not unique), an
-// error wrapping [ErrInvalidInput]. Nothing is changed.
+// error wrapping [ErrInvalidInput]. Nothing is changed. To requeue or skip the event, pass
+// its ID to [Admin.Requeue] or [Admin.Skip]: a row's id never changes, and those calls check
+// its status themselves.
 func (a *Admin) GetByEventID(ctx context.Context, eventID string) (Event, error) {
 	id, err := a.s.idOfEventID(ctx, eventID)
 	if err != nil {
 		return Event{}, err
 	}
 	return a.s.get(ctx, id)
-}
-
-// RequeueByEventID is [Admin.Requeue] for the event whose event id is eventID, found as
-// [Admin.GetByEventID] finds it, with its errors: [ErrNotFound], [ErrInvalidInput], and
-// [ErrNotDeadLetter] for an event that is not FAIL. Nothing changes on an error.
-func (a *Admin) RequeueByEventID(ctx context.Context, eventID string) error {
-	id, err := a.s.idOfEventID(ctx, eventID)
-	if err != nil {
-		return err
-	}
-	return a.Requeue(ctx, id)
-}
-
-// SkipByEventID is [Admin.Skip] for the event whose event id is eventID, found as
-// [Admin.GetByEventID] finds it, with its errors: [ErrNotFound], [ErrInvalidInput], and
-// [ErrNotDeadLetter] for an event that is not FAIL. Nothing changes on an error.
-func (a *Admin) SkipByEventID(ctx context.Context, eventID string) error {
-	id, err := a.s.idOfEventID(ctx, eventID)
-	if err != nil {
-		return err
-	}
-	return a.Skip(ctx, id)
 }
 
 // eventIDForms checks that s is an event id (a UUID) and returns the texts a row may hold
