@@ -87,3 +87,49 @@ func ExampleAdmin_Requeue() {
 	// requeue ORDER_PAID ORD-9
 	// sent ORDER_PAID ORD-9
 }
+
+// An operator holds the event id a consumer logged (its eventId property, what InsertEvent
+// returned) and finds the event by it; its ID then names it to Requeue and Skip.
+func ExampleAdmin_GetByEventID() {
+	db := exampleDB() // test plumbing: the server the tests use; a service opens its own
+	defer db.Close()
+	ctx := context.Background()
+
+	table := fmt.Sprintf("events_%d", time.Now().UnixNano())
+	defer db.ExecContext(ctx, "DROP TABLE "+table) //nolint:errcheck // the example's own table
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: table})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	tx, err := store.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	eventID, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: "ORD-9", EventType: "ORDER_PAID", Payload: []byte(`{}`)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+
+	admin := outbox.NewAdmin(store)
+	ev, err := admin.GetByEventID(ctx, eventID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(ev.EventType, ev.BizNo, ev.Status) // a FAIL one: admin.Requeue(ctx, ev.ID)
+
+	_, err = admin.GetByEventID(ctx, "0190b1d2-7c4e-7a3b-9f00-1c2d3e4f5a6b")
+	fmt.Println("unknown:", errors.Is(err, outbox.ErrNotFound))
+	_, err = admin.GetByEventID(ctx, "ORD-9")
+	fmt.Println("not an event id:", errors.Is(err, outbox.ErrInvalidInput))
+	// Output:
+	// ORDER_PAID ORD-9 WAIT
+	// unknown: true
+	// not an event id: true
+}
