@@ -14,8 +14,8 @@ import (
 )
 
 // ErrInvalidInput is wrapped by every error for an administrative request that cannot be
-// run as asked (an unknown status, a negative limit, an empty id range): nothing was read
-// or changed.
+// run as asked (an unknown status, a negative limit, an empty id range, an event id that is
+// not a UUID): nothing was read or changed.
 var ErrInvalidInput = errors.New("outbox: invalid input")
 
 // ErrNotDeadLetter is wrapped by the error of [Admin.Requeue] and [Admin.Skip] for an event
