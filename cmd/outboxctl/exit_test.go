@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -256,4 +257,29 @@ func TestExitStatusPurgeBusy(t *testing.T) {
 	require.True(t, ran)
 	assert.Equal(t, exitFail, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "another purge of this table is running")
+}
+
+// A requeue that changed rows before it failed exits 1 and says how many it changed.
+func TestExitStatusRequeueFailsMidway(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	first, second := f.insert(t, "A", "ORD-1", []byte("{}")), f.insert(t, "A", "ORD-2", []byte("{}"))
+	f.set(t, first, outbox.StatusFail, 0)
+	f.set(t, second, outbox.StatusFail, 0)
+	// Another session holds the second row, longer than outboxctl's session waits for a lock.
+	tx, err := f.db.Begin()
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck // the test's lock only
+	_, err = tx.Exec("SELECT id FROM `"+f.table+"` WHERE id = ? FOR UPDATE", second)
+	require.NoError(t, err)
+	cfg, err := mysql.ParseDSN(testsvc.MySQLDSN(t))
+	require.NoError(t, err)
+	cfg.Params = map[string]string{"innodb_lock_wait_timeout": "1"}
+
+	r := runEnv(t, []string{"OUTBOX_DSN=" + cfg.FormatDSN(), "OUTBOX_TABLE=" + f.table}, "requeue", "--all", "--yes", "--batch", "1")
+	assert.Equal(t, exitFail, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "after 1 requeued in 1 whole batches")
+	require.NoError(t, tx.Rollback())
+	assert.Equal(t, outbox.StatusWait, f.status(t, first))
+	assert.Equal(t, outbox.StatusFail, f.status(t, second))
 }
