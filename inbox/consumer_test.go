@@ -715,8 +715,9 @@ func TestConsumerRetention(t *testing.T) {
 	db := testsvc.OpenDB(t)
 	ctx := context.Background()
 	table := testsvc.UniqueTable("t_inbox")
+	var logs warnings
 	in, err := inbox.New(db, inbox.Config{Group: testsvc.UniqueTable("cg_ret"), Table: table,
-		Retention: time.Hour, RetentionInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		Retention: time.Hour, RetentionInterval: 20 * time.Millisecond, Logger: slog.New(&logs)})
 	require.NoError(t, err)
 	require.NoError(t, in.CreateSchema(ctx))
 	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS `" + table + "`, `" + table + "_rejected`") })
@@ -744,11 +745,29 @@ func TestConsumerRetention(t *testing.T) {
 	}
 	require.Equal(t, 6, count())
 
+	// Another instance's purge holds the table's lock: the consumer's retention leaves the
+	// table to it, quietly (Purge's ErrPurgeBusy is no failure), and purges once it is free.
+	holder, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer holder.Close()
+	var got int
+	require.NoError(t, holder.QueryRowContext(ctx, "SELECT GET_LOCK("+inbox.RetentionLockForTest(in)+", 0)").Scan(&got))
+	require.Equal(t, 1, got)
 	c, err := inbox.NewConsumer(in, noop, inbox.ConsumerConfig{NameServers: []string{testsvc.RocketMQNameServer(t)},
 		Topic: testsvc.NewTopic(t, "INBOX_RET")})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
+	busy := func() bool {
+		n, err := in.Purge(ctx, time.Hour, 0)
+		return n == 0 && errors.Is(err, outbox.ErrPurgeBusy)
+	}
+	require.Eventually(t, busy, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // ten retention intervals
+	assert.Equal(t, 6, count(), "nothing purged while another purge holds the table")
+	_, err = holder.ExecContext(ctx, "DO RELEASE_LOCK("+inbox.RetentionLockForTest(in)+")")
+	require.NoError(t, err)
 	require.Eventually(t, func() bool { return count() == len(fresh) }, 30*time.Second, 10*time.Millisecond)
+	assert.Empty(t, logs.get(), "a purge another instance runs is not worth a warning")
 	require.NoError(t, c.Close())
 	for _, id := range fresh {
 		o, err := in.Handle(ctx, &inbox.Message{EventID: id, Deliveries: 1}, noop)
@@ -781,4 +800,28 @@ func TestConsumerBrokerRestart(t *testing.T) {
 	t.Logf("outcomes %v", o)
 	assert.Equal(t, int64(before+during), o["handled"])
 	assert.Zero(t, o["rejected"])
+}
+
+// warnings is a slog handler that keeps the messages logged at warn and above.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) get() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
 }
