@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,36 +83,55 @@ func TestConsumerStartStopStartAgain(t *testing.T) {
 // error wrapping the context's, saying how many deliveries were in progress; the handler's
 // context is cancelled (its transaction rolls back, nothing of it commits), the push consumer
 // is shut down without it, and its message is delivered again once the consumer starts
-// again, to be handled once.
+// again, to be handled once. The end of Start's context and Close are bounded the same way,
+// by StopTimeout.
 func TestConsumerStopGivesUpAHandlerThatNeverReturns(t *testing.T) {
 	t.Parallel()
 	r := newConsRig(t, consRigOptions{})
 	r.publish(t)
 	var calls callCount
-	stuck, release := make(chan struct{}), make(chan struct{})
-	var cancelled atomic.Bool
+	stuck, release := make(chan string, 10), make(chan struct{})
+	var cancelled atomic.Int32
 	h := r.effectHandler("c", func(ctx context.Context, _ *sql.Tx, msg *inbox.Message) error {
-		if msg.BizNo == "STUCK" && calls.add(msg.EventID) == 1 {
-			context.AfterFunc(ctx, func() { cancelled.Store(true) })
-			close(stuck)
+		if strings.HasPrefix(msg.BizNo, "STUCK") && calls.add(msg.EventID) == 1 {
+			context.AfterFunc(ctx, func() { cancelled.Add(1) })
+			stuck <- msg.EventID
 			<-release // ignores ctx: never returns while the test runs
 		}
 		return nil
 	})
 	t.Cleanup(func() { close(release) })
-	started := time.Now()
-	c := r.newConsumer(t, h, inbox.ConsumerConfig{})
-	require.NoError(t, c.Start(context.Background()))
-	ok := r.insert(t, "ORD-OK", 3)
-	r.waitEffects(t, len(ok), 30*time.Second)
-	time.Sleep(time.Until(started.Add(4 * time.Second))) // past the shutdown's grace after a start
-	id := r.insertOne(t, "STUCK", `{"stuck":true}`)
-	select {
-	case <-stuck:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the stuck handler never ran")
+	c := r.newConsumer(t, h, inbox.ConsumerConfig{StopTimeout: 2 * time.Second})
+	// start starts c with ctx, has an event stuck in its handler, and returns its id.
+	start := func(ctx context.Context, name string) string {
+		t.Helper()
+		started := time.Now()
+		require.NoError(t, c.Start(ctx))
+		time.Sleep(time.Until(started.Add(4 * time.Second))) // past the shutdown's grace after a start
+		id := r.insertOne(t, name, `{"stuck":true}`)
+		select {
+		case got := <-stuck:
+			require.Equal(t, id, got)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the stuck handler never ran", name)
+		}
+		return id
+	}
+	stopped := func(what string) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- c.Stop(context.Background()) }()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the shutdown waited for the handler that never returns", what)
+		}
 	}
 
+	ok := r.insert(t, "ORD-OK", 3)
+	first := start(context.Background(), "STUCK-1")
+	r.waitEffects(t, len(ok), 30*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := c.Stop(ctx)
@@ -119,24 +139,33 @@ func TestConsumerStopGivesUpAHandlerThatNeverReturns(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "1 deliveries in progress")
 	assert.Contains(t, err.Error(), "delivered again")
-	require.Eventually(t, cancelled.Load, 10*time.Second, 10*time.Millisecond, "the handler's context is cancelled")
-	// The shutdown goes on without the handler: a Stop without a deadline returns.
-	stopped := make(chan error, 1)
-	go func() { stopped <- c.Stop(context.Background()) }()
-	select {
-	case err := <-stopped:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the shutdown waited for the handler that never returns")
-	}
+	require.Eventually(t, func() bool { return cancelled.Load() == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the handler's context is cancelled")
+	stopped("Stop") // the shutdown goes on without the handler: a Stop without a deadline returns
 
-	// Started again, a new push consumer is given the message again; its effect happens once.
-	require.NoError(t, c.Start(context.Background()))
-	r.waitEffects(t, len(ok)+1, 60*time.Second)
-	byID := r.checkLedger(t)
-	require.Len(t, byID[id], 1)
-	assert.Equal(t, 2, calls.get(id), "delivered a second time")
-	require.NoError(t, c.Close())
+	// Started again (a new push consumer), with a context that ends while a handler is stuck:
+	// the shutdown gives up on it after StopTimeout. The first stuck message came again.
+	runCtx, endRun := context.WithCancel(context.Background())
+	second := start(runCtx, "STUCK-2")
+	r.waitEffects(t, len(ok)+1, 30*time.Second)
+	endRun()
+	stopped("the end of Start's context")
+	assert.EqualValues(t, 2, cancelled.Load())
+
+	// And Close, bounded by StopTimeout.
+	third := start(context.Background(), "STUCK-3")
+	r.waitEffects(t, len(ok)+2, 30*time.Second)
+	err = c.Close()
+	t.Logf("Close: %v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "1 deliveries in progress")
+	stopped("Close")
+
+	byID := r.checkLedger(t, third)
+	for _, id := range []string{first, second} {
+		require.Len(t, byID[id], 1, "given up, delivered again, handled once")
+		assert.Equal(t, 2, calls.get(id), "delivered a second time")
+	}
 }
 
 // Close and Stop called from inside a handler return: they do not wait for the handler
