@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/admin"
+	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
@@ -824,4 +825,41 @@ func (w *warnings) get() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string(nil), w.msgs...)
+}
+
+// A delivery that fails for a fault comes again past the client's default of 16
+// redeliveries, after which RocketMQ would move it to the group's dead-letter queue
+// (%DLQ%), acknowledged with no effect and no rejected row: the consumer raises the
+// client's MaxReconsumeTimes, so that the inbox alone gives a message up. An interceptor
+// asks for RocketMQ's shortest redelivery delay (level 1, 1 s) so that the test does not
+// wait for the growing ones (10 s, 30 s, ... 2 h).
+func TestConsumerRedeliversAFaultPastTheClientsDeadLetterLimit(t *testing.T) {
+	t.Parallel()
+	r := newConsRig(t, consRigOptions{retries: true})
+	r.publish(t)
+	const fails = 20 // the client's default limit is 16
+	var c callCount
+	h := r.effectHandler("c1", func(_ context.Context, _ *sql.Tx, msg *inbox.Message) error {
+		c.add(msg.EventID)
+		if msg.Deliveries <= fails {
+			return outbox.Unavailable(fmt.Errorf("delivery %d: the downstream service is down", msg.Deliveries))
+		}
+		return nil
+	})
+	soon := func(ctx context.Context, req, reply any, next primitive.Invoker) error {
+		if cc, ok := primitive.GetConcurrentlyCtx(ctx); ok {
+			cc.DelayLevelWhenNextConsume = 1
+		}
+		return next(ctx, req, reply)
+	}
+	r.consume(t, h, inbox.ConsumerConfig{ConsumerOptions: []consumer.Option{consumer.WithInterceptor(soon)}})
+	id := r.insertOne(t, "ORD-FAULT", `{"fault":true}`)
+	r.waitEffects(t, 1, 3*time.Minute)
+	byID := r.checkLedger(t)
+	require.Len(t, byID[id], 1)
+	assert.Equal(t, fails+1, byID[id][0].Deliveries, "handled on the delivery after the last failure")
+	assert.Equal(t, fails+1, c.get(id))
+	rej, err := r.in.Rejected(context.Background(), 0, 10)
+	require.NoError(t, err)
+	assert.Empty(t, rej, "a fault never rejects")
 }
