@@ -99,7 +99,8 @@ func (in *Inbox) RejectedByEventID(ctx context.Context, eventID string) (Rejecte
 // outcome is Handled, or Duplicate when the group has handled the event since (the row is
 // deleted then too); an error leaves the row as it is: a message without a valid event id
 // cannot be replayed (there is nothing to deduplicate it on), and h's error is returned as
-// it is. A missing id is an error wrapping [outbox.ErrNotFound].
+// it is. A missing id is an error wrapping [outbox.ErrNotFound]; [Inbox.RejectedByEventID]
+// finds the id of an event's rejected message.
 func (in *Inbox) Replay(ctx context.Context, id int64, h Handler) (Outcome, error) {
 	if h == nil {
 		return Failed, fmt.Errorf("%w: the handler is nil", outbox.ErrInvalidConfig)
