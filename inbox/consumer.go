@@ -353,6 +353,7 @@ func (c *Consumer) shutdown(r *run, bound <-chan time.Time) {
 	}
 	_ = r.push.Shutdown()
 	close(r.drained)
+	r.cancel() // no handler runs any more but those given up on, whose contexts are cancelled
 }
 
 // abandon stops the shutdown's wait for the deliveries in progress and cancels their
