@@ -5,9 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,6 +52,14 @@ type ConsumerConfig struct {
 	// InstanceName tells apart consumers in one process. Defaults to a random name.
 	InstanceName string
 
+	// StopTimeout bounds [Consumer.Close], and the shutdown that follows the end of the
+	// context given to Start or Run: how long the deliveries in progress are given to
+	// finish. Past it their handlers' contexts are cancelled (their transactions roll back,
+	// and the messages are delivered again, to the group's next consumer) and the push
+	// consumer is shut down. Defaults to 30 seconds. [Consumer.Stop] is bounded by its own
+	// context instead.
+	StopTimeout time.Duration
+
 	// ConsumerOptions are added to the options of the push consumer, after the consumer's
 	// own (name servers, group, instance, offset, order): for credentials, a namespace and
 	// the like.
@@ -58,7 +69,8 @@ type ConsumerConfig struct {
 // Consumer is a RocketMQ push consumer whose every delivery goes through an [Inbox]: a
 // message's effect (the [Handler]) happens once in the inbox's consumer group, however
 // often the message is delivered, and nothing is acknowledged before the handler's
-// transaction has committed. Start (or Run, which blocks) starts it; Close stops it:
+// transaction has committed. Start starts it in the background (Run starts it and waits
+// for its end), Stop stops it, and Close stops it for good:
 //
 //	c, err := inbox.NewConsumer(in, handle, inbox.ConsumerConfig{NameServers: ns, Topic: "ORDER_EVENT_TOPIC"})
 //	if err := c.Start(ctx); err != nil {
@@ -69,29 +81,57 @@ type ConsumerConfig struct {
 // A new group consumes the topic from its first message (ConsumeFromFirstOffset), so that
 // events published before its first start are not missed; the inbox suppresses what was
 // handled before.
+//
+// Each start makes a push consumer of its own: the RocketMQ client's cannot be started
+// again once shut down. A consumer stopped by Stop may be started again; one closed may not.
 type Consumer struct {
 	in  *Inbox
 	h   Handler
 	cfg ConsumerConfig
 
-	mu      sync.Mutex
-	push    rocketmq.PushConsumer
-	started time.Time
-	stop    chan struct{}
-	done    chan struct{}
-	closed  bool
-
-	// The deliveries in progress, which the shutdown lets finish before it shuts the push
-	// consumer down; the deliveries that begin after it started wait for the push consumer
-	// to be shut down (drained closed) and are left to the group's next consumer.
-	flightMu sync.Mutex
-	draining bool
-	inflight sync.WaitGroup
-	drained  chan struct{}
+	mu     sync.Mutex
+	run    *run // the run in progress, its shutdown included; nil when none
+	closed bool
 }
 
+// run is one start of a Consumer: its push consumer, and the deliveries in progress, which
+// the shutdown lets finish before it shuts the push consumer down; the deliveries that
+// begin after the shutdown started wait for the push consumer to be shut down (drained
+// closed) and are left to the group's next consumer.
+type run struct {
+	push    rocketmq.PushConsumer
+	started time.Time
+
+	stopOnce  sync.Once
+	stop      chan struct{} // closed when Stop or Close asks the run to end
+	abortOnce sync.Once
+	abort     chan struct{} // closed when the shutdown stops waiting for the deliveries
+	handlers  context.Context
+	cancel    context.CancelFunc // cancels handlers: every handler's context
+	drained   chan struct{}      // closed once the push consumer is shut down
+	done      chan struct{}      // closed once the run has ended
+
+	mu       sync.Mutex
+	draining bool
+	inflight map[int64]int // deliveries in progress, by the goroutine running each
+	idle     chan struct{} // closed once draining and no delivery is in progress
+}
+
+func newRun(push rocketmq.PushConsumer) *run {
+	r := &run{push: push, started: time.Now(), stop: make(chan struct{}), abort: make(chan struct{}),
+		drained: make(chan struct{}), done: make(chan struct{}), inflight: map[int64]int{}, idle: make(chan struct{})}
+	r.handlers, r.cancel = context.WithCancel(context.Background())
+	return r
+}
+
+// Defaults of the consumer.
+const (
+	stopTimeoutDefault = 30 * time.Second
+	retryPauseDefault  = time.Second
+)
+
 // NewConsumer returns a consumer of cfg.Topic in the inbox's group that hands each message
-// to h through in. It connects to nothing until Run.
+// to h through in. It connects to nothing until Start.
 func NewConsumer(in *Inbox, h Handler, cfg ConsumerConfig) (*Consumer, error) {
 	switch {
 	case in == nil:
@@ -104,75 +144,292 @@ func NewConsumer(in *Inbox, h Handler, cfg ConsumerConfig) (*Consumer, error) {
 		return nil, fmt.Errorf("%w: NameServers is empty", outbox.ErrInvalidConfig)
 	case cfg.RetryPause < 0:
 		return nil, fmt.Errorf("%w: RetryPause must not be negative, got %s", outbox.ErrInvalidConfig, cfg.RetryPause)
+	case cfg.StopTimeout < 0:
+		return nil, fmt.Errorf("%w: StopTimeout must not be negative, got %s", outbox.ErrInvalidConfig, cfg.StopTimeout)
 	}
 	if _, err := primitive.NewNamesrvAddr(cfg.NameServers...); err != nil {
-		return nil, fmt.Errorf("%w: NameServers %v: %v", outbox.ErrInvalidConfig, cfg.NameServers, err)
+		return nil, fmt.Errorf("%w: NameServers %v: %w", outbox.ErrInvalidConfig, cfg.NameServers, err)
 	}
 	cfg.Tags = cmp.Or(cfg.Tags, "*")
-	cfg.RetryPause = cmp.Or(cfg.RetryPause, time.Second)
+	cfg.RetryPause = cmp.Or(cfg.RetryPause, retryPauseDefault)
+	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, stopTimeoutDefault)
 	if cfg.InstanceName == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		cfg.InstanceName = "inbox-" + hex.EncodeToString(b[:])
 	}
-	return &Consumer{in: in, h: h, cfg: cfg, stop: make(chan struct{}), drained: make(chan struct{})}, nil
+	return &Consumer{in: in, h: h, cfg: cfg}, nil
 }
 
-// Start starts the consumer and returns: it consumes in the background until ctx is
-// cancelled or Close is called. A consumer that cannot start (the topic does not exist,
-// say) returns the error at once, and may be started again; one that has run cannot. Use
-// Start where the caller must know that consuming began:
+// Start checks the inbox's tables, starts a push consumer and returns: the consumer
+// consumes in the background until ctx is cancelled, Stop or Close is called. It returns its
+// refusal: an error wrapping [outbox.ErrClosed] after Close, [outbox.ErrAlreadyRunning]
+// while a run (or its shutdown) is in progress, [outbox.ErrInvalidConfig] when a table of
+// the inbox is missing or lacks a column (a database that cannot be reached is logged, not
+// refused: the deliveries fail and come again until it is back), and the client's error
+// when the push consumer cannot start (the topic does not exist, say), naming the topic and
+// the group. A consumer whose start failed, or that was stopped, may be started again.
 //
-//	if err := c.Start(ctx); err != nil {
-//		return err
-//	}
-//	defer c.Close()
+// When ctx ends, the consumer stops as Close does: the deliveries in progress are given
+// [ConsumerConfig.StopTimeout] to finish.
 func (c *Consumer) Start(ctx context.Context) error {
-	if err := c.start(); err != nil {
-		return err
-	}
-	go c.serve(ctx)
-	return nil
+	_, err := c.start(ctx)
+	return err
 }
 
-// Run is Start that blocks: it starts the consumer and consumes until ctx is cancelled or
-// Close is called; then it lets the deliveries in progress finish (their handlers are not
-// interrupted: a handler that never returns holds Run and Close), shuts the push consumer
-// down, and returns nil. A delivery that arrives once the shutdown has begun is not
-// handled: it is delivered again, to this group's next consumer. A consumer that cannot
-// start returns the error, as Start does.
+// Run is Start that waits: it starts the consumer and returns once it has stopped (ctx
+// ended, Stop or Close was called) and its shutdown is over, with nil; or Start's refusal.
+// The blocking form for an errgroup:
+//
+//	g.Go(func() error { return c.Run(ctx) })
 func (c *Consumer) Run(ctx context.Context) error {
-	if err := c.start(); err != nil {
+	r, err := c.start(ctx)
+	if err != nil {
 		return err
 	}
-	c.serve(ctx)
+	<-r.done
 	return nil
 }
 
-// serve waits for the end of a started consumer, then shuts it down.
-func (c *Consumer) serve(ctx context.Context) {
-	defer close(c.done)
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	if c.in.cfg.Retention > 0 {
-		wg.Go(func() { c.retain(ctx) })
+// Stop stops the consumer and waits for its shutdown: the deliveries in progress finish
+// (their outcome is acknowledged, their handlers not interrupted), the push consumer is
+// shut down, and the deliveries that arrived meanwhile are left unhandled, to be delivered
+// again to the group's next consumer. If ctx ends first, Stop cancels the contexts of the
+// handlers still running (their transactions roll back) and returns an error wrapping
+// ctx.Err() that says how many deliveries were in progress: those messages are delivered
+// again. The push consumer is then shut down in the background, without waiting for those
+// handlers; a later Stop waits for that.
+//
+// Stop is safe to call more than once, concurrently, and on a consumer that does not run
+// (it returns nil). Once it has returned nil, Start may be called again. Called from inside
+// a handler, Stop begins the shutdown and returns without waiting: the shutdown waits for
+// that handler, which has to return first.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	r := c.run
+	c.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.stopOnce.Do(func() { close(r.stop) })
+	if r.runs(goid()) {
+		return nil // from inside a handler: the shutdown waits for it, not it for the shutdown
 	}
 	select {
+	case <-r.done:
+		return nil
 	case <-ctx.Done():
-	case <-c.stop:
+		n := r.abandon()
+		return fmt.Errorf("inbox: stop the consumer of %s in group %s: %w: %d deliveries in progress were given up "+
+			"(their handlers' contexts cancelled) and will be delivered again; the push consumer shuts down in the background",
+			c.cfg.Topic, c.in.cfg.Group, ctx.Err(), n)
+	}
+}
+
+// Close stops the consumer as Stop does, bounded by [ConsumerConfig.StopTimeout] (30 s by
+// default), and for good: Start and Run then return [outbox.ErrClosed]. It returns Stop's
+// error when the deliveries in progress did not finish in time. It is safe to call more than
+// once (a later call waits for the shutdown again, as Stop does), and from inside a
+// handler, where it does not wait.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StopTimeout)
+	defer cancel()
+	return c.Stop(ctx)
+}
+
+// schemaCheckTimeout bounds Start's check of the inbox's tables.
+const schemaCheckTimeout = 10 * time.Second
+
+func (c *Consumer) start(ctx context.Context) (*run, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil, fmt.Errorf("inbox: start the consumer of %s: %w", c.cfg.Topic, outbox.ErrClosed)
+	case c.run != nil:
+		return nil, fmt.Errorf("inbox: start the consumer of %s: %w (Stop waits for the run to end)", c.cfg.Topic, outbox.ErrAlreadyRunning)
+	}
+	cctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
+	err := c.in.checkSchema(cctx)
+	cancel()
+	switch {
+	case errors.Is(err, outbox.ErrInvalidConfig):
+		return nil, err
+	case err != nil:
+		c.in.log.WarnContext(ctx, "inbox: could not check the inbox's tables; consuming anyway, deliveries fail and come again until the database answers",
+			slog.Any("error", err))
+	}
+	opts := []consumer.Option{
+		consumer.WithNameServer(c.cfg.NameServers),
+		consumer.WithGroupName(c.in.cfg.Group),
+		consumer.WithInstance(c.cfg.InstanceName),
+		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
+		consumer.WithConsumerOrder(c.cfg.Orderly),
+		consumer.WithSuspendCurrentQueueTimeMillis(c.cfg.RetryPause),
+		// So that the inbox, not the client's dead-letter queue, decides when a message is
+		// given up: the client would otherwise move a message to %DLQ% after 16 failed
+		// deliveries, acknowledged with no effect and no rejected row. Those are deliveries
+		// the inbox could not reject either, because the database was down: an orderly
+		// consumer retrying every RetryPause would reach 16 within seconds of an outage.
+		consumer.WithMaxReconsumeTimes(maxReconsumeTimes),
+	}
+	push, err := rocketmq.NewPushConsumer(append(opts, c.cfg.ConsumerOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: create the push consumer: %w", err)
+	}
+	r := newRun(push)
+	consume := func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		return c.consume(ctx, r, msgs...)
+	}
+	err = push.Subscribe(c.cfg.Topic, consumer.MessageSelector{Type: consumer.TAG, Expression: c.cfg.Tags}, consume)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: subscribe to %s: %w", c.cfg.Topic, err)
+	}
+	if err := push.Start(); err != nil {
+		return nil, fmt.Errorf("inbox: start the consumer of %s in group %s (does the topic exist?): %w", c.cfg.Topic, c.in.cfg.Group, err)
+	}
+	r.started = time.Now()
+	c.run = r
+	go c.serve(ctx, r)
+	return r, nil
+}
+
+// serve waits for the end of a started run, then shuts it down.
+func (c *Consumer) serve(ctx context.Context, r *run) {
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if c.in.cfg.Retention > 0 {
+		wg.Go(func() { c.retain(rctx) })
+	}
+	var bound <-chan time.Time // the shutdown's own bound, when ctx ended it
+	select {
+	case <-ctx.Done():
+		t := time.NewTimer(c.cfg.StopTimeout)
+		defer t.Stop()
+		bound = t.C
+	case <-r.stop:
 	}
 	cancel()
 	wg.Wait()
-	c.shutdown()
+	c.shutdown(r, bound)
+	c.mu.Lock()
+	c.run = nil
+	c.mu.Unlock()
+	close(r.done)
+}
+
+// shutdownGrace is how long after its start a push consumer is shut down at the earliest:
+// the client races with itself when a consumer is shut down while the rebalance its own
+// registration set off still runs (rocketmq-client-go, internal/client.go: Shutdown and
+// InvokeSync).
+const shutdownGrace = 3 * time.Second
+
+// shutdown lets the deliveries in progress finish while the push consumer still runs, so
+// that their outcome is acknowledged (an orderly queue stays this consumer's while its
+// handler runs), until the run is abandoned (Stop's context ended) or bound fires; then it
+// shuts the push consumer down, and releases the deliveries that began meanwhile,
+// unhandled. The client stores its offsets at shutdown, one way: one may be lost, and its
+// messages come again to the next consumer, as duplicates. A delivery given up on is not
+// acknowledged: the offset stored stays below it, and it comes again.
+func (c *Consumer) shutdown(r *run, bound <-chan time.Time) {
+	time.Sleep(time.Until(r.started.Add(shutdownGrace)))
+	r.mu.Lock()
+	r.draining = true
+	if len(r.inflight) == 0 {
+		close(r.idle)
+	}
+	r.mu.Unlock()
+	select {
+	case <-r.idle:
+	case <-r.abort:
+	case <-bound:
+		n := r.abandon()
+		c.in.log.Warn("inbox: the consumer's context ended and deliveries in progress did not finish within StopTimeout; "+
+			"their handlers' contexts are cancelled and the messages will be delivered again",
+			slog.String("topic", c.cfg.Topic), slog.Int("deliveries", n), slog.Duration("stop_timeout", c.cfg.StopTimeout))
+	}
+	_ = r.push.Shutdown()
+	close(r.drained)
+	r.cancel() // no handler runs any more but those given up on, whose contexts are cancelled
+}
+
+// abandon stops the shutdown's wait for the deliveries in progress and cancels their
+// handlers' contexts; it returns how many there were.
+func (r *run) abandon() int {
+	r.abortOnce.Do(func() {
+		close(r.abort)
+		r.cancel()
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, k := range r.inflight {
+		n += k
+	}
+	return n
+}
+
+// enter counts a delivery in on goroutine g, unless the run is shutting down.
+func (r *run) enter(g int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining {
+		return false
+	}
+	r.inflight[g]++
+	return true
+}
+
+// exit counts out a delivery that enter counted in.
+func (r *run) exit(g int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inflight[g]--; r.inflight[g] == 0 {
+		delete(r.inflight, g)
+	}
+	if r.draining && len(r.inflight) == 0 {
+		close(r.idle)
+	}
+}
+
+// runs reports whether goroutine g is running a delivery of r: a Stop or Close called from
+// a handler.
+func (r *run) runs(g int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inflight[g] > 0
+}
+
+// goid is the id of the calling goroutine, from the first line of its stack trace
+// ("goroutine 18 [running]:"). It tells a Stop called from a handler, on the goroutine the
+// client runs the delivery on, from one called elsewhere; Close has no context to carry
+// that. It costs a microsecond or so, once a delivery.
+func goid() int64 {
+	var buf [64]byte
+	s := buf[:runtime.Stack(buf[:], false)]
+	s = s[len("goroutine "):]
+	for i, b := range s {
+		if b == ' ' {
+			id, _ := strconv.ParseInt(string(s[:i]), 10, 64)
+			return id
+		}
+	}
+	return 0
 }
 
 // retain purges the inbox rows older than Config.Retention every RetentionInterval, the
-// first time at once, until ctx is done.
+// first time at once, until ctx is done. A purge another instance is running is theirs to
+// do: the next interval tries again, quietly.
 func (c *Consumer) retain(ctx context.Context) {
 	for {
 		start := time.Now()
 		n, err := c.in.Purge(ctx, c.in.cfg.Retention, retentionPause)
 		switch {
+		case errors.Is(err, outbox.ErrPurgeBusy):
+			c.in.log.DebugContext(ctx, "inbox: another instance purges the inbox table; trying again next interval")
 		case err != nil && ctx.Err() == nil:
 			c.in.log.WarnContext(ctx, "inbox: retention purge failed; trying again next interval",
 				slog.Any("error", err), slog.Int64("deleted", n))
@@ -191,61 +448,28 @@ func (c *Consumer) retain(ctx context.Context) {
 // retentionPause is the pause between two retention DELETEs.
 const retentionPause = 100 * time.Millisecond
 
-func (c *Consumer) start() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		return fmt.Errorf("%w: the consumer was closed", outbox.ErrClosed)
-	case c.push != nil:
-		return fmt.Errorf("inbox: the consumer is running or has run: a Consumer runs once")
-	}
-	opts := []consumer.Option{
-		consumer.WithNameServer(c.cfg.NameServers),
-		consumer.WithGroupName(c.in.cfg.Group),
-		consumer.WithInstance(c.cfg.InstanceName),
-		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
-		consumer.WithConsumerOrder(c.cfg.Orderly),
-		consumer.WithSuspendCurrentQueueTimeMillis(c.cfg.RetryPause),
-		// So that the inbox, not the client's dead-letter queue, decides when a message is
-		// given up: the client would otherwise move a message to %DLQ% after 16 failed
-		// deliveries, acknowledged with no effect and no rejected row. Those are deliveries
-		// the inbox could not reject either, because the database was down: an orderly
-		// consumer retrying every RetryPause would reach 16 within seconds of an outage.
-		consumer.WithMaxReconsumeTimes(maxReconsumeTimes),
-	}
-	push, err := rocketmq.NewPushConsumer(append(opts, c.cfg.ConsumerOptions...)...)
-	if err != nil {
-		return fmt.Errorf("inbox: create the push consumer: %w", err)
-	}
-	err = push.Subscribe(c.cfg.Topic, consumer.MessageSelector{Type: consumer.TAG, Expression: c.cfg.Tags}, c.consume)
-	if err != nil {
-		return fmt.Errorf("inbox: subscribe to %s: %w", c.cfg.Topic, err)
-	}
-	if err := push.Start(); err != nil {
-		return fmt.Errorf("inbox: start the consumer of %s in group %s (does the topic exist?): %w", c.cfg.Topic, c.in.cfg.Group, err)
-	}
-	c.push, c.started, c.done = push, time.Now(), make(chan struct{})
-	return nil
-}
-
-// maxReconsumeTimes is the client's MaxReconsumeTimes: never reached in practice (the broker's
-// retry delays stop growing at 2 hours).
+// maxReconsumeTimes is the client's MaxReconsumeTimes: never reached in practice (the
+// broker's retry delays stop growing at 2 hours, so it is thousands of years away).
 const maxReconsumeTimes = math.MaxInt32 / 2
 
-// consume is the push consumer's callback: each message through the inbox, and the batch
-// acknowledged only once every message of it is handled, a duplicate or rejected.
-func (c *Consumer) consume(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-	if !c.enter() {
+// consume is r's push consumer's callback: each message through the inbox, and the batch
+// acknowledged only once every message of it is handled, a duplicate or rejected. The
+// handlers' context is cancelled when the run gives up on them.
+func (c *Consumer) consume(ctx context.Context, r *run, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	g := goid()
+	if !r.enter(g) {
 		// Shutting down: once the push consumer is shut down, the queue this came from is
 		// dropped, and whatever this returns is ignored; the message is not acknowledged.
-		<-c.drained
+		<-r.drained
 		return c.again(ctx), nil
 	}
-	defer c.inflight.Done()
+	defer r.exit(g)
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.handlers, cancel)()
 	for _, m := range msgs {
 		msg := messageOf(m)
-		if _, err := c.in.Handle(ctx, msg, c.h); err != nil {
+		if _, err := c.in.Handle(hctx, msg, c.h); err != nil {
 			return c.again(ctx), nil
 		}
 	}
@@ -266,17 +490,6 @@ func (c *Consumer) again(ctx context.Context) consumer.ConsumeResult {
 	return consumer.SuspendCurrentQueueAMoment
 }
 
-// enter counts a delivery in, unless the consumer is shutting down.
-func (c *Consumer) enter() bool {
-	c.flightMu.Lock()
-	defer c.flightMu.Unlock()
-	if c.draining {
-		return false
-	}
-	c.inflight.Add(1)
-	return true
-}
-
 // messageOf is the Message of a delivery.
 func messageOf(m *primitive.MessageExt) *Message {
 	props := make(map[string]string, len(m.GetProperties()))
@@ -294,46 +507,4 @@ func messageOf(m *primitive.MessageExt) *Message {
 		Deliveries: int(m.ReconsumeTimes) + 1,
 		BornAt:     time.UnixMilli(m.BornTimestamp),
 	}
-}
-
-// shutdownGrace is how long after its start a consumer is shut down at the earliest: the
-// client races with itself when a consumer is shut down while the rebalance its own
-// registration set off still runs (rocketmq-client-go, internal/client.go: Shutdown and
-// InvokeSync).
-const shutdownGrace = 3 * time.Second
-
-// shutdown lets the deliveries in progress finish while the push consumer still runs, so
-// that their outcome is acknowledged (an orderly queue stays this consumer's while its
-// handler runs), then shuts the push consumer down, and then releases the deliveries that
-// began meanwhile, unhandled. (The client stores its offsets at shutdown one way: one may
-// be lost, and its messages come again to the next consumer, as duplicates.)
-func (c *Consumer) shutdown() {
-	c.mu.Lock()
-	push, started := c.push, c.started
-	c.mu.Unlock()
-	time.Sleep(time.Until(started.Add(shutdownGrace)))
-	c.flightMu.Lock()
-	c.draining = true
-	c.flightMu.Unlock()
-	c.inflight.Wait()
-	_ = push.Shutdown()
-	close(c.drained)
-}
-
-// Close stops a running Run and waits for it to return, its deliveries in progress finished;
-// it is safe to call more than once, and without Run.
-func (c *Consumer) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	running, done := c.push != nil, c.done
-	c.mu.Unlock()
-	close(c.stop)
-	if running {
-		<-done
-	}
-	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/admin"
+	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
@@ -715,8 +716,9 @@ func TestConsumerRetention(t *testing.T) {
 	db := testsvc.OpenDB(t)
 	ctx := context.Background()
 	table := testsvc.UniqueTable("t_inbox")
+	var logs warnings
 	in, err := inbox.New(db, inbox.Config{Group: testsvc.UniqueTable("cg_ret"), Table: table,
-		Retention: time.Hour, RetentionInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		Retention: time.Hour, RetentionInterval: 20 * time.Millisecond, Logger: slog.New(&logs)})
 	require.NoError(t, err)
 	require.NoError(t, in.CreateSchema(ctx))
 	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS `" + table + "`, `" + table + "_rejected`") })
@@ -744,11 +746,29 @@ func TestConsumerRetention(t *testing.T) {
 	}
 	require.Equal(t, 6, count())
 
+	// Another instance's purge holds the table's lock: the consumer's retention leaves the
+	// table to it, quietly (Purge's ErrPurgeBusy is no failure), and purges once it is free.
+	holder, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer holder.Close()
+	var got int
+	require.NoError(t, holder.QueryRowContext(ctx, "SELECT GET_LOCK("+inbox.RetentionLockForTest(in)+", 0)").Scan(&got))
+	require.Equal(t, 1, got)
 	c, err := inbox.NewConsumer(in, noop, inbox.ConsumerConfig{NameServers: []string{testsvc.RocketMQNameServer(t)},
 		Topic: testsvc.NewTopic(t, "INBOX_RET")})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
+	busy := func() bool {
+		n, err := in.Purge(ctx, time.Hour, 0)
+		return n == 0 && errors.Is(err, outbox.ErrPurgeBusy)
+	}
+	require.Eventually(t, busy, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // ten retention intervals
+	assert.Equal(t, 6, count(), "nothing purged while another purge holds the table")
+	_, err = holder.ExecContext(ctx, "DO RELEASE_LOCK("+inbox.RetentionLockForTest(in)+")")
+	require.NoError(t, err)
 	require.Eventually(t, func() bool { return count() == len(fresh) }, 30*time.Second, 10*time.Millisecond)
+	assert.Empty(t, logs.get(), "a purge another instance runs is not worth a warning")
 	require.NoError(t, c.Close())
 	for _, id := range fresh {
 		o, err := in.Handle(ctx, &inbox.Message{EventID: id, Deliveries: 1}, noop)
@@ -781,4 +801,65 @@ func TestConsumerBrokerRestart(t *testing.T) {
 	t.Logf("outcomes %v", o)
 	assert.Equal(t, int64(before+during), o["handled"])
 	assert.Zero(t, o["rejected"])
+}
+
+// warnings is a slog handler that keeps the messages logged at warn and above.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) get() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
+}
+
+// A delivery that fails for a fault comes again past the client's default of 16
+// redeliveries, after which RocketMQ would move it to the group's dead-letter queue
+// (%DLQ%), acknowledged with no effect and no rejected row: the consumer raises the
+// client's MaxReconsumeTimes, so that the inbox alone gives a message up. An interceptor
+// asks for RocketMQ's shortest redelivery delay (level 1, 1 s) so that the test does not
+// wait for the growing ones (10 s, 30 s, ... 2 h).
+func TestConsumerRedeliversAFaultPastTheClientsDeadLetterLimit(t *testing.T) {
+	t.Parallel()
+	r := newConsRig(t, consRigOptions{retries: true})
+	r.publish(t)
+	const fails = 20 // the client's default limit is 16
+	var c callCount
+	h := r.effectHandler("c1", func(_ context.Context, _ *sql.Tx, msg *inbox.Message) error {
+		c.add(msg.EventID)
+		if msg.Deliveries <= fails {
+			return outbox.Unavailable(fmt.Errorf("delivery %d: the downstream service is down", msg.Deliveries))
+		}
+		return nil
+	})
+	soon := func(ctx context.Context, req, reply any, next primitive.Invoker) error {
+		if cc, ok := primitive.GetConcurrentlyCtx(ctx); ok {
+			cc.DelayLevelWhenNextConsume = 1
+		}
+		return next(ctx, req, reply)
+	}
+	r.consume(t, h, inbox.ConsumerConfig{ConsumerOptions: []consumer.Option{consumer.WithInterceptor(soon)}})
+	id := r.insertOne(t, "ORD-FAULT", `{"fault":true}`)
+	r.waitEffects(t, 1, 3*time.Minute)
+	byID := r.checkLedger(t)
+	require.Len(t, byID[id], 1)
+	assert.Equal(t, fails+1, byID[id][0].Deliveries, "handled on the delivery after the last failure")
+	assert.Equal(t, fails+1, c.get(id))
+	rej, err := r.in.Rejected(context.Background(), 0, 10)
+	require.NoError(t, err)
+	assert.Empty(t, rej, "a fault never rejects")
 }

@@ -13,8 +13,10 @@
 //		_, err := tx.ExecContext(ctx, "INSERT INTO t_points (order_no, points) VALUES (?, ?)", msg.BizNo, 10)
 //		return err
 //	}
-//	c, err := inbox.NewConsumer(in, handle, inbox.ConsumerConfig{NameServers: ns, Topic: "ORDER_EVENT_TOPIC"})
-//	err = c.Start(ctx) // consumes in the background until Close
+//	c, err := inbox.NewConsumer(in, handle, inbox.ConsumerConfig{NameServers: ns, Topic: "ORDER_EVENT_TOPIC", Tags: "ORDER_CREATED"})
+//	if err := c.Start(ctx); err != nil { // consumes in the background until Stop or Close
+//		return err
+//	}
 //	defer c.Close()
 //
 // The handler's effect and the record commit together or not at all. A delivery whose event
@@ -24,10 +26,14 @@
 // and never across groups.
 //
 // A message that can never be processed is rejected: recorded with its reason, properties
-// and body in the rejected table and acknowledged, rather than redelivered for hours. That
+// and body in the rejected table and acknowledged, rather than delivered again and again. That
 // is a message without an event id, one the handler refuses with [outbox.Permanent], and
-// one that failed [Config.MaxDeliveries] deliveries. [Inbox.Rejected] lists them and
-// [Inbox.Replay] runs the handler for one again, exactly once.
+// one that failed [Config.MaxDeliveries] deliveries. [Inbox.Rejected] lists them,
+// [Inbox.RejectedByEventID] finds one by the event id, and [Inbox.Replay] runs the handler
+// for one again, exactly once.
+//
+// [Consumer] has the library's lifecycle: Start reports its refusals, Run blocks, Stop is
+// bounded by its context, Close by [ConsumerConfig.StopTimeout].
 //
 // [Inbox.Handle] is the mechanism without RocketMQ: a consumer of another client, or a
 // test, calls it with each delivery.

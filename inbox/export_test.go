@@ -6,3 +6,7 @@ func RetentionLockForTest(in *Inbox) string { return in.q.retainLock }
 
 // RecordForTest is the statement that records eventID: the duplicate check.
 func RecordForTest(in *Inbox, eventID string) string { return in.q.record(eventID) }
+
+// RejectedByEventIDQueryForTest is the statement RejectedByEventID runs, for a test that
+// EXPLAINs it.
+func RejectedByEventIDQueryForTest(in *Inbox) string { return in.q.getRejectedByEvent }

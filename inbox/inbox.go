@@ -210,7 +210,7 @@ func New(db *sql.DB, cfg Config) (*Inbox, error) {
 	in.log = in.log.With(slog.String("group", cfg.Group))
 	var err error
 	if in.m, err = newMetrics(cfg.MeterProvider); err != nil {
-		return nil, fmt.Errorf("inbox: make the instruments: %w", err)
+		return nil, fmt.Errorf("%w: inbox: make the instruments of MeterProvider: %w", outbox.ErrInvalidConfig, err)
 	}
 	if cfg.TracerProvider != nil {
 		in.tracer = cfg.TracerProvider.Tracer("github.com/go-outbox/outbox/inbox")
@@ -345,7 +345,11 @@ func (in *Inbox) handle(ctx context.Context, msg *Message, h Handler) (Outcome, 
 func callHandler(ctx context.Context, h Handler, tx *sql.Tx, msg *Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("inbox: handler panicked: %v\n%s", r, debug.Stack())
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("inbox: handler panicked: %w\n%s", e, debug.Stack())
+			} else {
+				err = fmt.Errorf("inbox: handler panicked: %v\n%s", r, debug.Stack())
+			}
 		}
 	}()
 	return h(ctx, tx, msg)

@@ -267,14 +267,14 @@ var plainTestBinary = sync.OnceValues(func() (string, error) {
 		}
 	}
 	bin := filepath.Join(dir, fmt.Sprintf("inbox.test.%d", os.Getpid()))
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
 		goCmd = "go"
 	}
 	build := exec.Command(goCmd, "test", "-c", "-o", bin, ".")
 	build.Dir = filepath.Dir(file)
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go test -c (without -race): %v\n%s", err, out)
+		return "", fmt.Errorf("go test -c (without -race): %w\n%s", err, out)
 	}
 	return bin, nil
 })

@@ -16,9 +16,12 @@ type queries struct {
 	reject       string
 	rejected     string
 	getRejected  string
-	dropRejected string
-	purge        string
-	retainLock   string
+	// getRejectedByEvent reads a rejected row by its event id through uk_group_msg_key:
+	// msg_key is the event id of every message that has a valid one.
+	getRejectedByEvent string
+	dropRejected       string
+	purge              string
+	retainLock         string
 }
 
 func newQueries(table, rejected, group string) queries {
@@ -38,6 +41,8 @@ func newQueries(table, rejected, group string) queries {
 			" FROM `" + rejected + "` WHERE consumer_group = " + g + " AND id > ? ORDER BY id LIMIT ?",
 		getRejected: "SELECT id, msg_key, event_id, msg_id, topic, reason_class, reason, properties, body, deliveries, first_rejected, last_rejected" +
 			" FROM `" + rejected + "` WHERE consumer_group = " + g + " AND id = ?",
+		getRejectedByEvent: "SELECT id, msg_key, event_id, msg_id, topic, reason_class, reason, properties, body, deliveries, first_rejected, last_rejected" +
+			" FROM `" + rejected + "` WHERE consumer_group = " + g + " AND msg_key = ?",
 		dropRejected: "DELETE FROM `" + rejected + "` WHERE consumer_group = " + g + " AND id = ?",
 		// Oldest first through idx_consumed_at, a batch at a time, so that no DELETE holds
 		// many row locks or fills the redo log.

@@ -65,13 +65,42 @@ func scanRejected(row interface{ Scan(...any) error }) (RejectedMessage, error) 
 	return r, nil
 }
 
+// RejectedByEventID is the group's rejected message of the event eventID (the eventId
+// property, the id [outbox.Tx.InsertEvent] returned and consumers log), read through the
+// table's unique key on (consumer_group, msg_key): a message with a valid event id is kept
+// under it. Its ID is the one [Inbox.Replay] and [Inbox.Resend] take:
+//
+//	r, err := in.RejectedByEventID(ctx, eventID)
+//	if err != nil {
+//		return err // wraps outbox.ErrNotFound when the group has no such rejected message
+//	}
+//	outcome, err := in.Replay(ctx, r.ID, handle)
+//
+// An eventID that is not a UUID is an error wrapping [outbox.ErrInvalidInput] (a message
+// without a valid event id is kept under its broker message id: list it with
+// [Inbox.Rejected]); one the group has no rejected message of wraps [outbox.ErrNotFound].
+func (in *Inbox) RejectedByEventID(ctx context.Context, eventID string) (RejectedMessage, error) {
+	if !validEventID(eventID) {
+		return RejectedMessage{}, fmt.Errorf("%w: event id %.64q is not a UUID", outbox.ErrInvalidInput, eventID)
+	}
+	r, err := scanRejected(in.db.QueryRowContext(ctx, in.q.getRejectedByEvent, eventID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return RejectedMessage{}, fmt.Errorf("%w: no rejected message of event %s in group %s", outbox.ErrNotFound, eventID, in.cfg.Group)
+	}
+	if err != nil {
+		return RejectedMessage{}, fmt.Errorf("inbox: read the rejected message of event %s: %w", eventID, schemaError(in.rejected, err))
+	}
+	return r, nil
+}
+
 // Replay runs h once more for the rejected message id, as a delivery would (the event id
 // recorded in the inbox in h's transaction), and deletes the rejected row in the same
 // transaction, so that the message's effect happens once and the row goes with it. The
 // outcome is Handled, or Duplicate when the group has handled the event since (the row is
 // deleted then too); an error leaves the row as it is: a message without a valid event id
 // cannot be replayed (there is nothing to deduplicate it on), and h's error is returned as
-// it is. A missing id is an error wrapping [outbox.ErrNotFound].
+// it is. A missing id is an error wrapping [outbox.ErrNotFound]; [Inbox.RejectedByEventID]
+// finds the id of an event's rejected message.
 func (in *Inbox) Replay(ctx context.Context, id int64, h Handler) (Outcome, error) {
 	if h == nil {
 		return Failed, fmt.Errorf("%w: the handler is nil", outbox.ErrInvalidConfig)
@@ -117,11 +146,16 @@ func (in *Inbox) Replay(ctx context.Context, id int64, h Handler) (Outcome, erro
 
 // Purge deletes the table's inbox rows, every group's, recorded more than olderThan ago, in
 // batches of 500 with pause between them, and reports how many it deleted. Only one purge
-// of a table runs at a time, whichever group's inbox runs it (a named lock; another
-// session's purge makes this one return at once, deleting nothing). A duplicate of an event whose row was purged is handled again, so olderThan
-// must be longer than any redelivery or resend can come late: RocketMQ redelivers a failed
-// message for up to about 4 h 46 min by default, and the publisher resends an event after
-// its lease (10 min by default). Rejected messages are never purged.
+// of a table runs at a time, whichever group's inbox runs it (a named lock): while another
+// session's purge of the table runs, Purge returns at once, deleting nothing, with an error
+// wrapping [outbox.ErrPurgeBusy] (the consumer's retention then tries again at its next
+// interval). A duplicate of an event whose row was purged is handled again, so olderThan
+// must be longer than any redelivery or resend can come late: a failed delivery comes again
+// through the group's retry topic after RocketMQ's growing pause (10 s, 30 s, 1 min, ... up
+// to 2 h, and every 2 h after that: the consumer raises the client's MaxReconsumeTimes so
+// that the client never gives a message up, [Config.MaxDeliveries] does, and a delivery that
+// fails for a fault comes again for as long as the fault lasts), and the publisher resends
+// an event after its lease (10 min by default). Rejected messages are never purged.
 func (in *Inbox) Purge(ctx context.Context, olderThan, pause time.Duration) (int64, error) {
 	if olderThan <= 0 || pause < 0 {
 		return 0, fmt.Errorf("%w: olderThan must be positive and pause not negative, got %s and %s", outbox.ErrInvalidInput, olderThan, pause)
@@ -136,7 +170,7 @@ func (in *Inbox) Purge(ctx context.Context, olderThan, pause time.Duration) (int
 		return 0, fmt.Errorf("inbox: purge: take the purge lock: %w", err)
 	}
 	if got.Int64 != 1 {
-		return 0, nil // another instance is purging
+		return 0, fmt.Errorf("inbox: purge %s: %w", in.table, outbox.ErrPurgeBusy)
 	}
 	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK("+in.q.retainLock+")") }()
 	var total int64

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,8 +280,8 @@ func TestPurgeOneAtATime(t *testing.T) {
 	require.Equal(t, 1, got)
 	for _, in := range []*inbox.Inbox{f.in, other} {
 		n, err := in.Purge(ctx, time.Hour, 0)
-		require.NoError(t, err)
-		assert.Zero(t, n, "group %s: another purge of the table runs", in.Group())
+		require.ErrorIs(t, err, outbox.ErrPurgeBusy, "group %s: another purge of the table runs", in.Group())
+		assert.Zero(t, n)
 	}
 	assert.Equal(t, 50, count(t, f.db, f.table), "nothing deleted")
 
@@ -294,4 +295,73 @@ func TestPurgeOneAtATime(t *testing.T) {
 	// A purge gives the lock back: another session takes it at once.
 	require.NoError(t, holder.QueryRowContext(ctx, "SELECT GET_LOCK("+inbox.RetentionLockForTest(f.in)+", 0)").Scan(&got))
 	assert.Equal(t, 1, got)
+}
+
+// An operator holds the event id (consumers log it, InsertEvent returned it): the rejected
+// message is found by it, in its own group only, through the rejected table's unique key,
+// and its row id is the one Replay takes.
+func TestRejectedByEventID(t *testing.T) {
+	t.Parallel()
+	f := setup(t, inbox.Config{})
+	ctx := context.Background()
+	other := f.other(t, f.db, "other_group")
+	var rows []inbox.RejectedMessage
+	for range 20 {
+		rows = append(rows, f.reject(t, f.in, newMessage()))
+		f.reject(t, other, newMessage())
+	}
+	mine := rows[7]
+	theirs := f.reject(t, other, newMessage())
+
+	got, err := f.in.RejectedByEventID(ctx, mine.Message.EventID)
+	require.NoError(t, err)
+	assert.Equal(t, mine.ID, got.ID)
+	assert.Equal(t, mine.Message.EventID, got.Message.EventID)
+	assert.Equal(t, mine.Message.Body, got.Message.Body)
+	assert.Equal(t, "permanent", got.ReasonClass)
+
+	_, err = f.in.RejectedByEventID(ctx, theirs.Message.EventID)
+	require.ErrorIs(t, err, outbox.ErrNotFound, "another group's rejected message")
+	_, err = f.in.RejectedByEventID(ctx, newMessage().EventID)
+	require.ErrorIs(t, err, outbox.ErrNotFound, "an event never rejected")
+	assert.Contains(t, err.Error(), f.in.Group())
+	_, err = f.in.RejectedByEventID(ctx, "not-a-uuid")
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+
+	// The lookup is one row by a unique key.
+	q := strings.Replace(inbox.RejectedByEventIDQueryForTest(f.in), "?", "'"+mine.Message.EventID+"'", 1)
+	plan := explain(t, f.db, q)
+	assert.Equal(t, "const", plan["type"], "one row by a unique key: %v", plan)
+	assert.Equal(t, "uk_group_msg_key", plan["key"])
+
+	// Replay by the event id: its row id.
+	o, err := f.in.Replay(ctx, got.ID, f.effect)
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Handled, o)
+	assert.Equal(t, 1, f.effectsOf(t, mine.Message.EventID))
+	_, err = f.in.RejectedByEventID(ctx, mine.Message.EventID)
+	require.ErrorIs(t, err, outbox.ErrNotFound, "replayed: the row is gone")
+}
+
+// explain is the one row of EXPLAIN q's plan, by column.
+func explain(t *testing.T, db *sql.DB, q string) map[string]string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN " + q)
+	require.NoError(t, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	require.True(t, rows.Next())
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	require.NoError(t, rows.Scan(ptrs...))
+	require.False(t, rows.Next(), "one table, one row of plan")
+	got := map[string]string{}
+	for i, c := range cols {
+		got[c] = vals[i].String
+	}
+	return got
 }

@@ -16,7 +16,8 @@ import (
 // receives it again; those that handled the event already suppress it as a duplicate, by its
 // event id. A row whose delete fails after the send stays, and a second resend is suppressed
 // too. A message without a valid event id cannot be resent: nothing would tell its copies
-// apart. A missing id is an error wrapping [outbox.ErrNotFound].
+// apart. A missing id is an error wrapping [outbox.ErrNotFound]; [Inbox.RejectedByEventID]
+// finds the id of an event's rejected message.
 func (in *Inbox) Resend(ctx context.Context, id int64, sender outbox.Sender) error {
 	if sender == nil {
 		return fmt.Errorf("%w: the sender is nil", outbox.ErrInvalidConfig)
@@ -26,7 +27,7 @@ func (in *Inbox) Resend(ctx context.Context, id int64, sender outbox.Sender) err
 		return fmt.Errorf("%w: no rejected message %d in group %s", outbox.ErrNotFound, id, in.cfg.Group)
 	}
 	if err != nil {
-		return fmt.Errorf("inbox: read rejected message %d: %w", id, err)
+		return fmt.Errorf("inbox: read rejected message %d: %w", id, schemaError(in.rejected, err))
 	}
 	m := r.Message
 	if !validEventID(m.EventID) {

@@ -24,9 +24,10 @@ CREATE TABLE IF NOT EXISTS t_inbox (
 -- t_inbox_rejected holds the messages a consumer group can never process: one without an
 -- event id, one the handler refused for good (a Permanent error), or one that failed its
 -- last allowed delivery. Each is recorded with its reason, properties and body, and
--- acknowledged, so that RocketMQ does not redeliver it for hours; an operator lists and
--- replays them (Inbox.Replay). msg_key is the event id, or 'msgId:' and the broker's
--- message id for a message without one: a message rejected again adds a delivery.
+-- acknowledged, so that RocketMQ does not deliver it again and again; an operator lists,
+-- finds (Inbox.RejectedByEventID) and replays them (Inbox.Replay). msg_key is the event id,
+-- or 'msgId:' and the broker's message id for a message without one: a message rejected
+-- again adds a delivery, and uk_group_msg_key finds a message by its event id.
 CREATE TABLE IF NOT EXISTS t_inbox_rejected (
     id             BIGINT        NOT NULL AUTO_INCREMENT,
     consumer_group VARCHAR(255)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
