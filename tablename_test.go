@@ -110,3 +110,23 @@ func TestTableNamesRefusedAlike(t *testing.T) {
 		assert.ErrorContains(t, err, reason.Error())
 	}
 }
+
+// The outbox table's column list the relay checks a table against is the table
+// CreateSchema makes (schema.sql), column for column, in order.
+func TestOutboxColumnsAreSchemaSQLs(t *testing.T) {
+	db := testsvc.OpenDB(t)
+	table := testsvc.UniqueTable("t_columns")
+	testsvc.NewStore(t, db, outbox.MySQLConfig{Table: table})
+	rows, err := db.Query(`SELECT COLUMN_NAME FROM information_schema.COLUMNS
+	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, table)
+	require.NoError(t, err)
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		require.NoError(t, rows.Scan(&c))
+		cols = append(cols, strings.ToLower(c))
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, cols, mysqldialect.OutboxColumns())
+}

@@ -147,3 +147,23 @@ func relayErr(dsn string, cfg relay.Config) error {
 
 func storeErr(_ *outbox.MySQLStore, err error) error { return err }
 func inboxErr(_ *inbox.Inbox, err error) error       { return err }
+
+// Run refuses an outbox table that lacks a column of schema.sql, naming it, whether or not
+// the relay reads that column itself (it writes last_error; the publishers it hands the
+// table to read reclaim_count).
+func TestRelayRefusesAnOutboxTableWithoutAColumn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	for _, col := range []string{"last_error", "reclaim_count"} { // the first missing is named {
+		_, err := e.db.Exec("ALTER TABLE " + mysqldialect.Quote(e.table) + " DROP COLUMN " + col)
+		require.NoError(t, err)
+		r, err := relay.New(e.dsn, outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), e.config("relay-1"))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a relay that accepts the table runs
+		err = r.Run(ctx)
+		cancel()
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "has no column "+col)
+		require.NoError(t, r.Close())
+	}
+}
