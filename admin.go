@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // ErrInvalidInput is wrapped by every error for an administrative request that cannot be
@@ -402,7 +404,7 @@ func (a *Admin) List(ctx context.Context, f Filter) ([]ListedEvent, error) {
 	}
 	s := a.s
 	cond, args := f.where()
-	q := "SELECT " + adminColumns + " FROM `" + s.table + "` WHERE " + cond + " ORDER BY id DESC LIMIT ?"
+	q := "SELECT " + adminColumns + " FROM " + mysqldialect.Quote(s.table) + " WHERE " + cond + " ORDER BY id DESC LIMIT ?"
 	rows, err := s.db.QueryContext(ctx, q, append(args, cmp.Or(f.Limit, listLimitDefault))...)
 	if err != nil {
 		return nil, s.wrap("list events", err)
@@ -445,7 +447,7 @@ func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
 func (s *MySQLStore) countFailed(ctx context.Context, f Filter) (int64, error) {
 	cond, args := f.where()
 	var n int64
-	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+s.table+"` WHERE "+cond, args...).Scan(&n)
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+mysqldialect.Quote(s.table)+" WHERE "+cond, args...).Scan(&n)
 	if err != nil {
 		return 0, s.wrap("count dead letters", err)
 	}
@@ -485,7 +487,7 @@ func (a *Admin) RequeueFailed(ctx context.Context, f Filter, opts RequeueOptions
 		return s.countFailed(ctx, f)
 	}
 	cond, args := f.where()
-	sel := "SELECT id FROM `" + s.table + "` WHERE " + cond + " AND id > ? ORDER BY id LIMIT ?"
+	sel := "SELECT id FROM " + mysqldialect.Quote(s.table) + " WHERE " + cond + " AND id > ? ORDER BY id LIMIT ?"
 	var total int64
 	var after int64
 	for f.Limit == 0 || total < int64(f.Limit) {
@@ -534,7 +536,7 @@ func (a *Admin) Skip(ctx context.Context, id int64) error {
 	}
 	if !ok {
 		return fmt.Errorf("outbox: skip: table %s's status column does not allow 'SKIPPED'; run: %s; (see docs/ordering.md)",
-			s.table, strings.ReplaceAll(alterSkipped, "t_event_record", "`"+s.table+"`"))
+			s.table, strings.ReplaceAll(alterSkipped, "t_event_record", mysqldialect.Quote(s.table)))
 	}
 	if err := a.deadLetterOnly(ctx, "skip", s.oq.skip, id); err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // ScanQueriesForTest returns the candidate and reclaim statements as the store runs them, so
@@ -16,7 +18,9 @@ func ScanQueriesForTest(s *MySQLStore) (candidates, reclaim string) {
 
 // ClaimLockNameForTest returns the SQL expression that names s's claim lock, for tests that
 // hold the lock themselves or check that it is free.
-func ClaimLockNameForTest(s *MySQLStore) string { return claimLockName(s.table) }
+func ClaimLockNameForTest(s *MySQLStore) string {
+	return mysqldialect.LockName(mysqldialect.ClaimLock, s.table)
+}
 
 // SetClaimTurnWaitForTest sets how long s's batch claims wait for their turn. Call it before
 // s is used.

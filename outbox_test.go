@@ -149,7 +149,7 @@ func TestNewMySQLStoreRejectsBadConfig(t *testing.T) {
 	}{
 		{"TableWithQuote", outbox.MySQLConfig{Table: "t`; DROP TABLE x"}, "table name"},
 		{"TableWithDot", outbox.MySQLConfig{Table: "db.t_event"}, "table name"},
-		{"TableStartsWithDigit", outbox.MySQLConfig{Table: "1events"}, "table name"},
+		{"TableNotASCII", outbox.MySQLConfig{Table: "évents"}, "table name"},
 		{"TableTooLong", outbox.MySQLConfig{Table: strings.Repeat("t", 65)}, "table name"},
 		{"NegativePayloadLimit", outbox.MySQLConfig{MaxPayloadBytes: -1}, "MaxPayloadBytes"},
 		{"PayloadLimitOverColumn", outbox.MySQLConfig{MaxPayloadBytes: 1 << 24}, "MaxPayloadBytes"},

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 const (
@@ -34,11 +35,10 @@ const (
 	maxDeadlockTries = 12   // tries of one statement that hits a deadlock (each fails at once)
 )
 
-var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-
 // MySQLConfig configures a [MySQLStore].
 type MySQLConfig struct {
-	// Table is the outbox table's name: letters, digits and underscores, at most 64.
+	// Table is the outbox table's name: 1 to 64 ASCII letters, digits and underscores (it
+	// may begin with a digit or be a reserved word: every statement quotes it).
 	// Defaults to "t_event_record".
 	Table string
 
@@ -191,9 +191,8 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
 	}
 	table := cmp.Or(cfg.Table, tableDefault)
-	if !tableNameRE.MatchString(table) {
-		return nil, fmt.Errorf("%w: table name %q must be letters, digits and underscores, at most 64, not starting with a digit",
-			ErrInvalidConfig, table)
+	if err := mysqldialect.CheckTable(table); err != nil {
+		return nil, fmt.Errorf("%w: MySQLConfig.Table: %w", ErrInvalidConfig, err)
 	}
 	maxPayload := cmp.Or(cfg.MaxPayloadBytes, maxPayloadBytesDefault)
 	if maxPayload < 0 || maxPayload > maxPayloadColumn {
@@ -203,9 +202,13 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 	if cfg.Ordering < Unordered || cfg.Ordering > KeyOrderSkipDeadLetters {
 		return nil, fmt.Errorf("%w: unknown Ordering %d", ErrInvalidConfig, cfg.Ordering)
 	}
-	if cfg.RelayTable != "" && (!tableNameRE.MatchString(cfg.RelayTable) || cfg.RelayTable == table) {
-		return nil, fmt.Errorf("%w: RelayTable %q must be letters, digits and underscores, at most 64, and not the outbox table",
-			ErrInvalidConfig, cfg.RelayTable)
+	if cfg.RelayTable != "" {
+		if err := mysqldialect.CheckTable(cfg.RelayTable); err != nil {
+			return nil, fmt.Errorf("%w: MySQLConfig.RelayTable: %w", ErrInvalidConfig, err)
+		}
+		if cfg.RelayTable == table {
+			return nil, fmt.Errorf("%w: MySQLConfig.RelayTable %q must not be the outbox table", ErrInvalidConfig, cfg.RelayTable)
+		}
 	}
 	if cfg.PartitionIDs < 0 || cfg.PartitionIDs > 0 && cfg.PartitionIDs < minPartitionIDs || cfg.PartitionIDs > math.MaxInt64/(4*maxPartitions) {
 		return nil, fmt.Errorf("%w: PartitionIDs must be 0 (no partitions) or between %d and %d ids a partition, got %d",
@@ -357,8 +360,7 @@ func retryOnLockConflict[T any](ctx context.Context, s *MySQLStore, fn func() (T
 		if err == nil || !isLockConflict(err) {
 			return v, err
 		}
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1213 {
+		if mysqldialect.Is(err, mysqldialect.ErrLockDeadlock) {
 			deadlocks++
 		} else {
 			timeouts++
@@ -430,10 +432,7 @@ func ignoreDone(err error) error {
 
 // isLockConflict reports a deadlock or lock wait timeout: the statement was rolled back and
 // may simply be run again.
-func isLockConflict(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
-}
+func isLockConflict(err error) bool { return mysqldialect.IsLockConflict(err) }
 
 // wrap names the operation, and the fix where the driver's error has an obvious one.
 func (s *MySQLStore) wrap(op string, err error) error {
@@ -441,10 +440,10 @@ func (s *MySQLStore) wrap(op string, err error) error {
 		return nil
 	}
 	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1146 { // ER_NO_SUCH_TABLE
+	if errors.As(err, &me) && me.Number == mysqldialect.ErrNoSuchTable {
 		return fmt.Errorf("outbox: %s: table %s does not exist (create it with CreateSchema or schema.sql): %w", op, s.table, err)
 	}
-	if errors.As(err, &me) && me.Number == 1054 { // ER_BAD_FIELD_ERROR
+	if errors.As(err, &me) && me.Number == mysqldialect.ErrBadField {
 		for _, col := range newerColumns {
 			if strings.Contains(me.Message, col) {
 				return fmt.Errorf("outbox: %s: table %s has no %s column: %s: %w", op, s.table, col, upgradeHint, err)
@@ -463,7 +462,7 @@ func (s *MySQLStore) wrap(op string, err error) error {
 // errBinlogStatementMode is ER_BINLOG_STMT_MODE_AND_ROW_ENGINE: with binlog_format =
 // STATEMENT, InnoDB refuses to lock or write rows in READ COMMITTED, the batch claim's
 // isolation level.
-const errBinlogStatementMode = 1665
+const errBinlogStatementMode = mysqldialect.ErrBinlogStmtModeAndRowEngine
 
 // binlogHint names the fixes for errBinlogStatementMode.
 const binlogHint = "the batch claim runs in READ COMMITTED, which the server can write to its binary log only as rows: " +

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // The ordered claims (see [KeyOrder]): the batch claim's part of ClaimDue, and the per-row
@@ -299,7 +301,7 @@ func (s *MySQLStore) checkOrdering(ctx context.Context) error {
 	if len(lacks) == 0 {
 		return nil
 	}
-	r := strings.NewReplacer("t_event_record", "`"+s.table+"`")
+	r := strings.NewReplacer("t_event_record", mysqldialect.Quote(s.table))
 	for i := range fixes {
 		fixes[i] = r.Replace(fixes[i]) + ";"
 	}

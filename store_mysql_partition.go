@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // The partitioned table ([MySQLConfig.PartitionIDs], docs/retention.md): its CREATE TABLE,
@@ -42,8 +44,8 @@ const (
 	// errFeatureDisabled is ER_FEATURE_DISABLED (a server built without partitioning), and
 	// errOptionPrevents ER_OPTION_PREVENTS_STATEMENT (one started with --skip-partition):
 	// how MariaDB refuses a partitioned table without its partition plugin.
-	errFeatureDisabled = 1289
-	errOptionPrevents  = 1290
+	errFeatureDisabled = mysqldialect.ErrFeatureDisabled
+	errOptionPrevents  = mysqldialect.ErrOptionPrevents
 )
 
 // isNoPartitioning reports the server's refusal of partitioning itself.
@@ -231,7 +233,7 @@ const noPartitionsHint = "MariaDB runs without its partition plugin (started wit
 // column), every row there is goes to the first partition, and the purge adds the rest.
 func (s *MySQLStore) partitionAlter(ctx context.Context) (string, error) {
 	var maxID int64
-	if err := s.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM `"+s.table+"`").Scan(&maxID); err != nil {
+	if err := s.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM "+mysqldialect.Quote(s.table)).Scan(&maxID); err != nil {
 		return "", s.wrap("check partitions: read the highest id", err)
 	}
 	indexes, err := s.indexColumns(ctx)
@@ -246,7 +248,7 @@ func (s *MySQLStore) partitionAlter(ctx context.Context) (string, error) {
 		specs = append(specs, "ADD INDEX idx_event_id (event_id)")
 	}
 	// The partitioning comes after the other changes, without a comma (both servers' grammar).
-	alter := "ALTER TABLE `" + s.table + "` "
+	alter := "ALTER TABLE " + mysqldialect.Quote(s.table) + " "
 	if len(specs) > 0 {
 		alter += strings.Join(specs, ", ") + " "
 	}
@@ -270,14 +272,14 @@ type partitionPlan struct {
 func (s *MySQLStore) planPartitions(ctx context.Context, l partitionLayout, age int64) (partitionPlan, error) {
 	var plan partitionPlan
 	var maxID sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, "SELECT MAX(id) FROM `"+s.table+"`").Scan(&maxID); err != nil {
+	if err := s.db.QueryRowContext(ctx, "SELECT MAX(id) FROM "+mysqldialect.Quote(s.table)).Scan(&maxID); err != nil {
 		return plan, s.wrap("purge: read the highest id", err)
 	}
 	for _, p := range l.bounded() {
 		if !maxID.Valid || p.hi > maxID.Int64 {
 			break
 		}
-		from := "`" + s.table + "` PARTITION (" + quoteName(p.name) + ")"
+		from := mysqldialect.Quote(s.table) + " PARTITION (" + mysqldialect.Quote(p.name) + ")"
 		// Its newest row (the primary key's last entry): younger than the retention, and so
 		// is every later partition's.
 		var old bool
@@ -331,9 +333,6 @@ func hasOpenRows(ctx context.Context, q querier, from string) (bool, error) {
 	return err == nil, err
 }
 
-// quoteName quotes an identifier.
-func quoteName(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
-
 // partitionDDL runs fn on a connection of its own whose statements wait at most
 // partitionDDLWait for the table's metadata lock, and closes the connection afterwards
 // rather than return a session with that setting (or a table lock) to the pool.
@@ -350,8 +349,7 @@ func (s *MySQLStore) partitionDDL(ctx context.Context, op string, fn func(conn *
 		return s.wrap(op, err)
 	}
 	err = fn(conn)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1205 {
+	if mysqldialect.Is(err, mysqldialect.ErrLockWaitTimeout) {
 		return fmt.Errorf("outbox: %s: a transaction on table %s stayed open for more than %d s, so the table's metadata lock could not be had; the next run tries again: %w",
 			op, s.table, partitionDDLWait, err)
 	}
@@ -364,7 +362,7 @@ func (s *MySQLStore) partitionDDL(ctx context.Context, op string, fn func(conn *
 // It returns the layout as it now is.
 func (s *MySQLStore) addPartitionsAhead(ctx context.Context, l partitionLayout, per int64) (partitionLayout, error) {
 	var maxID int64
-	if err := s.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM `"+s.table+"`").Scan(&maxID); err != nil {
+	if err := s.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM "+mysqldialect.Quote(s.table)).Scan(&maxID); err != nil {
 		return l, s.wrap("purge: read the highest id", err)
 	}
 	last := int64(0)
@@ -389,11 +387,11 @@ func (s *MySQLStore) addPartitionsAhead(ctx context.Context, l partitionLayout, 
 	}
 	catchAll := l.parts[len(l.parts)-1].name
 	var b strings.Builder
-	b.WriteString("ALTER TABLE `" + s.table + "` REORGANIZE PARTITION " + quoteName(catchAll) + " INTO (")
+	b.WriteString("ALTER TABLE " + mysqldialect.Quote(s.table) + " REORGANIZE PARTITION " + mysqldialect.Quote(catchAll) + " INTO (")
 	for _, bound := range bounds {
 		fmt.Fprintf(&b, "PARTITION p%d VALUES LESS THAN (%d), ", bound, bound)
 	}
-	b.WriteString("PARTITION " + quoteName(catchAll) + " VALUES LESS THAN MAXVALUE)")
+	b.WriteString("PARTITION " + mysqldialect.Quote(catchAll) + " VALUES LESS THAN MAXVALUE)")
 	if s.partitionHook != nil {
 		s.partitionHook("reorganize")
 	}
@@ -432,12 +430,12 @@ func (s *MySQLStore) dropPartitions(ctx context.Context, parts []partition, age 
 		if s.partitionHook != nil {
 			s.partitionHook("lock")
 		}
-		if _, err := conn.ExecContext(ctx, "LOCK TABLES `"+s.table+"` WRITE"); err != nil {
+		if _, err := conn.ExecContext(ctx, "LOCK TABLES "+mysqldialect.Quote(s.table)+" WRITE"); err != nil {
 			return err
 		}
 		var names []string
 		for _, p := range parts {
-			from := "`" + s.table + "` PARTITION (" + quoteName(p.name) + ")"
+			from := mysqldialect.Quote(s.table) + " PARTITION (" + mysqldialect.Quote(p.name) + ")"
 			open, err := hasOpenRows(ctx, conn, from)
 			if err == nil && !open {
 				open, err = hasRecentFinalRows(ctx, conn, from, age)
@@ -455,9 +453,9 @@ func (s *MySQLStore) dropPartitions(ctx context.Context, parts []partition, age 
 			}
 			quoted := make([]string, len(names))
 			for i, n := range names {
-				quoted[i] = quoteName(n)
+				quoted[i] = mysqldialect.Quote(n)
 			}
-			if _, err := conn.ExecContext(ctx, "ALTER TABLE `"+s.table+"` DROP PARTITION "+strings.Join(quoted, ", ")); err != nil {
+			if _, err := conn.ExecContext(ctx, "ALTER TABLE "+mysqldialect.Quote(s.table)+" DROP PARTITION "+strings.Join(quoted, ", ")); err != nil {
 				return err
 			}
 			dropped = names

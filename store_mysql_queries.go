@@ -2,8 +2,9 @@ package outbox
 
 import (
 	_ "embed"
-	"fmt"
 	"strings"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 //go:embed schema.sql
@@ -20,7 +21,7 @@ const dueMarker = "/*due*/UTC_TIMESTAMP(3)"
 // its time_zone. (NOW() returns session-local time, so two instances whose connections have
 // different time zones would disagree about every lease by hours.)
 func newMySQLQueries(table string) mysqlQueries {
-	r := strings.NewReplacer("t_event_record", "`"+table+"`")
+	r := strings.NewReplacer("t_event_record", mysqldialect.Quote(table))
 	q := mysqlQueries{
 		schema: r.Replace(schemaSQL),
 
@@ -89,9 +90,9 @@ func newMySQLQueries(table string) mysqlQueries {
 	FOR UPDATE SKIP LOCKED`),
 		payloads: r.Replace(`SELECT id, payload FROM t_event_record WHERE id IN (%s)`),
 		// The claim turn (see MySQLConfig.ConcurrentClaims): a named lock per database and
-		// table. Lock names are server-wide and at most 64 characters, hence the hash.
-		takeClaimTurn: "SELECT GET_LOCK(" + claimLockName(table) + ", %d)",
-		endClaimTurn:  fmt.Sprintf("DO RELEASE_LOCK(%s)", claimLockName(table)),
+		// table.
+		takeClaimTurn: "SELECT GET_LOCK(" + mysqldialect.LockName(mysqldialect.ClaimLock, table) + ", %d)",
+		endClaimTurn:  "DO RELEASE_LOCK(" + mysqldialect.LockName(mysqldialect.ClaimLock, table) + ")",
 		// The rows the claim locked, and the successes the claim records, in one statement:
 		// a locked row (WAIT) becomes SENDING under the owner, a row of ours (SENDING, or
 		// SUCCESS already) becomes SUCCESS. claimed_at is assigned before status, so that it
@@ -203,8 +204,8 @@ func newMySQLQueries(table string) mysqlQueries {
 		countPurgeableIn: r.Replace(`SELECT COUNT(*) FROM t_event_record
 	WHERE status IN ('SUCCESS', 'SKIPPED') AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	  AND update_time < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND) AND id >= ? AND id < ?`),
-		takePurgeLock: "SELECT GET_LOCK(" + purgeLockName(table) + ", 0)",
-		endPurgeLock:  "DO RELEASE_LOCK(" + purgeLockName(table) + ")",
+		takePurgeLock: "SELECT GET_LOCK(" + mysqldialect.LockName(mysqldialect.PurgeLock, table) + ", 0)",
+		endPurgeLock:  "DO RELEASE_LOCK(" + mysqldialect.LockName(mysqldialect.PurgeLock, table) + ")",
 	}
 	// The insert with the values in its text (hex literals, see sqlText), which the driver
 	// sends as one query: with placeholders it sends a PREPARE, an EXECUTE and a CLOSE
@@ -293,7 +294,7 @@ func openStatuses(o Ordering) string {
 }
 
 func newOrderQueries(table string) orderQueries {
-	r := strings.NewReplacer("t_event_record", "`"+table+"`")
+	r := strings.NewReplacer("t_event_record", mysqldialect.Quote(table))
 	var q orderQueries
 	for i, o := range []Ordering{KeyOrder, KeyOrderSkipDeadLetters} {
 		q.lockDue[i] = r.Replace(orderedSelect(o, "IF(OCTET_LENGTH(t.payload) <= %d, t.payload, NULL)", "LIMIT %d\n\tFOR UPDATE SKIP LOCKED"))

@@ -252,9 +252,3 @@ func (s *MySQLStore) countPurgeable(ctx context.Context, olderThan time.Duration
 	}
 	return n, nil
 }
-
-// purgeLockName is the SQL expression naming the purge lock of table in the session's
-// database (lock names are server-wide and at most 64 characters, hence the hash).
-func purgeLockName(table string) string {
-	return fmt.Sprintf("CONCAT('outbox-purge:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', '%s')))", table)
-}

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // relayGate lets a store's publishers stand by while a binlog relay (module
@@ -39,6 +39,7 @@ type relayGate struct {
 const relayLeadsFor = time.Second
 
 func newRelayGate(outboxTable, relayTable string) *relayGate {
+	relayTable = mysqldialect.Quote(relayTable)
 	return &relayGate{
 		table: outboxTable,
 		read: "SELECT epoch, mode = 'relay', " +
@@ -79,8 +80,7 @@ func (s *MySQLStore) relayLeads(ctx context.Context, q querier, owner string) (b
 	}
 	switch {
 	case err != nil:
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1146 {
+		if mysqldialect.Is(err, mysqldialect.ErrNoSuchTable) {
 			return false, fmt.Errorf("%w: MySQLConfig.RelayTable: %v (create it with relay.CreateSchema)", ErrInvalidConfig, err)
 		}
 		return false, s.wrap("read the relay's checkpoint row", err)

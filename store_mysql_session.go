@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // The claim session is a connection a store keeps for its batch claims, set once to READ
@@ -235,9 +237,7 @@ func turnRefused(ctx context.Context, err error) bool {
 		return false
 	}
 	switch me.Number {
-	case 1053, // ER_SERVER_SHUTDOWN
-		1927, // ER_CONNECTION_KILLED (MariaDB)
-		4031: // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8)
+	case mysqldialect.ErrServerShutdown, mysqldialect.ErrConnectionKilled, mysqldialect.ErrClientInteractionTimeout:
 		return false
 	}
 	return true
@@ -250,10 +250,4 @@ func (s *MySQLStore) endClaimTurn(ctx context.Context, q querier) error {
 	defer cancel()
 	_, err := q.ExecContext(ctx, s.q.endClaimTurn)
 	return s.wrap("claim due events: release the claim lock", err)
-}
-
-// claimLockName is the SQL expression naming the claim lock of table in the session's
-// database.
-func claimLockName(table string) string {
-	return fmt.Sprintf("CONCAT('outbox-claim:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', '%s')))", table)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // TableStats is a snapshot of an outbox table, read by [MySQLStore.Stats]: what an operator
@@ -114,5 +116,5 @@ SELECT 'success', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SUCCESS
 UNION ALL
 SELECT 'skipped', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SKIPPED'`
 	}
-	return strings.ReplaceAll(q, "t_event_record", "`"+s.table+"`")
+	return strings.ReplaceAll(q, "t_event_record", mysqldialect.Quote(s.table))
 }

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 //go:embed schema.sql
@@ -112,8 +113,10 @@ type Config struct {
 	// handled by one group is new to another). Required.
 	Group string
 
-	// Table is the inbox table; the rejected messages go to Table + "_rejected". Letters,
-	// digits and underscores, at most 55. Defaults to "t_inbox".
+	// Table is the inbox table; the rejected messages go to Table + "_rejected". ASCII
+	// letters, digits and underscores (it may begin with a digit or be a reserved word:
+	// every statement quotes it), at most 55, so that the rejected table's name is at most
+	// 64. Defaults to "t_inbox".
 	Table string
 
 	// MaxDeliveries is how many deliveries of a message may fail (the handler or the
@@ -158,7 +161,6 @@ type Config struct {
 }
 
 var (
-	tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,54}$`)
 	// groupRE is RocketMQ's rule for consumer group names.
 	groupRE = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,255}$`)
 )
@@ -190,8 +192,11 @@ func New(db *sql.DB, cfg Config) (*Inbox, error) {
 		return nil, fmt.Errorf("%w: Group %q must be 1 to 255 letters, digits, '_', '-', '%%' or '|', as RocketMQ's consumer groups", outbox.ErrInvalidConfig, cfg.Group)
 	}
 	cfg.Table = cmp.Or(cfg.Table, tableDefault)
-	if !tableRE.MatchString(cfg.Table) {
-		return nil, fmt.Errorf("%w: Table %q must be letters, digits and underscores, at most 55, not starting with a digit", outbox.ErrInvalidConfig, cfg.Table)
+	if err := mysqldialect.CheckTable(cfg.Table); err != nil {
+		return nil, fmt.Errorf("%w: inbox: Table: %w", outbox.ErrInvalidConfig, err)
+	}
+	if err := mysqldialect.CheckTable(cfg.Table + "_rejected"); err != nil {
+		return nil, fmt.Errorf("%w: inbox: Table %q is over 55 characters: the rejected messages' table: %w", outbox.ErrInvalidConfig, cfg.Table, err)
 	}
 	cfg.MaxDeliveries = cmp.Or(cfg.MaxDeliveries, maxDeliveriesDefault)
 	if cfg.MaxDeliveries < 0 {
@@ -426,10 +431,10 @@ func schemaError(table string, err error) error {
 		return err
 	}
 	switch me.Number {
-	case 1146: // ER_NO_SUCH_TABLE
+	case mysqldialect.ErrNoSuchTable:
 		return fmt.Errorf("%w: table %s does not exist: create it with Inbox.CreateSchema or inbox/schema.sql: %w",
 			outbox.ErrInvalidConfig, table, err)
-	case 1054: // ER_BAD_FIELD_ERROR
+	case mysqldialect.ErrBadField:
 		return fmt.Errorf("%w: table %s lacks a column the inbox writes: it was made by hand or by an older version; "+
 			"Inbox.CreateSchema names what is missing, inbox/schema.sql defines it: %w", outbox.ErrInvalidConfig, table, err)
 	}
@@ -444,9 +449,11 @@ func isFault(err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case 1205, 1213, // lock wait timeout, deadlock
-			1040, 1053, 1152, 1158, 1159, 1160, 1161, 1927, // too many connections, shutdown, connection aborted or killed
-			1290, 1836: // read-only (a failover in progress)
+		case mysqldialect.ErrLockWaitTimeout, mysqldialect.ErrLockDeadlock,
+			mysqldialect.ErrConCount, mysqldialect.ErrServerShutdown, mysqldialect.ErrAbortingConnection,
+			mysqldialect.ErrNetReadError, mysqldialect.ErrNetReadInterrupted, mysqldialect.ErrNetErrorOnWrite,
+			mysqldialect.ErrNetWriteInterrupted, mysqldialect.ErrConnectionKilled,
+			mysqldialect.ErrOptionPrevents, mysqldialect.ErrReadOnlyMode: // read-only: a failover in progress
 			return true
 		}
 		return false
@@ -459,7 +466,7 @@ func isFault(err error) bool {
 
 func isDuplicate(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062
+	return errors.As(err, &me) && me.Number == mysqldialect.ErrDupEntry
 }
 
 func truncate(s string, n int) string {

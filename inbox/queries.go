@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // queries holds the inbox's statements with the configured names in place.
@@ -25,33 +27,31 @@ type queries struct {
 }
 
 func newQueries(table, rejected, group string) queries {
-	r := strings.NewReplacer("t_inbox_rejected", "`"+rejected+"`", "t_inbox", "`"+table+"`")
+	r := strings.NewReplacer("t_inbox_rejected", mysqldialect.Quote(rejected), "t_inbox", mysqldialect.Quote(table))
 	// The group is checked against RocketMQ's rule (letters, digits, _ - % |): safe in quotes.
 	g := "'" + group + "'"
 	return queries{
 		schema:       r.Replace(schemaSQL),
-		recordPrefix: "INSERT INTO `" + table + "` (consumer_group, event_id, consumed_at) VALUES (" + g + ", '",
+		recordPrefix: "INSERT INTO " + mysqldialect.Quote(table) + " (consumer_group, event_id, consumed_at) VALUES (" + g + ", '",
 		// A message rejected again (a redelivery, or the same event resent) adds a delivery
 		// and keeps the latest reason.
-		reject: "INSERT INTO `" + rejected + "` (consumer_group, msg_key, event_id, msg_id, topic, reason_class, reason, properties, body, deliveries, first_rejected, last_rejected)" +
+		reject: "INSERT INTO " + mysqldialect.Quote(rejected) + " (consumer_group, msg_key, event_id, msg_id, topic, reason_class, reason, properties, body, deliveries, first_rejected, last_rejected)" +
 			" VALUES (" + g + ", ?, ?, ?, ?, ?, ?, ?, ?, GREATEST(?, 1), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))" +
 			" ON DUPLICATE KEY UPDATE deliveries = deliveries + 1, reason_class = VALUES(reason_class), reason = VALUES(reason)," +
 			" last_rejected = VALUES(last_rejected)",
 		rejected: "SELECT id, msg_key, event_id, msg_id, topic, reason_class, reason, properties, body, deliveries, first_rejected, last_rejected" +
-			" FROM `" + rejected + "` WHERE consumer_group = " + g + " AND id > ? ORDER BY id LIMIT ?",
+			" FROM " + mysqldialect.Quote(rejected) + " WHERE consumer_group = " + g + " AND id > ? ORDER BY id LIMIT ?",
 		getRejected: "SELECT id, msg_key, event_id, msg_id, topic, reason_class, reason, properties, body, deliveries, first_rejected, last_rejected" +
-			" FROM `" + rejected + "` WHERE consumer_group = " + g + " AND id = ?",
+			" FROM " + mysqldialect.Quote(rejected) + " WHERE consumer_group = " + g + " AND id = ?",
 		getRejectedByEvent: "SELECT id, msg_key, event_id, msg_id, topic, reason_class, reason, properties, body, deliveries, first_rejected, last_rejected" +
-			" FROM `" + rejected + "` WHERE consumer_group = " + g + " AND msg_key = ?",
-		dropRejected: "DELETE FROM `" + rejected + "` WHERE consumer_group = " + g + " AND id = ?",
+			" FROM " + mysqldialect.Quote(rejected) + " WHERE consumer_group = " + g + " AND msg_key = ?",
+		dropRejected: "DELETE FROM " + mysqldialect.Quote(rejected) + " WHERE consumer_group = " + g + " AND id = ?",
 		// Oldest first through idx_consumed_at, a batch at a time, so that no DELETE holds
 		// many row locks or fills the redo log.
-		purge: "DELETE FROM `" + table + "` WHERE consumed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)" +
+		purge: "DELETE FROM " + mysqldialect.Quote(table) + " WHERE consumed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)" +
 			" ORDER BY consumed_at LIMIT ?",
-		// A named lock per database and table. Lock names are server-wide and at most 64
-		// characters on MySQL (MariaDB takes longer ones), hence the hash; DATABASE() is
-		// NULL on a connection without one, which would make the whole name NULL.
-		retainLock: "CONCAT('outbox-inbox-purge:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', " + quote(table) + ")))",
+		// A named lock per database and table.
+		retainLock: mysqldialect.LockName(mysqldialect.InboxPurgeLock, table),
 	}
 }
 
@@ -59,8 +59,6 @@ func newQueries(table, rejected, group string) queries {
 func (q queries) record(eventID string) string {
 	return q.recordPrefix + eventID + "', UTC_TIMESTAMP(3))"
 }
-
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // encodeProperties writes a message's properties as a JSON object.
 func encodeProperties(p map[string]string) string {

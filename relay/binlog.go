@@ -17,6 +17,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // An item is one committed transaction's share of the outbox table, in commit order, or
@@ -113,7 +114,7 @@ func (t *term) read(start gomysql.GTIDSet) error {
 			return nil
 		}
 		var me *gomysql.MyError
-		if errors.As(err, &me) && me.Code == 1236 {
+		if errors.As(err, &me) && me.Code == mysqldialect.ErrSourceFatalBinlogRead {
 			return fmt.Errorf("%w: error 1236: %s", errPositionLost, me.Message)
 		}
 		if errors.Is(err, errPositionLost) || errors.Is(err, outbox.ErrInvalidConfig) {

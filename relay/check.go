@@ -3,15 +3,14 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
-	mysqldriver "github.com/go-sql-driver/mysql"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // serverInfo is what the relay learned about the server when it checked it.
@@ -37,8 +36,8 @@ type serverInfo struct {
 
 // Server error numbers the check tells apart.
 const (
-	errSpecificAccessDenied = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR: a privilege is missing
-	errParse                = 1064 // ER_PARSE_ERROR: a statement this version does not know
+	errSpecificAccessDenied = mysqldialect.ErrSpecificAccessDenied // a privilege is missing
+	errParse                = mysqldialect.ErrParse                // a statement this version does not know
 )
 
 // checkServer checks that the server db points at can feed the relay, and that
@@ -449,10 +448,4 @@ func isAccessDenied(err error) bool {
 	return serverErrorNumber(err) == errSpecificAccessDenied
 }
 
-func serverErrorNumber(err error) uint16 {
-	var myErr *mysqldriver.MySQLError
-	if errors.As(err, &myErr) {
-		return myErr.Number
-	}
-	return 0
-}
+func serverErrorNumber(err error) uint16 { return mysqldialect.Number(err) }

@@ -2,32 +2,25 @@ package relay
 
 import (
 	"context"
-	"crypto/sha1"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // errNotLeader ends a term: another relay holds the lock, or took the table over (a higher
 // epoch), or the pollers did.
 var errNotLeader = errors.New("relay: not the leader")
 
-// lockName is the GET_LOCK name of the table's leadership: one per database and table
-// (MySQL limits lock names to 64 characters, so a long pair is hashed).
-func (r *Relay) lockName() string {
-	name := "outbox-relay:" + r.conn.DBName + "." + r.cfg.Table
-	if len(name) <= 64 {
-		return name
-	}
-	sum := sha1.Sum([]byte(r.conn.DBName + "." + r.cfg.Table))
-	return "outbox-relay:" + hex.EncodeToString(sum[:])
-}
+// lockName is the SQL expression naming the table's leadership lock (GET_LOCK): one per
+// database and table.
+func (r *Relay) lockName() string { return mysqldialect.LockName(mysqldialect.RelayLock, r.cfg.Table) }
 
 // lead tries once to become the table's leader. As leader it runs terms until it loses the
 // leadership or ctx ends, and hands the table back to the pollers when ctx ends.
@@ -37,7 +30,7 @@ func (r *Relay) lead(ctx context.Context, info serverInfo) error {
 		return err
 	}
 	var got sql.NullInt64
-	if err := lock.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", r.lockName()).Scan(&got); err != nil {
+	if err := lock.QueryRowContext(ctx, "SELECT GET_LOCK("+r.lockName()+", 0)").Scan(&got); err != nil {
 		_ = lock.Raw(func(any) error { return driver.ErrBadConn }) // it may hold the lock
 		_ = lock.Close()
 		return fmt.Errorf("relay: GET_LOCK: %w", err)
@@ -128,7 +121,7 @@ func (r *Relay) handBack(epoch int64) {
 // it (a KILLed connection, or a restarted server, has lost it).
 func (r *Relay) stillLeader(ctx context.Context, lock *sql.Conn) error {
 	var mine sql.NullInt64
-	err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", r.lockName()).Scan(&mine)
+	err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK("+r.lockName()+") = CONNECTION_ID()").Scan(&mine)
 	if err != nil {
 		return fmt.Errorf("%w: the lock's connection: %v", errNotLeader, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // Defaults of [Config].
@@ -92,14 +92,12 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-var tableName = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
-
 func (c Config) withDefaults() (Config, error) {
 	c.Table = cmp.Or(c.Table, defaultTable)
 	c.CheckpointTable = cmp.Or(c.CheckpointTable, DefaultCheckpointTable)
 	for _, t := range []struct{ field, name string }{{"Table", c.Table}, {"CheckpointTable", c.CheckpointTable}} {
-		if !tableName.MatchString(t.name) {
-			return c, fmt.Errorf("%w: relay: %s %q: use letters, digits and underscores, at most 64", outbox.ErrInvalidConfig, t.field, t.name)
+		if err := mysqldialect.CheckTable(t.name); err != nil {
+			return c, fmt.Errorf("%w: relay: %s: %w", outbox.ErrInvalidConfig, t.field, err)
 		}
 	}
 	if c.Table == c.CheckpointTable {

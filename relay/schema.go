@@ -3,13 +3,11 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // checkpointDDL creates the checkpoint table; %s is its name.
@@ -40,7 +38,7 @@ func CreateSchema(ctx context.Context, db *sql.DB, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, fmt.Sprintf(checkpointDDL, cfg.CheckpointTable)); err != nil {
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(checkpointDDL, mysqldialect.Quote(cfg.CheckpointTable))); err != nil {
 		return fmt.Errorf("relay: create %s: %w", cfg.CheckpointTable, err)
 	}
 	return nil
@@ -53,13 +51,12 @@ func (r *Relay) checkTables(ctx context.Context) error {
 		cols      []string
 	}{
 		{r.cfg.Table, "create it with outbox.MySQLStore.CreateSchema or schema.sql",
-			[]string{"id", "event_id", "biz_no", "event_type", "payload", "status", "retry_count", "next_retry_time", "create_time", "trace_parent", "trace_state"}},
+			mysqldialect.OutboxColumns()},
 		{r.cfg.CheckpointTable, "create it with relay.CreateSchema",
 			[]string{"outbox_table", "epoch", "mode", "leader", "gtid", "fallback_after_ms", "heartbeat_at"}},
 	} {
-		rows, err := r.db.QueryContext(ctx, "SELECT * FROM "+t.name+" LIMIT 0")
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == 1146 {
+		rows, err := r.db.QueryContext(ctx, "SELECT * FROM "+mysqldialect.Quote(t.name)+" LIMIT 0")
+		if mysqldialect.Is(err, mysqldialect.ErrNoSuchTable) {
 			return fmt.Errorf("%w: relay: table %s.%s does not exist: %s", outbox.ErrInvalidConfig, r.conn.DBName, t.name, t.fix)
 		}
 		if err != nil {
@@ -94,6 +91,7 @@ type queries struct {
 }
 
 func newQueries(table, cp string) queries {
+	table, cp = mysqldialect.Quote(table), mysqldialect.Quote(cp)
 	// The event's columns, then how long until it is due by the database clock (µs).
 	cols := "id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time, trace_parent, trace_state, " +
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), next_retry_time)"

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // send takes the reader's items in commit order and delivers them, until the term ends;
@@ -614,7 +615,7 @@ func (t *term) exec(what, q string, args ...any) (int64, error) {
 func (t *term) checkEpoch(ctx context.Context) error {
 	var epoch int64
 	var mode string
-	err := t.r.db.QueryRowContext(ctx, "SELECT epoch, mode FROM "+t.r.cfg.CheckpointTable+" WHERE outbox_table = ?", t.r.cfg.Table).Scan(&epoch, &mode)
+	err := t.r.db.QueryRowContext(ctx, "SELECT epoch, mode FROM "+mysqldialect.Quote(t.r.cfg.CheckpointTable)+" WHERE outbox_table = ?", t.r.cfg.Table).Scan(&epoch, &mode)
 	if err != nil {
 		return fmt.Errorf("relay: read the checkpoint row: %w", err)
 	}
