@@ -467,7 +467,7 @@ func toBytes(v any) []byte {
 
 // quietLogger passes on the binlog client's warnings and errors only.
 func quietLogger(l *slog.Logger) *slog.Logger {
-	return slog.New(minLevel{l.Handler(), slog.LevelWarn})
+	return slog.New(binlogLogs{minLevel{l.Handler(), slog.LevelWarn}})
 }
 
 type minLevel struct {
