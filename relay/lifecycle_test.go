@@ -504,7 +504,7 @@ func TestRelayHealthPositionAtATermsStart(t *testing.T) {
 	e.insert(t, 3, byIndex("b"))
 	waitFor(t, 20*time.Second, "b's position recorded", func() bool {
 		_, _, g := e.checkpoint(t)
-		return b.Health().Position == g && e.statuses(t)["SUCCESS"] == 6
+		return g != old && b.Health().Position == g && e.statuses(t)["SUCCESS"] == 6
 	})
 	require.NotEqual(t, old, b.Health().Position)
 	epochB := b.Health().Epoch

@@ -29,6 +29,7 @@ const (
 	defaultSendTimeout        = 10 * time.Second
 	defaultMaxAttempts        = 4 // the publisher's
 	defaultStandbyRetry       = time.Second
+	maxIdleConns              = 4
 )
 
 // Config configures a [Relay]. Only ServerID has no default worth keeping in production:
@@ -161,9 +162,11 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Relay publishes an outbox table by reading the binary log. Run it in every instance of
+// Relay publishes an outbox table by reading the binary log. Start it in every instance of
 // the service: one is elected leader (GET_LOCK on a connection of its own), the others stand
-// by and take over when it dies. See docs/relay.md.
+// by and take over when it dies. Its lifecycle is the publisher's: [Relay.Start] checks and
+// runs in the background, [Relay.Run] is Start and a wait, [Relay.Stop] stops it (it may be
+// started again), [Relay.Close] stops it for good. See docs/relay.md.
 type Relay struct {
 	cfg    Config
 	sender outbox.Sender
@@ -191,7 +194,8 @@ type Health struct {
 	// Epoch is the fencing epoch of its leadership (0 when it never led).
 	Epoch int64
 	// Position is the binlog position (a GTID set) up to which everything is sent and
-	// marked, as last recorded.
+	// marked, as last recorded: at a term's start, the position it resumes from ("" until
+	// its first checkpoint when it reads on from the server's current position).
 	Position string
 	// LastError is the last error that ended a term of leadership or a standby's attempt.
 	LastError string
@@ -250,7 +254,7 @@ func New(dsn string, sender outbox.Sender, cfg Config) (*Relay, error) {
 	}
 	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(6)
-	db.SetMaxIdleConns(4)
+	db.SetMaxIdleConns(maxIdleConns)
 	r := &Relay{cfg: cfg, sender: sender, db: db, conn: c, q: newQueries(cfg.Table, cfg.CheckpointTable)}
 	r.health.InstanceID = cfg.InstanceID
 	if cfg.OnDeadLetter != nil {
@@ -334,6 +338,10 @@ func (r *Relay) start(parent context.Context) (*run, error) {
 	case errors.Is(err, outbox.ErrInvalidConfig):
 		r.setError(err)
 		r.end(ru, nil)
+		// A session keeps the global privileges it had when it connected: the next Start
+		// connects anew, to find a grant given since.
+		r.db.SetMaxIdleConns(0)
+		r.db.SetMaxIdleConns(maxIdleConns)
 		return nil, err
 	case err != nil:
 		// The server cannot be reached: the run waits for it rather than fail a service's start.
