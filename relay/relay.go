@@ -50,8 +50,10 @@ type Config struct {
 	InstanceID string
 
 	// ServerID is the replica server id the relay's binlog connection registers with. It
-	// must differ from the server's own @@server_id and from every replica's; Run refuses
-	// one that clashes. Defaults to a number derived from InstanceID in [2^30, 2^31).
+	// must differ from the server's own @@server_id, from every replica's, and from the ids
+	// of the relays of other tables (the relays of one table may share one: only the leader
+	// streams); Start refuses one that clashes (a replica's only when the account may list
+	// the replicas). Defaults to a number derived from InstanceID in [2^30, 2^31).
 	ServerID uint32
 
 	// Ordering must be the outbox store's ([outbox.MySQLConfig].Ordering). In key order
