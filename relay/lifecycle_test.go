@@ -523,3 +523,37 @@ func TestRelayHealthPositionAtATermsStart(t *testing.T) {
 	assert.NotEqual(t, old, h.Position, "the position of a's earlier term")
 	assert.Equal(t, resumed, h.Position, "the position a's term resumes from")
 }
+
+// Close is bounded by Config.StopTimeout: an OnDeadLetter that does not return holds it no
+// longer, and Close says what is left; the relay's connections are closed all the same.
+func TestRelayCloseIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	release := make(chan struct{})
+	called := make(chan struct{}, 1)
+	cfg := e.config("relay-bounded")
+	cfg.StopTimeout = 300 * time.Millisecond
+	cfg.OnDeadLetter = func(context.Context, outbox.Event, error) {
+		called <- struct{}{}
+		<-release
+	}
+	refuse := outbox.SenderFunc(func(context.Context, outbox.Event) error { return outbox.Permanent(errors.New("refused")) })
+	r, err := relay.New(e.dsn, refuse, cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background()))
+	waitLeader(t, r)
+	e.insert(t, 1, byIndex("bounded"))
+	select {
+	case <-called:
+	case <-time.After(30 * time.Second):
+		t.Fatal("OnDeadLetter was not called")
+	}
+	err = r.Close()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "OnDeadLetter is still running")
+	close(release)
+	require.ErrorIs(t, r.Start(context.Background()), outbox.ErrClosed)
+	require.NoError(t, r.Close(), "Close again waits for the call left")
+	_, mode, _ := e.checkpoint(t)
+	assert.Equal(t, "polling", mode, "the leader handed the table back before the wait for OnDeadLetter")
+}
