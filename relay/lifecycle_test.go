@@ -557,3 +557,28 @@ func TestRelayCloseIsBounded(t *testing.T) {
 	_, mode, _ := e.checkpoint(t)
 	assert.Equal(t, "polling", mode, "the leader handed the table back before the wait for OnDeadLetter")
 }
+
+// A server that cannot be reached at Start is no refusal: Start returns nil, the relay says
+// why it does not lead yet, and checks again until the server answers; then it relays.
+func TestRelayStartWaitsForAnUnreachableServer(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t)
+	e := newEnv(t, srv, outbox.Unordered)
+	e.insert(t, 3, byIndex("before-outage"))
+	srv.Stop(t)
+	logs := &recorder{}
+	cfg := e.config("relay-unreachable")
+	cfg.Logger = slog.New(logs)
+	var sent atomic.Int64
+	r, err := relay.New(e.dsn, okSender(&sent), cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	require.NoError(t, r.Start(context.Background()), "an unreachable server is not refused")
+	assert.NotEmpty(t, r.Health().LastError)
+	assert.NotEmpty(t, logs.find(slog.LevelWarn, "cannot check the server yet"))
+	assert.False(t, r.Health().Leader)
+	srv.Start(t)
+	waitLeader(t, r)
+	waitFor(t, 30*time.Second, "the events SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 3 })
+	assert.Equal(t, int64(3), sent.Load())
+}
