@@ -435,10 +435,14 @@ func (r *Relay) Stop(ctx context.Context) error {
 		select {
 		case <-ru.done:
 		case <-ctx.Done():
-			return fmt.Errorf("relay: stop: %w: the relay is still shutting down in the background: the leader marks the "+
-				"events it sent (those it does not mark are sent again by the next leader or publisher) and hands the table "+
-				"back (until it does, the publishers wait for its heartbeat to be FallbackAfter old); Stop again waits for it",
-				ctx.Err())
+			if r.Health().Leader {
+				return fmt.Errorf("relay: stop: %w: the leader is still shutting down in the background: it marks the "+
+					"events it sent (those it does not mark are sent again by the next leader or publisher) and hands the table "+
+					"back (until it does, the publishers wait for its heartbeat to be FallbackAfter old); Stop again waits for it",
+					ctx.Err())
+			}
+			return fmt.Errorf("relay: stop: %w: the relay, not leading, is still stopping in the background (a check of "+
+				"the server or a try to lead in progress); Stop again waits for it", ctx.Err())
 		}
 		r.mu.Lock()
 		if r.run == ru {
