@@ -582,3 +582,48 @@ func TestRelayStartWaitsForAnUnreachableServer(t *testing.T) {
 	waitFor(t, 30*time.Second, "the events SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 3 })
 	assert.Equal(t, int64(3), sent.Load())
 }
+
+// A Stop whose ctx ends while a send is in flight (a sender that does not heed its ctx) says
+// what the leader leaves undone, and a later Stop waits for the shutdown; then the relay may
+// start again.
+func TestRelayStopSaysWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	release := make(chan struct{})
+	sending := make(chan struct{}, 1)
+	var sent atomic.Int64
+	sender := outbox.SenderFunc(func(context.Context, outbox.Event) error {
+		select {
+		case sending <- struct{}{}:
+			<-release // the first send holds on, whatever its ctx
+		default:
+		}
+		sent.Add(1)
+		return nil
+	})
+	r, err := relay.New(e.dsn, sender, e.config("relay-left"))
+	require.NoError(t, err)
+	defer r.Close()
+	require.NoError(t, r.Start(context.Background()))
+	waitLeader(t, r)
+	e.insert(t, 1, byIndex("held"))
+	select {
+	case <-sending:
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing sent")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err = r.Stop(ctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "the leader is still shutting down in the background")
+	assert.Contains(t, err.Error(), "sent again")
+	require.ErrorIs(t, r.Start(context.Background()), outbox.ErrAlreadyRunning, "the shutdown goes on")
+	close(release)
+	require.NoError(t, r.Stop(context.Background()))
+	assert.False(t, r.Health().Leader)
+	require.NoError(t, r.Start(context.Background()), "started again after Stop")
+	waitLeader(t, r)
+	waitFor(t, 20*time.Second, "the event SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == 1 })
+	require.NoError(t, r.Close())
+}
