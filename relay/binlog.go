@@ -145,7 +145,7 @@ func (t *term) stream(from gomysql.GTIDSet) error {
 	r := t.r
 	host, portStr, err := net.SplitHostPort(r.conn.Addr)
 	if err != nil {
-		return fmt.Errorf("%w: relay: the DSN's address %q: %v", outbox.ErrInvalidConfig, r.conn.Addr, err)
+		return fmt.Errorf("%w: relay: the DSN's address %q: %w", outbox.ErrInvalidConfig, r.conn.Addr, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
