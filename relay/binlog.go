@@ -146,7 +146,7 @@ func (t *term) stream(from gomysql.GTIDSet) error {
 	r := t.r
 	host, portStr, err := net.SplitHostPort(r.conn.Addr)
 	if err != nil {
-		return fmt.Errorf("%w: relay: the DSN's address %q: %v", outbox.ErrInvalidConfig, r.conn.Addr, err)
+		return fmt.Errorf("%w: relay: the DSN's address %q: %w", outbox.ErrInvalidConfig, r.conn.Addr, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
@@ -468,7 +468,7 @@ func toBytes(v any) []byte {
 
 // quietLogger passes on the binlog client's warnings and errors only.
 func quietLogger(l *slog.Logger) *slog.Logger {
-	return slog.New(minLevel{l.Handler(), slog.LevelWarn})
+	return slog.New(binlogLogs{minLevel{l.Handler(), slog.LevelWarn}})
 }
 
 type minLevel struct {

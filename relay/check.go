@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 
@@ -27,6 +28,10 @@ type serverInfo struct {
 	gtidPos string
 	// rowImage is @@GLOBAL.binlog_row_image: FULL or NOBLOB.
 	rowImage string
+	// durability holds a warning for each setting that leaves the binlog or InnoDB's log
+	// unsynced at commit (sync_binlog, innodb_flush_log_at_trx_commit): the relay runs, and
+	// logs them.
+	durability []string
 	// replicasUnchecked, when not empty, says why the client's server id could not be
 	// compared with the registered replicas' (the account may not list them: MariaDB 10.5+
 	// asks for REPLICATION MASTER ADMIN), with the grant that would allow it. The relay can
@@ -73,6 +78,13 @@ const (
 // relay instance streaming with the same id: instances of one deployment that may stream
 // at the same time need ids of their own.
 func checkServer(ctx context.Context, db *sql.DB, clientServerID uint32) (serverInfo, error) {
+	return checkServerFor(ctx, db, clientServerID, false)
+}
+
+// checkServerFor is checkServer; streamingHere says that the relay of the same table that
+// leads now holds clientServerID (see Relay.serverIDHolder): a registered replica with the
+// id is its binlog stream, which a standby of the table does not disturb until it leads.
+func checkServerFor(ctx context.Context, db *sql.DB, clientServerID uint32, streamingHere bool) (serverInfo, error) {
 	vars, err := globalVariables(ctx, db)
 	if err != nil {
 		return serverInfo{}, err
@@ -141,7 +153,7 @@ func checkServer(ctx context.Context, db *sql.DB, clientServerID uint32) (server
 			listed = true
 		}
 	}
-	if listed {
+	if listed && !streamingHere {
 		for _, r := range replicas {
 			if r.serverID == clientServerID {
 				return info, fmt.Errorf("%w: relay: the binlog client's server id (Config.ServerID) %d is taken by the replica %s "+
@@ -157,6 +169,7 @@ func checkServer(ctx context.Context, db *sql.DB, clientServerID uint32) (server
 var relayVariables = []string{
 	"version", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
 	"server_id", "gtid_binlog_pos", "gtid_executed", "gtid_mode",
+	"sync_binlog", "innodb_flush_log_at_trx_commit",
 }
 
 // globalVariables reads relayVariables with SHOW GLOBAL VARIABLES, which needs no
@@ -244,7 +257,33 @@ func checkSettings(vars map[string]string) (serverInfo, error) {
 			"ON_PERMISSIVE, then ON), or start the server with --gtid-mode=ON --enforce-gtid-consistency=ON",
 			orNone(vars["gtid_mode"]))
 	}
+	info.durability = durabilityWarnings(vars)
 	return info, nil
+}
+
+// durabilityWarnings returns a warning for each setting that leaves a committed transaction
+// unsynced. They are warnings, not refusals: they are the server's choice for every writer
+// (MariaDB ships with sync_binlog=0), the relay cannot change them, and it works with them
+// until the machine or the server crashes; what they risk then is told, with the fix.
+func durabilityWarnings(vars map[string]string) []string {
+	var out []string
+	if v, ok := vars["sync_binlog"]; ok && v == "0" {
+		out = append(out, "the server runs sync_binlog=0: its binary log is not synced at each commit, so a crash of its "+
+			"machine can lose a binlog tail whose transactions the tables kept, or whose events the relay already published: "+
+			"those events are then read by no binlog stream (they wait until a later term sweeps the table), or were published "+
+			"for transactions the server no longer has; set sync_binlog=1 (SET GLOBAL sync_binlog = 1, and in the server's option file)")
+	}
+	if v, ok := vars["innodb_flush_log_at_trx_commit"]; ok && (v == "0" || v == "2") {
+		what := "a crash of the server or its machine"
+		if v == "2" {
+			what = "a crash of the server's machine"
+		}
+		out = append(out, "the server runs innodb_flush_log_at_trx_commit="+v+": InnoDB does not sync its log at each commit, so "+
+			what+" can lose about the last second of committed transactions, whose events the relay may already have published "+
+			"(consumers then hold events of rows the database no longer has); set innodb_flush_log_at_trx_commit=1 "+
+			"(SET GLOBAL innodb_flush_log_at_trx_commit = 1, and in the server's option file)")
+	}
+	return out
 }
 
 func orNone(v string) string {
@@ -449,3 +488,159 @@ func isAccessDenied(err error) bool {
 }
 
 func serverErrorNumber(err error) uint16 { return mysqldialect.Number(err) }
+
+// preflight runs Start's checks once: the server and the account's replication grants
+// (checkServer), the account's grants on the two tables, the tables, the store's ordering
+// and the ServerID's binlog stream. It returns an error wrapping outbox.ErrInvalidConfig for
+// what the relay cannot run with, another error when the server cannot be reached, and logs
+// the warnings.
+func (r *Relay) preflight(ctx context.Context) (serverInfo, error) {
+	holder, here, err := r.serverIDHolder(ctx)
+	if err != nil {
+		return serverInfo{}, err
+	}
+	info, err := checkServerFor(ctx, r.db, r.cfg.ServerID, here)
+	if err != nil {
+		return info, err
+	}
+	if err := r.checkGrants(ctx); err != nil {
+		return info, err
+	}
+	if err := r.checkTables(ctx); err != nil {
+		return info, err
+	}
+	if err := r.checkOrdering(ctx); err != nil {
+		return info, err
+	}
+	if holder != 0 && !here {
+		return info, r.serverIDTaken(holder)
+	}
+	for _, w := range info.durability {
+		r.cfg.Logger.WarnContext(ctx, "relay: "+w)
+	}
+	if info.replicasUnchecked != "" {
+		r.cfg.Logger.WarnContext(ctx, "relay: "+info.replicasUnchecked, slog.Uint64("server_id", uint64(r.cfg.ServerID)))
+	}
+	return info, nil
+}
+
+// checkGrants checks the account's privileges on the outbox and checkpoint tables, as the
+// server counts them (roles, database and global grants included), by running for each a
+// statement that needs it and changes nothing: a SELECT of no row, and EXPLAIN of an
+// INSERT or UPDATE, which needs the privileges of the statement it explains (MariaDB and
+// MySQL alike) and runs nothing. A table that does not exist is left to checkTables.
+func (r *Relay) checkGrants(ctx context.Context) error {
+	out, cp := mysqldialect.Quote(r.cfg.Table), mysqldialect.Quote(r.cfg.CheckpointTable)
+	probes := []struct {
+		priv, table, role, query string
+	}{
+		{"SELECT", r.cfg.Table, "the outbox table", "SELECT id FROM " + out + " WHERE FALSE"},
+		{"UPDATE", r.cfg.Table, "the outbox table", "EXPLAIN UPDATE " + out + " SET status = 'SUCCESS' WHERE FALSE"},
+		{"SELECT", r.cfg.CheckpointTable, "the checkpoint table", "SELECT outbox_table FROM " + cp + " WHERE FALSE"},
+		{"INSERT", r.cfg.CheckpointTable, "the checkpoint table", "EXPLAIN INSERT INTO " + cp + " (outbox_table) VALUES ('')"},
+		{"UPDATE", r.cfg.CheckpointTable, "the checkpoint table", "EXPLAIN UPDATE " + cp + " SET mode = 'relay' WHERE FALSE"},
+	}
+	var lacks []string
+	grants := map[string][]string{} // table -> privileges it lacks, in probe order
+	var tables []string
+	for _, p := range probes {
+		err := probe(ctx, r.db, p.query)
+		switch serverErrorNumber(err) {
+		case 0:
+			if err != nil {
+				return fmt.Errorf("relay: check the account's grants: %w", err)
+			}
+			continue
+		case mysqldialect.ErrTableAccessDenied, mysqldialect.ErrColumnAccessDenied:
+		case mysqldialect.ErrNoSuchTable, mysqldialect.ErrBadField:
+			continue // checkTables names it
+		default:
+			return fmt.Errorf("relay: check the account's grants: %s: %w", p.query, err)
+		}
+		lacks = append(lacks, fmt.Sprintf("%s on %s %s.%s", p.priv, p.role, r.conn.DBName, p.table))
+		if grants[p.table] == nil {
+			tables = append(tables, p.table)
+		}
+		grants[p.table] = append(grants[p.table], p.priv)
+	}
+	if len(lacks) == 0 {
+		return nil
+	}
+	account, err := currentUser(ctx, r.db)
+	if err != nil {
+		return err
+	}
+	fix := make([]string, 0, len(tables))
+	for _, t := range tables {
+		fix = append(fix, fmt.Sprintf("GRANT %s ON %s.%s TO %s;", strings.Join(grants[t], ", "), mysqldialect.Quote(r.conn.DBName), mysqldialect.Quote(t), account))
+	}
+	return fmt.Errorf("%w: relay: the account %s lacks %s: run %s", outbox.ErrInvalidConfig, account,
+		strings.Join(lacks, ", "), strings.Join(fix, " "))
+}
+
+// checkOrdering checks, as the store's Check does, that the outbox table can serve the
+// relay's Ordering (key order needs the table's order index and its SKIPPED status).
+func (r *Relay) checkOrdering(ctx context.Context) error {
+	if r.cfg.Ordering == outbox.Unordered {
+		return nil
+	}
+	store, err := outbox.NewMySQLStore(r.db, outbox.MySQLConfig{Table: r.cfg.Table, Ordering: r.cfg.Ordering})
+	if err != nil {
+		return fmt.Errorf("relay: Ordering %s: %w", r.cfg.Ordering, err)
+	}
+	if _, err := store.Check(ctx); err != nil {
+		return fmt.Errorf("relay: Config.Ordering %s (the store's MySQLConfig.Ordering): %w", r.cfg.Ordering, err)
+	}
+	return nil
+}
+
+// serverIDLock is the GET_LOCK name a leader holds on its lock connection while it leads,
+// and so while it streams the binlog with server id id. Lock names are the server's, across
+// its databases, as server ids are: the lock tells a relay of another table, or database,
+// that the id is taken, whatever its grants (listing the registered replicas needs
+// REPLICATION MASTER ADMIN on MariaDB).
+func serverIDLock(id uint32) string {
+	return "outbox-relay-server-id:" + strconv.FormatUint(uint64(id), 10)
+}
+
+// serverIDHolder returns the connection that holds the ServerID's lock (0 when none), and
+// whether that connection leads this relay's table: a standby of the same table, which
+// streams only once it leads (and so once that connection has ended).
+func (r *Relay) serverIDHolder(ctx context.Context) (holder int64, here bool, err error) {
+	var id, table sql.NullInt64
+	if err := r.db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?), IS_USED_LOCK(?)", serverIDLock(r.cfg.ServerID), r.lockName()).
+		Scan(&id, &table); err != nil {
+		return 0, false, fmt.Errorf("relay: check the server id's lock: %w", err)
+	}
+	if !id.Valid {
+		return 0, false, nil
+	}
+	return id.Int64, table.Valid && table.Int64 == id.Int64, nil
+}
+
+// serverIDTaken is the refusal for a ServerID another relay's binlog stream holds.
+func (r *Relay) serverIDTaken(holder int64) error {
+	return fmt.Errorf("%w: relay: the binlog client's server id (Config.ServerID) %d is in use by the binlog stream of a relay "+
+		"of another table (its lock %q is held by connection %d, which does not lead %s.%s): the server keeps one binlog "+
+		"client per server id, so the two streams would disconnect each other; give the relays of each table a ServerID of "+
+		"their own", outbox.ErrInvalidConfig, r.cfg.ServerID, serverIDLock(r.cfg.ServerID), holder, r.conn.DBName, r.cfg.Table)
+}
+
+// lockServerID takes the ServerID's lock on the leader's lock connection, before its term
+// streams the binlog; the lock ends with the connection. A relay of another table that
+// holds it (it started streaming after this relay's Start) ends the run: the error wraps
+// outbox.ErrInvalidConfig.
+func (r *Relay) lockServerID(ctx context.Context, lock *sql.Conn) error {
+	var got sql.NullInt64
+	if err := lock.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", serverIDLock(r.cfg.ServerID)).Scan(&got); err != nil {
+		return fmt.Errorf("relay: GET_LOCK of the server id: %w", err)
+	}
+	if got.Int64 == 1 {
+		return nil
+	}
+	var holder sql.NullInt64
+	if err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", serverIDLock(r.cfg.ServerID)).Scan(&holder); err != nil {
+		return fmt.Errorf("relay: check the server id's lock: %w", err)
+	}
+	return r.serverIDTaken(holder.Int64)
+}

@@ -35,6 +35,7 @@ func TestNewRefusesBadConfiguration(t *testing.T) {
 		{"negative batch", ok, nop, relay.Config{BatchSize: -1}, "BatchSize"},
 		{"short checkpoint", ok, nop, relay.Config{CheckpointInterval: 10}, "under 100ms"},
 		{"short fallback", ok, nop, relay.Config{FallbackAfter: 1}, "three CheckpointIntervals"},
+		{"negative stop timeout", ok, nop, relay.Config{StopTimeout: -1}, "StopTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := relay.New(tc.dsn, tc.sender, tc.cfg)

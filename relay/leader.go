@@ -45,13 +45,16 @@ func (r *Relay) lead(ctx context.Context, info serverInfo) error {
 		_ = lock.Raw(func(any) error { return driver.ErrBadConn })
 		_ = lock.Close()
 	}()
+	if err := r.lockServerID(ctx, lock); err != nil {
+		return err
+	}
 	epoch, resume, err := r.takeOver(ctx)
 	if err != nil {
 		return err
 	}
 	r.counters.terms.Add(1)
 	r.m.add(ctx, func(m *metrics) metric.Int64Counter { return m.terms }, 1)
-	r.setLeader(epoch, true)
+	r.setTerm(epoch, resume)
 	defer r.setLeader(epoch, false)
 	r.cfg.Logger.InfoContext(ctx, "relay: leading", slog.String("table", r.cfg.Table), slog.Int64("epoch", epoch),
 		slog.String("resume_from", resume))
@@ -123,7 +126,7 @@ func (r *Relay) stillLeader(ctx context.Context, lock *sql.Conn) error {
 	var mine sql.NullInt64
 	err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK("+r.lockName()+") = CONNECTION_ID()").Scan(&mine)
 	if err != nil {
-		return fmt.Errorf("%w: the lock's connection: %v", errNotLeader, err)
+		return fmt.Errorf("%w: the lock's connection: %w", errNotLeader, err)
 	}
 	if mine.Int64 != 1 {
 		return fmt.Errorf("%w: the lock is no longer held", errNotLeader)

@@ -29,6 +29,7 @@ const (
 	defaultSendTimeout        = 10 * time.Second
 	defaultMaxAttempts        = 4 // the publisher's
 	defaultStandbyRetry       = time.Second
+	maxIdleConns              = 4
 )
 
 // Config configures a [Relay]. Only ServerID has no default worth keeping in production:
@@ -49,8 +50,10 @@ type Config struct {
 	InstanceID string
 
 	// ServerID is the replica server id the relay's binlog connection registers with. It
-	// must differ from the server's own @@server_id and from every replica's; Run refuses
-	// one that clashes. Defaults to a number derived from InstanceID in [2^30, 2^31).
+	// must differ from the server's own @@server_id, from every replica's, and from the ids
+	// of the relays of other tables (the relays of one table may share one: only the leader
+	// streams); Start refuses one that clashes (a replica's only when the account may list
+	// the replicas). Defaults to a number derived from InstanceID in [2^30, 2^31).
 	ServerID uint32
 
 	// Ordering must be the outbox store's ([outbox.MySQLConfig].Ordering). In key order
@@ -61,8 +64,14 @@ type Config struct {
 	// MaxAttempts, Backoff and OnDeadLetter mean what they mean for a publisher (see
 	// [outbox.Config]); retries are written to the row by the database clock. A send that
 	// fails because the broker is unavailable is retried without counting.
-	MaxAttempts  int
-	Backoff      outbox.Backoff
+	MaxAttempts int
+	Backoff     outbox.Backoff
+	//
+	// OnDeadLetter is called once for each event the relay dead-letters, after its row is
+	// FAIL, on a goroutine of the relay's: its calls never overlap, and come in the order the
+	// dead letters were recorded; the relay does not wait for them to go on sending. Its ctx
+	// carries no cancellation of the relay's. Stop and Close wait for the calls of the dead
+	// letters recorded before they return, except when called from inside OnDeadLetter.
 	OnDeadLetter func(ctx context.Context, ev outbox.Event, cause error)
 
 	// BatchSize is the most events one Send carries. Defaults to 256.
@@ -82,6 +91,11 @@ type Config struct {
 	// SendTimeout bounds each Send when the sender does not bound its sends itself
 	// ([outbox.SenderInfo].SendTimeout). Defaults to 10 s.
 	SendTimeout time.Duration
+
+	// StopTimeout bounds Close's wait for the relay to stop (see [Relay.Stop]): the send in
+	// flight, the last marks, the checkpoint, the hand-back and the OnDeadLetter calls.
+	// Defaults to SendTimeout plus 10 s.
+	StopTimeout time.Duration
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -138,15 +152,21 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: relay: SendTimeout %v is negative", outbox.ErrInvalidConfig, c.SendTimeout)
 	}
 	c.SendTimeout = cmp.Or(c.SendTimeout, defaultSendTimeout)
+	if c.StopTimeout < 0 {
+		return c, fmt.Errorf("%w: relay: StopTimeout %v is negative", outbox.ErrInvalidConfig, c.StopTimeout)
+	}
+	c.StopTimeout = cmp.Or(c.StopTimeout, c.SendTimeout+10*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c, nil
 }
 
-// Relay publishes an outbox table by reading the binary log. Run it in every instance of
+// Relay publishes an outbox table by reading the binary log. Start it in every instance of
 // the service: one is elected leader (GET_LOCK on a connection of its own), the others stand
-// by and take over when it dies. See docs/relay.md.
+// by and take over when it dies. Its lifecycle is the publisher's: [Relay.Start] checks and
+// runs in the background, [Relay.Run] is Start and a wait, [Relay.Stop] stops it (it may be
+// started again), [Relay.Close] stops it for good. See docs/relay.md.
 type Relay struct {
 	cfg    Config
 	sender outbox.Sender
@@ -155,13 +175,14 @@ type Relay struct {
 	q      queries
 	m      *metrics
 
-	mu       sync.Mutex
-	running  bool
-	closed   bool
-	cancel   context.CancelFunc
-	done     chan struct{}
-	health   Health
-	counters counters
+	dead *deadLetters // runs OnDeadLetter; nil without it
+
+	mu        sync.Mutex
+	closed    bool
+	run       *run // the current run; nil before the first and after Stop
+	closeOnce sync.Once
+	health    Health
+	counters  counters
 }
 
 // Health is a snapshot of a relay's state.
@@ -173,7 +194,8 @@ type Health struct {
 	// Epoch is the fencing epoch of its leadership (0 when it never led).
 	Epoch int64
 	// Position is the binlog position (a GTID set) up to which everything is sent and
-	// marked, as last recorded.
+	// marked, as last recorded: at a term's start, the position it resumes from ("" until
+	// its first checkpoint when it reads on from the server's current position).
 	Position string
 	// LastError is the last error that ended a term of leadership or a standby's attempt.
 	LastError string
@@ -202,14 +224,14 @@ type counters struct {
 // DSN, with the database name) opens; its binlog connection uses the DSN's address, user,
 // password and TLS settings. The account needs SELECT and UPDATE on the outbox table,
 // SELECT, INSERT and UPDATE on the checkpoint table, and REPLICATION SLAVE and REPLICATION
-// CLIENT (BINLOG MONITOR on MariaDB). New opens no connection; Run checks the server.
+// CLIENT (BINLOG MONITOR on MariaDB). New opens no connection; Start checks the server.
 func New(dsn string, sender outbox.Sender, cfg Config) (*Relay, error) {
 	if sender == nil {
 		return nil, fmt.Errorf("%w: relay: the sender is nil", outbox.ErrInvalidConfig)
 	}
 	c, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: relay: the DSN: %v", outbox.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: relay: the DSN: %w", outbox.ErrInvalidConfig, err)
 	}
 	if c.DBName == "" {
 		return nil, fmt.Errorf("%w: relay: the DSN names no database", outbox.ErrInvalidConfig)
@@ -228,13 +250,16 @@ func New(dsn string, sender outbox.Sender, cfg Config) (*Relay, error) {
 	c.InterpolateParams = true
 	connector, err := mysql.NewConnector(c)
 	if err != nil {
-		return nil, fmt.Errorf("%w: relay: the DSN: %v", outbox.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: relay: the DSN: %w", outbox.ErrInvalidConfig, err)
 	}
 	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(6)
-	db.SetMaxIdleConns(4)
+	db.SetMaxIdleConns(maxIdleConns)
 	r := &Relay{cfg: cfg, sender: sender, db: db, conn: c, q: newQueries(cfg.Table, cfg.CheckpointTable)}
 	r.health.InstanceID = cfg.InstanceID
+	if cfg.OnDeadLetter != nil {
+		r.dead = &deadLetters{fn: cfg.OnDeadLetter}
+	}
 	if r.m, err = newMetrics(cfg.MeterProvider, r); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("relay: metrics: %w", err)
@@ -242,37 +267,116 @@ func New(dsn string, sender outbox.Sender, cfg Config) (*Relay, error) {
 	return r, nil
 }
 
-// ErrClosed is returned by Run after Close.
-var ErrClosed = errors.New("relay: closed")
+// Start checks, at once, everything that can be known before the relay runs: the server's
+// settings, the account's grants on the binlog and on both tables, the tables, the store's
+// ordering, and the ServerID (see docs/relay.md). It returns an error wrapping
+// [outbox.ErrInvalidConfig] that names the fix when the server, the account or the tables
+// cannot serve the relay; [outbox.ErrClosed] after Close; [outbox.ErrAlreadyRunning] while
+// the relay runs (until Stop has returned). Otherwise it relays in the background until ctx
+// is done or Stop or Close is called, and returns nil. A server that cannot be reached is
+// logged and checked again every second in the background; other failures while it runs
+// (the database or the broker down, leadership lost) it logs, and goes on: as a standby, it
+// tries to lead again every second. It logs at WARN, and goes on, when the server's
+// settings make the binlog less durable than its tables (sync_binlog, and
+// innodb_flush_log_at_trx_commit), and when the account may not list the replicas.
+func (r *Relay) Start(ctx context.Context) error {
+	_, err := r.start(ctx)
+	return err
+}
 
-// Run relays until ctx is done or Close is called, and returns nil then. It returns an
-// error wrapping [outbox.ErrInvalidConfig] at once when the server or the account cannot
-// serve a relay (the error names the fix); other failures (the database or the broker down,
-// leadership lost) it logs, and goes on: as a standby, it tries to lead again every second.
+// Run is Start, then waits until the run ends. It returns Start's refusal; nil once the
+// relay is stopped (by ctx, Stop or Close); or the error that ended the run, which wraps
+// [outbox.ErrInvalidConfig]: the relay found, while running, that it cannot serve the table
+// (a server checked only once it could be reached, the ServerID taken by another relay's
+// binlog stream, the binlog without column names).
 func (r *Relay) Run(ctx context.Context) error {
+	ru, err := r.start(ctx)
+	if err != nil {
+		return err
+	}
+	<-ru.done
+	return ru.err
+}
+
+// A run is one Start's stretch of relaying, until it stops.
+type run struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the run ended
+	err    error         // why it ended: nil when stopped; set before done closes
+}
+
+func (ru *run) ended() bool {
+	select {
+	case <-ru.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *Relay) start(parent context.Context) (*run, error) {
 	r.mu.Lock()
 	switch {
 	case r.closed:
 		r.mu.Unlock()
-		return ErrClosed
-	case r.running:
+		return nil, outbox.ErrClosed
+	case r.run != nil && !r.run.ended():
 		r.mu.Unlock()
-		return errors.New("relay: Run is already running")
+		return nil, fmt.Errorf("relay %s: %w", r.cfg.InstanceID, outbox.ErrAlreadyRunning)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	r.running, r.cancel, r.done = true, cancel, make(chan struct{})
+	ctx, cancel := context.WithCancel(parent)
+	ru := &run{cancel: cancel, done: make(chan struct{})}
+	r.run = ru
 	r.mu.Unlock()
-	defer func() {
-		cancel()
-		close(r.done)
-	}()
 
-	info, err := r.check(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
+	info, err := r.preflight(ctx)
+	switch {
+	case ctx.Err() != nil:
+		// Stopped (by ctx, Stop or Close) before it could start: nothing to refuse.
+		r.end(ru, nil)
+		return ru, nil
+	case errors.Is(err, outbox.ErrInvalidConfig):
+		r.setError(err)
+		r.end(ru, nil)
+		// A session keeps the global privileges it had when it connected: the next Start
+		// connects anew, to find a grant given since.
+		r.db.SetMaxIdleConns(0)
+		r.db.SetMaxIdleConns(maxIdleConns)
+		return nil, err
+	case err != nil:
+		// The server cannot be reached: the run waits for it rather than fail a service's start.
+		r.setError(err)
+		r.cfg.Logger.WarnContext(ctx, "relay: cannot check the server yet; checking again every second", slog.Any("error", err))
+	}
+	go func() {
+		err := r.loop(ctx, info, err != nil)
+		if err != nil {
+			r.setError(err)
+			r.cfg.Logger.ErrorContext(ctx, "relay: stopped: it cannot serve the table", slog.Any("error", err))
 		}
-		return err
+		r.end(ru, err)
+	}()
+	return ru, nil
+}
+
+// end records why a run ended and marks it ended.
+func (r *Relay) end(ru *run, err error) {
+	ru.cancel()
+	ru.err = err
+	close(ru.done)
+}
+
+// loop relays until ctx ends or the relay finds it cannot serve the table (the error
+// returned, wrapping ErrInvalidConfig). unchecked says the server is still to be checked.
+func (r *Relay) loop(ctx context.Context, info serverInfo, unchecked bool) error {
+	if unchecked {
+		var err error
+		if info, err = r.check(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
 	for ctx.Err() == nil {
 		err := r.lead(ctx, info)
@@ -294,44 +398,78 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// check checks the server and the tables once, when Run starts.
+// check checks the server and the tables until it can, for a run whose Start could not
+// reach the server.
 func (r *Relay) check(ctx context.Context) (serverInfo, error) {
 	for {
-		info, err := checkServer(ctx, r.db, r.cfg.ServerID)
-		if err == nil {
-			err = r.checkTables(ctx)
+		select {
+		case <-ctx.Done():
+			return serverInfo{}, ctx.Err()
+		case <-time.After(defaultStandbyRetry):
 		}
-		if err == nil && info.replicasUnchecked != "" {
-			r.cfg.Logger.WarnContext(ctx, "relay: "+info.replicasUnchecked, slog.Uint64("server_id", uint64(r.cfg.ServerID)))
-		}
+		info, err := r.preflight(ctx)
 		if err == nil || errors.Is(err, outbox.ErrInvalidConfig) || ctx.Err() != nil {
 			return info, err
 		}
-		// The server is down: wait for it rather than fail a service's start.
 		r.setError(err)
 		r.cfg.Logger.WarnContext(ctx, "relay: cannot check the server yet", slog.Any("error", err))
-		select {
-		case <-ctx.Done():
-			return info, ctx.Err()
-		case <-time.After(defaultStandbyRetry):
-		}
 	}
 }
 
-// Close stops Run, waits for it to return, and closes the relay's connections (not the
-// sender, which the service may share with publishers). A leader that closes hands the
-// table to the polling publishers at once, unless a standby takes it first.
+// Stop stops the run and waits, bounded by ctx, until it has ended: the sends in flight
+// answered, what was sent marked, the checkpoint recorded and the table handed back to the
+// polling publishers (unless a standby takes it first); and until the OnDeadLetter calls of
+// the dead letters recorded have returned. If ctx ends first it returns an error wrapping
+// ctx.Err() that says what is left: the shutdown goes on in the background, and a later
+// Stop waits for it again. It returns nil when the relay does not run, may be called more
+// than once and concurrently, and, called from inside OnDeadLetter, does not wait for the
+// calls of OnDeadLetter. Once it returned nil, Start may be called again.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	ru := r.run
+	r.mu.Unlock()
+	if ru != nil {
+		ru.cancel()
+		select {
+		case <-ru.done:
+		case <-ctx.Done():
+			if r.Health().Leader {
+				return fmt.Errorf("relay: stop: %w: the leader is still shutting down in the background: it marks the "+
+					"events it sent (those it does not mark are sent again by the next leader or publisher) and hands the table "+
+					"back (until it does, the publishers wait for its heartbeat to be FallbackAfter old); Stop again waits for it",
+					ctx.Err())
+			}
+			return fmt.Errorf("relay: stop: %w: the relay, not leading, is still stopping in the background (a check of "+
+				"the server or a try to lead in progress); Stop again waits for it", ctx.Err())
+		}
+		r.mu.Lock()
+		if r.run == ru {
+			r.run = nil
+		}
+		r.mu.Unlock()
+	}
+	return r.dead.wait(ctx)
+}
+
+// Close stops the relay as Stop does, bounded by Config.StopTimeout, and closes its
+// connections (not the sender, which the service may share with publishers). A leader that
+// closes hands the table to the polling publishers at once, unless a standby takes it
+// first. Close may be called more than once, also from inside OnDeadLetter (it does not
+// wait for the calls of OnDeadLetter then); Start and Run return [outbox.ErrClosed] after it.
 func (r *Relay) Close() error {
 	r.mu.Lock()
 	r.closed = true
-	cancel, done := r.cancel, r.done
 	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-	r.m.close()
-	return r.db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.StopTimeout)
+	err := r.Stop(ctx)
+	cancel()
+	r.closeOnce.Do(func() {
+		r.m.close()
+		if cerr := r.db.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("relay: close the connections: %w", cerr))
+		}
+	})
+	return err
 }
 
 // Health reports the relay's state.
@@ -357,6 +495,14 @@ func (r *Relay) setError(err error) {
 func (r *Relay) setLeader(epoch int64, leader bool) {
 	r.mu.Lock()
 	r.health.Leader, r.health.Epoch = leader, epoch
+	r.mu.Unlock()
+}
+
+// setTerm records the start of a term of leadership: its epoch and the position it resumes
+// from ("" until its first checkpoint when it reads on from the server's current one).
+func (r *Relay) setTerm(epoch int64, resume string) {
+	r.mu.Lock()
+	r.health.Leader, r.health.Epoch, r.health.Position = true, epoch, resume
 	r.mu.Unlock()
 }
 

@@ -350,7 +350,7 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		}
 		if r.cfg.OnDeadLetter != nil {
 			ev.Status, ev.RetryCount, ev.LastError = outbox.StatusFail, attempt, reason
-			r.cfg.OnDeadLetter(t.ctx, ev, cause)
+			r.dead.call(t.ctx, ev, cause)
 		}
 		return nil
 	}

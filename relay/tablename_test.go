@@ -19,20 +19,20 @@ import (
 	"github.com/go-outbox/outbox/relay"
 )
 
-// recorder is a SenderFunc that counts the sends of each event id.
-type recorder struct {
+// sendRecorder is a SenderFunc that counts the sends of each event id.
+type sendRecorder struct {
 	mu   sync.Mutex
 	sent map[string]int
 }
 
-func (r *recorder) send(_ context.Context, ev outbox.Event) error {
+func (r *sendRecorder) send(_ context.Context, ev outbox.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sent[ev.EventID]++
 	return nil
 }
 
-func (r *recorder) counts() map[string]int {
+func (r *sendRecorder) counts() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make(map[string]int, len(r.sent))
@@ -77,7 +77,7 @@ func TestRelayTableNamesReservedWordsAndLeadingDigits(t *testing.T) {
 				return n
 			}
 
-			rec := &recorder{sent: map[string]int{}}
+			rec := &sendRecorder{sent: map[string]int{}}
 			ids := insert(10, "swept")
 			cfg := relay.Config{Table: table, CheckpointTable: cpTable, InstanceID: "relay-" + table,
 				CheckpointInterval: 200 * time.Millisecond, FallbackAfter: 3 * time.Second, Logger: testLogger()}

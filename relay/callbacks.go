@@ -1,0 +1,95 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-outbox/outbox"
+)
+
+// deadLetters runs Config.OnDeadLetter one call at a time, in the order the dead letters
+// were recorded, on a goroutine of its own that lives while calls are queued: the term that
+// records a dead letter never waits for the callback, so a callback that calls Stop or
+// Close does not wait for itself.
+type deadLetters struct {
+	fn func(ctx context.Context, ev outbox.Event, cause error)
+
+	mu    sync.Mutex
+	queue []deadLetter
+	busy  bool          // a goroutine runs the queue
+	idle  chan struct{} // closed once the goroutine that runs the queue has emptied it
+	// caller is the id of the goroutine that runs the queue (0 when none): Stop called on it
+	// is called from inside OnDeadLetter.
+	caller atomic.Uint64
+}
+
+type deadLetter struct {
+	ctx   context.Context
+	ev    outbox.Event
+	cause error
+}
+
+// call queues a call of OnDeadLetter for ev.
+func (d *deadLetters) call(ctx context.Context, ev outbox.Event, cause error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.queue = append(d.queue, deadLetter{ctx: context.WithoutCancel(ctx), ev: ev, cause: cause})
+	if !d.busy {
+		d.busy, d.idle = true, make(chan struct{})
+		go d.run()
+	}
+}
+
+func (d *deadLetters) run() {
+	d.caller.Store(goroutineID())
+	for {
+		d.mu.Lock()
+		if len(d.queue) == 0 {
+			d.busy = false
+			d.caller.Store(0)
+			close(d.idle)
+			d.mu.Unlock()
+			return
+		}
+		next := d.queue[0]
+		d.queue[0] = deadLetter{}
+		d.queue = d.queue[1:]
+		d.mu.Unlock()
+		d.fn(next.ctx, next.ev, next.cause)
+	}
+}
+
+// wait waits, bounded by ctx, until the calls queued have returned; called from inside
+// OnDeadLetter it returns at once.
+func (d *deadLetters) wait(ctx context.Context) error {
+	if d == nil || d.caller.Load() == goroutineID() {
+		return nil
+	}
+	d.mu.Lock()
+	busy, idle, queued := d.busy, d.idle, len(d.queue)
+	d.mu.Unlock()
+	if !busy {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("relay: stop: %w: OnDeadLetter is still running, with %d more calls queued after it; they go on in the background",
+			ctx.Err(), queued)
+	}
+}
+
+// goroutineID returns the id of the calling goroutine, from the first line of its stack
+// ("goroutine 18 [running]:").
+func goroutineID() uint64 {
+	var buf [64]byte
+	s := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
+	id, _ := strconv.ParseUint(s[:max(strings.IndexByte(s, ' '), 0)], 10, 64)
+	return id
+}
