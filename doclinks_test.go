@@ -492,3 +492,22 @@ func proseLines(page string) []string {
 	}
 	return lines
 }
+
+// docs/design.md shows the success statements as the store runs them: each
+// "SET status = 'SUCCESS' WHERE ..." of its SQL has its WHERE clause in the store's
+// statements (the per-row success accepts a row already SUCCESS under the same claim).
+func TestDesignSuccessStatementsAreTheStores(t *testing.T) {
+	t.Parallel()
+	design, err := os.ReadFile(filepath.Join("docs", "design.md"))
+	require.NoError(t, err)
+	queries, err := os.ReadFile("store_mysql_queries.go")
+	require.NoError(t, err)
+	store := strings.Join(strings.Fields(string(queries)), " ")
+	re := regexp.MustCompile(`SET status = 'SUCCESS' WHERE ([^;]+);`)
+	found := re.FindAllStringSubmatch(strings.Join(strings.Fields(string(design)), " "), -1)
+	require.NotEmpty(t, found, "docs/design.md shows the success statement")
+	for _, m := range found {
+		where := "WHERE " + strings.ReplaceAll(m[1], "(...)", "(%s)") // the store's id list
+		assert.True(t, strings.Contains(store, where), "docs/design.md's success statement is none of the store's: %s", where)
+	}
+}
