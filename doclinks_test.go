@@ -516,3 +516,34 @@ func TestDesignSuccessStatementsAreTheStores(t *testing.T) {
 		assert.True(t, stores[where], "docs/design.md's success statement is none of the store's: WHERE %s", where)
 	}
 }
+
+// schema.sql's comments name what exists: each Go name written Type.Field (Config.MaxAttempts,
+// MySQLConfig.Ordering) is in the library's packages, and each page and section they point
+// to (docs/ordering.md, "Making an existing table ordered") is there.
+func TestSchemaCommentsNameWhatExists(t *testing.T) {
+	t.Parallel()
+	apis := loadAPIs(t)
+	for _, file := range []string{"schema.sql", filepath.Join("inbox", "schema.sql")} {
+		data, err := os.ReadFile(file)
+		require.NoError(t, err)
+		var comments []string
+		for line := range strings.Lines(string(data)) {
+			if _, c, ok := strings.Cut(line, "-- "); ok {
+				comments = append(comments, strings.TrimSpace(c))
+			}
+		}
+		text := strings.Join(comments, " ")
+		names := regexp.MustCompile(`\b[A-Z]\w*(?:\.[A-Z]\w*)+\b`).FindAllString(text, -1)
+		for _, n := range names {
+			assert.True(t, resolveChain(apis, strings.Split(n, ".")), "%s names %s, which is in none of the library's packages", file, n)
+		}
+		assert.False(t, strings.Contains(text, "README's \""), "%s points to a section of the README, an overview without them: point to docs/", file)
+		for _, m := range regexp.MustCompile(`(docs/[a-z-]+\.md)(?:, "([^"]+)")?`).FindAllStringSubmatch(text, -1) {
+			page, err := os.ReadFile(m[1])
+			if !assert.NoError(t, err, "%s points to %s", file, m[1]) || m[2] == "" {
+				continue
+			}
+			assert.Contains(t, string(page), "\n## "+m[2]+"\n", "%s points to the section %q of %s", file, m[2], m[1])
+		}
+	}
+}
