@@ -547,3 +547,70 @@ func TestSchemaCommentsNameWhatExists(t *testing.T) {
 		}
 	}
 }
+
+// CONTRIBUTING.md's "Run the tests" lists commands .ci/run runs: each is a command line of
+// .ci/run, as written there (or the command of a line's $(...)).
+func TestContributingCommandsAreCIs(t *testing.T) {
+	t.Parallel()
+	contributing, err := os.ReadFile("CONTRIBUTING.md")
+	require.NoError(t, err)
+	ci, err := os.ReadFile(filepath.Join(".ci", "run"))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(contributing), "\n## Run the tests\n")
+	require.True(t, ok, "CONTRIBUTING.md has a section \"Run the tests\"")
+	_, block, ok := strings.Cut(section, "```sh\n")
+	require.True(t, ok)
+	block, _, _ = strings.Cut(block, "```")
+	runs := shellCommands(string(ci))
+	commands := shellCommands(block)
+	require.NotEmpty(t, commands)
+	for _, c := range commands {
+		found := false
+		for _, r := range runs {
+			found = found || r == c || strings.Contains(r, "$("+c+")") // unformatted="$(gofmt -l .)"
+		}
+		assert.True(t, found, "CONTRIBUTING.md says .ci/run runs %q, which it does not", c)
+	}
+}
+
+// shellCommands are a script's command lines: continuations joined, comments (after " #")
+// and repeated blanks dropped.
+func shellCommands(script string) []string {
+	var out []string
+	script = strings.ReplaceAll(script, "\\\n", " ")
+	for line := range strings.Lines(script) {
+		if i := strings.Index(line, " # "); i >= 0 {
+			line = line[:i]
+		}
+		line = strings.Join(strings.Fields(line), " ")
+		if line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// The examples are a module of their own, so no page runs one from the root
+// (`go run ./examples/order-service` fails there: the root module does not contain it); the
+// README gives the command that runs the example on a fresh machine.
+func TestDocsRunTheExamplesFromTheirModule(t *testing.T) {
+	t.Parallel()
+	_, err := os.Stat(filepath.Join("examples", "go.mod"))
+	require.NoError(t, err, "the examples are a module of their own")
+	pages, err := filepath.Glob(filepath.Join("docs", "*.md"))
+	require.NoError(t, err)
+	fromRoot := regexp.MustCompile(`go run \./examples/[a-z]`)
+	for _, page := range append(pages, "README.md", "CONTRIBUTING.md", filepath.Join("scripts", "run-example.sh")) {
+		data, err := os.ReadFile(page)
+		require.NoError(t, err)
+		for n, line := range strings.Split(string(data), "\n") {
+			assert.False(t, fromRoot.MatchString(line), "%s:%d runs an example from the root module, which fails: use `go -C examples run ./...`: %s", page, n+1, line)
+		}
+	}
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	assert.Contains(t, string(readme), "`bash scripts/run-example.sh", "the README says how to run the example on a fresh machine")
+	script, err := os.ReadFile(filepath.Join("scripts", "run-example.sh"))
+	require.NoError(t, err)
+	assert.Contains(t, string(script), "go -C examples run ./order-service", "the script runs the example from its module")
+}
