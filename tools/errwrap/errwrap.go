@@ -99,11 +99,29 @@ func checkErrorf(pass *analysis.Pass, call *ast.CallExpr) {
 			continue
 		}
 		arg := args[v.arg]
+		if x, ok := errorText(pass, arg); ok {
+			pass.Reportf(arg.Pos(), "fmt.Errorf formats %s, the error's text (verb %d): wrap %s with %%w so that errors.Is and errors.As reach it",
+				types.ExprString(arg), i+1, types.ExprString(x))
+			continue
+		}
 		if isError(pass.TypesInfo.TypeOf(arg)) {
 			pass.Reportf(arg.Pos(), "fmt.Errorf formats the error %s with %%%c (verb %d): wrap it with %%w so that errors.Is and errors.As reach it",
 				types.ExprString(arg), v.verb, i+1)
 		}
 	}
+}
+
+// errorText: e is x.Error() of an error x.
+func errorText(pass *analysis.Pass, e ast.Expr) (ast.Expr, bool) {
+	call, ok := ast.Unparen(e).(*ast.CallExpr)
+	if !ok || len(call.Args) != 0 {
+		return nil, false
+	}
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Error" || !isError(pass.TypesInfo.TypeOf(sel.X)) {
+		return nil, false
+	}
+	return sel.X, true
 }
 
 // checkSlogArg reports fmt.Sprint*(…, err, …) and err.Error() given to a log/slog call.
@@ -112,8 +130,7 @@ func checkSlogArg(pass *analysis.Pass, arg ast.Expr) {
 	if !ok {
 		return
 	}
-	if sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr); ok && sel.Sel.Name == "Error" && len(call.Args) == 0 &&
-		isError(pass.TypesInfo.TypeOf(sel.X)) {
+	if _, ok := errorText(pass, arg); ok {
 		pass.Reportf(arg.Pos(), "log/slog is given %s as text: pass the error itself as the attribute's value", types.ExprString(arg))
 		return
 	}

@@ -22,7 +22,8 @@ func f(err error, name string, n int) {
 	_ = fmt.Errorf("type %T", err)                            // the type is not the cause
 	_ = fmt.Errorf("%v", &myErr{})                            // want `the error &myErr{} with %v`
 	_ = fmt.Errorf("%s", name)                                // not an error
-	_ = fmt.Errorf("%q: %v", err.Error(), n)                  // the text is a string, the error is not passed
+	_ = fmt.Errorf("%q: %v", err.Error(), n)                  // want `fmt.Errorf formats err.Error\(\), the error's text \(verb 1\): wrap err with %w`
+	_ = fmt.Errorf("%s", name+": failed")                     // a string
 	slog.Error("failed", "err", err)                          // the error itself
 	slog.Error("failed", "err", err.Error())                  // want `log/slog is given err.Error\(\) as text`
 	slog.Warn(fmt.Sprintf("failed: %v", err))                 // want `formatted as text by fmt.Sprintf`
