@@ -51,8 +51,9 @@ func main() {
 		os.Exit(1)
 	}
 	if len(problems) > 0 {
-		fmt.Fprintf(os.Stderr, "apicheck: %d exported identifiers differ from api/ (the API of 0.1.0) and the CHANGELOG's [Unreleased] section does not name them.\n"+
-			"Add an entry for each under ## [Unreleased] (a breaking one with its replacement), naming it in backticks as `Type.Member`:\n", len(problems))
+		fmt.Fprintf(os.Stderr, "apicheck: %d exported identifier(s) differ from api/ (the API of 0.1.0) and the CHANGELOG's [Unreleased] section does not name them.\n"+
+			"Add a bullet for each under ## [Unreleased] (### Added, ### Changed or ### Removed; a breaking change with its replacement),\n"+
+			"naming it in backticks as `Name` or `Type.Member` (docs/development.md, \"The API record\"):\n", len(problems))
 		for _, p := range problems {
 			fmt.Fprintln(os.Stderr, "  "+p)
 		}
