@@ -55,6 +55,8 @@ func TestNewPublisherInstrumentErrorIsTheProviders(t *testing.T) {
 
 	_, err = outbox.NewPublisher(nil, newRecorder(), outbox.Config{})
 	assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "a nil store")
+	_, err = outbox.NewPublisher(store, newRecorder(), outbox.Config{Tuning: outbox.Tuning{BatchSize: -1}})
+	assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "a negative setting")
 
 	_, err = outbox.NewPublisher(store, newRecorder(), outbox.Config{MeterProvider: failingMeterProvider{}})
 	require.ErrorIs(t, err, errInstrument, "the provider's error is wrapped")
