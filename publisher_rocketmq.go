@@ -508,8 +508,8 @@ func fillAt(errs []error, at []int, err error) {
 // Close stops the sender: every Send that starts after it returns an error
 // wrapping [ErrClosed] and never reaches the producer; the sends already in flight
 // are waited for (each is bounded by SendTimeout, see [RocketMQConfig.SendTimeout]); then
-// the producer, which the sender built and owns, is shut down. It is safe to call more than once, and
-// from several goroutines: every call returns once the sender is closed.
+// the producer, which the sender built and owns, is shut down. It is safe to call more than
+// once, and from several goroutines: every call returns once the sender is closed.
 func (s *RocketMQSender) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
