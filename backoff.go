@@ -6,7 +6,7 @@ import (
 )
 
 // Backoff returns how long to wait before retry n, where n is 1 for the first retry. A
-// negative result is taken as zero, and a result over [Config.MaxBackoff] as MaxBackoff.
+// negative result is taken as zero, and a result over [Tuning.MaxBackoff] as MaxBackoff.
 // The delay is added to the database's clock, not the application's.
 type Backoff func(n int) time.Duration
 

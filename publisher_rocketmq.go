@@ -197,7 +197,10 @@ type RocketMQSender struct {
 }
 
 // NewRocketMQSender validates cfg, builds and starts a producer, which
-// [RocketMQSender.Close] shuts down.
+// [RocketMQSender.Close] shuts down. Every error it returns wraps [ErrInvalidConfig]: a
+// setting out of range, name servers that are not addresses, and a producer that cannot be
+// created or started with these settings (its group already runs on the client instance of
+// the same InstanceName in this process), each with the client's error wrapped beside it.
 func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	s, err := newRocketMQSender(cfg)
 	if err != nil {
@@ -208,7 +211,7 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	}
 	addrs, err := primitive.NewNamesrvAddr(cfg.NameServers...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: NameServers %v: %v", ErrInvalidConfig, cfg.NameServers, err)
+		return nil, fmt.Errorf("%w: NameServers %v: %w", ErrInvalidConfig, cfg.NameServers, err)
 	}
 	if cfg.Logger != nil {
 		RouteRocketMQClientLogs(cfg.Logger)
@@ -227,7 +230,7 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	}
 	p, err := rocketmq.NewProducer(append(opts, cfg.ProducerOptions...)...)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: could not create RocketMQ producer: %w", err)
+		return nil, fmt.Errorf("%w: could not create the RocketMQ producer with these settings (ProducerOptions?): %w", ErrInvalidConfig, err)
 	}
 	if err := p.Start(); err != nil {
 		// The one way Start fails is a group already registered on the client instance
@@ -235,8 +238,8 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 		// started nothing of its own, and its Shutdown would unregister the other
 		// producer's group from the shared client and shut that client down under it: so
 		// it is dropped, not shut down.
-		return nil, fmt.Errorf("outbox: could not start RocketMQ producer of group %q on client instance %q (another producer of the group uses that InstanceName in this process?): %w",
-			group, instance, err)
+		return nil, fmt.Errorf("%w: could not start the RocketMQ producer of group %q on client instance %q (another producer of the group uses that InstanceName in this process? give each sender its own InstanceName or GroupName): %w",
+			ErrInvalidConfig, group, instance, err)
 	}
 	s.producer, s.owned = p, true
 	return s, nil
@@ -505,8 +508,8 @@ func fillAt(errs []error, at []int, err error) {
 // Close stops the sender: every Send that starts after it returns an error
 // wrapping [ErrClosed] and never reaches the producer; the sends already in flight
 // are waited for (each is bounded by SendTimeout, see [RocketMQConfig.SendTimeout]); then
-// the producer is shut down if the sender built it. It is safe to call more than once, and
-// from several goroutines: every call returns once the sender is closed.
+// the producer, which the sender built and owns, is shut down. It is safe to call more than
+// once, and from several goroutines: every call returns once the sender is closed.
 func (s *RocketMQSender) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -544,8 +547,8 @@ func classifySendError(err error) error {
 	}
 	switch {
 	case errors.Is(err, rmqerrors.ErrNotRunning), errors.Is(err, rmqerrors.ErrService):
-		// The producer is not started, or was shut down (a caller-owned one): nothing was
-		// sent, and nothing will be through it.
+		// The producer is not started, or was shut down under the sender: nothing was sent,
+		// and nothing will be through it.
 		return fmt.Errorf("rocketmq: %w: the producer is not running: %w", ErrClosed, err)
 	case unreachable(err):
 		return Unavailable(wrapped)

@@ -59,14 +59,14 @@ func newCloudEvents(cfg RocketMQConfig) (*cloudEvents, error) {
 		return nil, nil
 	}
 	if err := checkURIReference(cfg.CloudEventsSource); err != nil {
-		return nil, fmt.Errorf("%w: CloudEventsSource %q is not a URI-reference (RFC 3986), as the CloudEvents source must be: %v", ErrInvalidConfig, cfg.CloudEventsSource, err)
+		return nil, fmt.Errorf("%w: CloudEventsSource %q is not a URI-reference (RFC 3986), as the CloudEvents source must be: %w", ErrInvalidConfig, cfg.CloudEventsSource, err)
 	}
 	ct := cfg.CloudEventsContentType
 	if ct == "" {
 		ct = ceContentTypeDefault
 	}
 	if err := checkDataContentType(ct); err != nil {
-		return nil, fmt.Errorf("%w: CloudEventsContentType %q: %v", ErrInvalidConfig, ct, err)
+		return nil, fmt.Errorf("%w: CloudEventsContentType %q: %w", ErrInvalidConfig, ct, err)
 	}
 	return &cloudEvents{source: cfg.CloudEventsSource, contentType: ct}, nil
 }
@@ -181,7 +181,7 @@ func checkDataContentType(s string) error {
 	}
 	mt, _, err := mime.ParseMediaType(s)
 	if err != nil {
-		return fmt.Errorf("it is not a media type (RFC 2046, e.g. application/json): %v", err)
+		return fmt.Errorf("it is not a media type (RFC 2046, e.g. application/json): %w", err)
 	}
 	if !strings.Contains(mt, "/") {
 		return fmt.Errorf("it is not a media type: %q has no subtype (e.g. application/json)", mt)

@@ -477,6 +477,7 @@ func TestRocketMQSenderWhoseProducerCannotStart(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	_, err = outbox.NewRocketMQSender(cfg)
 	require.ErrorIs(t, err, rmqerrors.ErrProducerCreated)
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig, "a producer that cannot start with these settings is a configuration error")
 	assert.ErrorContains(t, err, "InstanceName")
 	require.NoError(t, testsvc.FindLeaks(10*time.Second, append(testsvc.RocketMQClientLifetimes, before)...))
 

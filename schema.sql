@@ -40,13 +40,15 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- WAIT -> SENDING -> SUCCESS, or back to WAIT for a retry, or FAIL (dead letter);
     -- FAIL -> SKIPPED when a person decides a dead letter is never to be sent (final, and
     -- done as SUCCESS is for per-key ordering). SKIPPED is last, so that adding it to an
-    -- older table is an instant ALTER (see the README's "Per-key ordering").
+    -- older table is an instant ALTER (see docs/ordering.md, "Making an existing table
+    -- ordered").
     status          ENUM('WAIT', 'SENDING', 'SUCCESS', 'FAIL', 'SKIPPED') NOT NULL DEFAULT 'WAIT',
-    -- failed attempts so far; the last failure (past the retry limit) leaves MaxRetry+1.
+    -- failed attempts so far; the dead letter of the last one leaves Config.MaxAttempts
+    -- (fewer for a Permanent error).
     retry_count     INT           NOT NULL DEFAULT 0,
     -- times the row was reclaimed: its lease expired with no outcome recorded, because the
     -- instance holding it died or stalled. A reclaimed row is claimed alone from then on, and
-    -- past MaxReclaims it is dead-lettered as a poison event.
+    -- past Tuning.MaxReclaims it is dead-lettered as a poison event.
     reclaim_count   INT           NOT NULL DEFAULT 0,
     -- a WAIT row is due once this has passed: the insert's time, or later for an event
     -- written with a delay (EventInput.Delay, NotBefore), or a retry's after a failure.
@@ -74,7 +76,8 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- Written once, with the row, and never changed, so they never move a row either:
     -- trace_parent is always 55 ascii characters or empty, trace_state at most 256 (a longer
     -- tracestate loses its last entries). Last, so that adding them to an older table is an
-    -- instant ALTER (see the README's "Upgrading").
+    -- instant ALTER (see docs/upgrading.md, "Upgrading a table made before the trace
+    -- columns").
     trace_parent    CHAR(55)      CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     trace_state     VARCHAR(256)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     PRIMARY KEY (id),
@@ -85,11 +88,11 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     KEY idx_status_claimed_at (status, claimed_at),
     -- lookups by business key, for people tracing an order's events.
     --
-    -- A table whose events are published in key order (Config.Ordering) has instead
+    -- A table whose events are published in key order (MySQLConfig.Ordering) has instead
     --     KEY idx_biz_no_status (biz_no, status, id)
-    -- (MySQLConfig.KeyOrderIndex makes CreateSchema write it; the README's "Per-key
-    -- ordering" gives the ALTER for an existing table). It serves the same lookups, and makes
-    -- every "is an earlier event of this key still open?" check of the ordered claim one
+    -- (CreateSchema writes it for an ordered store; docs/ordering.md, "Making an existing
+    -- table ordered", gives the ALTER for an existing table). It serves the same lookups, and
+    -- makes every "is an earlier event of this key still open?" check of the ordered claim one
     -- index dive that never reads a sent row. Its cost: status is then in three secondary
     -- indexes instead of two, so each claim and acknowledgement rewrites one more index
     -- entry: measured on MariaDB 10.11, 739 instead of 573 bytes of redo per event (+29 %),
