@@ -113,14 +113,14 @@ var cloudEventsJVM = sync.OnceValues(func() (javaConsumer, error) {
 		java = filepath.Join(home, "bin", "java")
 	}
 	if _, err := exec.LookPath(java); err != nil {
-		return javaConsumer{}, fmt.Errorf("no Java for the CloudEvents Java SDK's consumer (set JAVA_HOME, or put java on PATH): %v", err)
+		return javaConsumer{}, fmt.Errorf("no Java for the CloudEvents Java SDK's consumer (set JAVA_HOME, or put java on PATH): %w", err)
 	}
 	mvn := os.Getenv(MavenEnv)
 	if mvn == "" {
 		mvn = "mvn"
 	}
 	if _, err := exec.LookPath(mvn); err != nil {
-		return javaConsumer{}, fmt.Errorf("no Maven to resolve the CloudEvents Java SDK (set %s, or put mvn on PATH): %v", MavenEnv, err)
+		return javaConsumer{}, fmt.Errorf("no Maven to resolve the CloudEvents Java SDK (set %s, or put mvn on PATH): %w", MavenEnv, err)
 	}
 	dir, err := os.MkdirTemp("", "outbox-cloudevents-")
 	if err != nil {
@@ -133,7 +133,7 @@ var cloudEventsJVM = sync.OnceValues(func() (javaConsumer, error) {
 	cmd := exec.CommandContext(ctx, mvn, "-q", "-B", "-f", filepath.Join(cloudEventsConsumerDir(), "pom.xml"),
 		"dependency:build-classpath", "-Dmdep.outputFile="+out)
 	if log, err := cmd.CombinedOutput(); err != nil {
-		return javaConsumer{}, fmt.Errorf("could not resolve the CloudEvents Java SDK and RocketMQ's Java client with Maven: %v\n%s", err, tail(string(log), 40))
+		return javaConsumer{}, fmt.Errorf("could not resolve the CloudEvents Java SDK and RocketMQ's Java client with Maven: %w\n%s", err, tail(string(log), 40))
 	}
 	cp, err := os.ReadFile(out)
 	if err != nil {

@@ -184,7 +184,7 @@ var orderlyConsumerBinary = sync.OnceValues(func() (string, error) {
 	build := exec.Command(goCmd, "build", "-o", tmp, "./internal/testsvc/orderlyconsumer")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./internal/testsvc/orderlyconsumer: %v\n%s", err, out)
+		return "", fmt.Errorf("go build ./internal/testsvc/orderlyconsumer: %w\n%s", err, out)
 	}
 	bin := filepath.Join(dir, "orderlyconsumer")
 	if err := os.Rename(tmp, bin); err != nil {

@@ -306,7 +306,7 @@ func requireScriptInstance(t testing.TB) {
 		missing(t, fmt.Errorf("this test stops a broker: set %s and the other OUTBOX_ROCKETMQ_* variables that bash scripts/rocketmq.sh start prints (eval its output), so that it stops the instance the tests use and no other", RocketMQDirEnv))
 	}
 	if out, err := script("status"); err != nil {
-		missing(t, fmt.Errorf("the brokers were not started by scripts/rocketmq.sh (or not with the OUTBOX_ROCKETMQ_* variables it printed), so this test cannot stop one: %v\n%s", err, out))
+		missing(t, fmt.Errorf("the brokers were not started by scripts/rocketmq.sh (or not with the OUTBOX_ROCKETMQ_* variables it printed), so this test cannot stop one: %w\n%s", err, out))
 	}
 }
 

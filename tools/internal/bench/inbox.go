@@ -420,7 +420,7 @@ func NewTopic(ctx context.Context, nameServers []string, broker string, messages
 		select {
 		case <-cctx.Done():
 			t.Delete()
-			return nil, fmt.Errorf("topic %s has no route after a minute: %v", t.Name, err)
+			return nil, fmt.Errorf("topic %s has no route after a minute: %w", t.Name, err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
