@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/go-outbox/outbox"
 )
 
 // errNotLeader ends a term: another relay holds the lock, or took the table over (a higher
@@ -77,6 +79,18 @@ func (r *Relay) lead(ctx context.Context, info serverInfo) error {
 				slog.Any("reason", err))
 			resume = ""
 			continue
+		case errors.Is(err, errMarksFailing):
+			r.handBack(epoch)
+			r.setLeader(epoch, false)
+			r.cfg.Logger.ErrorContext(ctx, "relay: handed the table to the polling publishers: its marks keep failing",
+				slog.String("table", r.cfg.Table), slog.Any("error", err), slog.Duration("leads_again_after", r.cfg.FallbackAfter))
+			if !errors.Is(err, outbox.ErrInvalidConfig) {
+				// The publishers keep the table for FallbackAfter before this relay tries again.
+				select {
+				case <-ctx.Done():
+				case <-time.After(r.cfg.FallbackAfter):
+				}
+			}
 		}
 		return err
 	}
@@ -130,7 +144,7 @@ func (r *Relay) stillLeader(ctx context.Context, lock *sql.Conn) error {
 	var mine sql.NullInt64
 	err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", r.lockName()).Scan(&mine)
 	if err != nil {
-		return fmt.Errorf("%w: the lock's connection: %v", errNotLeader, err)
+		return fmt.Errorf("%w: the lock's connection: %w", errNotLeader, err)
 	}
 	if mine.Int64 != 1 {
 		return fmt.Errorf("%w: the lock is no longer held", errNotLeader)

@@ -24,16 +24,28 @@ func (t *term) send() error {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := t.flush(ctx); err != nil {
-			t.log().WarnContext(ctx, "relay: could not mark the last events sent; the next leader sends them again", slog.Any("error", err))
+		err := t.flush(ctx)
+		if err == nil {
+			err = t.markHeld(ctx)
+		}
+		if n := len(t.unmarked) + len(t.held); n > 0 {
+			// Sent, and WAIT in the table: whoever publishes the table next sends them again.
+			t.countResent(int64(n))
+			t.log().WarnContext(ctx, "relay: could not mark the last events sent; the next publisher sends them again",
+				slog.Int("events", n), slog.Any("error", err))
 		}
 	}()
 	for {
 		var wait <-chan time.Time
 		var timer *time.Timer
 		next, ok := t.timers.next()
-		if len(t.unmarked) > 0 && (!ok || t.markBy.Before(next)) {
-			next, ok = t.markBy, true
+		for _, d := range []struct {
+			at time.Time
+			on bool
+		}{{t.markBy, len(t.unmarked) > 0}, {t.heldBy, len(t.held) > 0}, {t.sendingBy, len(t.sending) > 0}} {
+			if d.on && (!ok || d.at.Before(next)) {
+				next, ok = d.at, true
+			}
 		}
 		if ok {
 			timer = time.NewTimer(time.Until(next))
@@ -55,6 +67,16 @@ func (t *term) send() error {
 		if fired {
 			if len(t.unmarked) > 0 && !time.Now().Before(t.markBy) {
 				if err := t.flush(t.ctx); err != nil {
+					return err
+				}
+			}
+			if len(t.held) > 0 && !time.Now().Before(t.heldBy) {
+				if err := t.markHeld(t.ctx); err != nil {
+					return err
+				}
+			}
+			if len(t.sending) > 0 && !time.Now().Before(t.sendingBy) {
+				if err := t.checkSending(); err != nil {
 					return err
 				}
 			}
@@ -186,10 +208,10 @@ func (t *term) deliver(evs []outbox.Event, check bool) error {
 // unblocked drops the events of held-back keys (in key order): they stay WAIT, and the
 // key's release reads them from the table.
 func (t *term) unblocked(evs []outbox.Event) []outbox.Event {
-	if !t.keyOrder() || len(t.blocked) == 0 {
+	if !t.keyOrder() || len(t.blocked) == 0 && len(t.sending) == 0 {
 		return evs
 	}
-	return slices.DeleteFunc(slices.Clone(evs), func(ev outbox.Event) bool { return t.blocked[ev.BizNo] })
+	return slices.DeleteFunc(slices.Clone(evs), func(ev outbox.Event) bool { return t.heldBack(ev.BizNo) })
 }
 
 func (t *term) sendBatch(pending []outbox.Event) error {
@@ -280,13 +302,17 @@ func (t *term) sent(evs []outbox.Event) error {
 	return nil
 }
 
-// flush marks the sent events SUCCESS and lets the processed position move on.
+// flush marks the sent events SUCCESS and lets the processed position move on. Events whose
+// rows another session holds are kept to be marked later (markHeld): the position moves on
+// past them all the same, as the next term's sweep sends them again if they are still WAIT.
 func (t *term) flush(ctx context.Context) error {
 	for len(t.unmarked) > 0 {
 		n := min(len(t.unmarked), 1000)
-		if err := t.markSent(ctx, t.unmarked[:n]); err != nil {
+		held, err := t.mark(ctx, t.unmarked[:n])
+		if err != nil {
 			return err
 		}
+		t.hold(held)
 		t.unmarked = t.unmarked[n:]
 	}
 	t.unmarked = nil
@@ -294,33 +320,6 @@ func (t *term) flush(ctx context.Context) error {
 		pos := t.pendingPos
 		t.processed.Store(&pos)
 		t.pendingPos = ""
-	}
-	return nil
-}
-
-// markSent marks the sent events SUCCESS in one fenced statement.
-func (t *term) markSent(ctx context.Context, evs []outbox.Event) error {
-	r := t.r
-	args := make([]any, 0, len(evs)+3)
-	args = append(args, r.cfg.Table, t.epoch, r.cfg.InstanceID)
-	for _, ev := range evs {
-		args = append(args, ev.ID)
-	}
-	res, err := r.db.ExecContext(ctx, fmt.Sprintf(r.q.markSuccess, placeholders(len(evs))), args...)
-	if err != nil {
-		return fmt.Errorf("relay: mark sent: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("relay: mark sent: %w", err)
-	}
-	if n < int64(len(evs)) {
-		if err := t.checkEpoch(ctx); err != nil {
-			return err
-		}
-		// Someone else recorded them first: a poller, or an earlier leader.
-		r.counters.resent.Add(int64(len(evs)) - n)
-		r.m.add(t.ctx, func(m *metrics) metric.Int64Counter { return m.resent }, int64(len(evs))-n)
 	}
 	return nil
 }
@@ -333,6 +332,9 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	reason := cause.Error()
 	if attempt >= r.cfg.MaxAttempts || outbox.IsPermanent(cause) {
 		n, err := t.exec("dead letter", r.q.fail, r.cfg.Table, t.epoch, attempt, reason, r.cfg.InstanceID, ev.ID)
+		if isLockWait(err) {
+			return t.rowHeld(ev, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -355,6 +357,9 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	}
 	delay := r.cfg.Backoff(attempt)
 	n, err := t.exec("retry", r.q.retry, r.cfg.Table, t.epoch, attempt, reason, delay.Microseconds(), ev.ID)
+	if isLockWait(err) {
+		return t.rowHeld(ev, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -366,6 +371,15 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	t.log().WarnContext(t.ctx, "relay: send failed, will retry", slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID),
 		slog.String("biz_no", ev.BizNo), slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
 	t.later(ev, delay)
+	return nil
+}
+
+// rowHeld handles a failed send whose row another session holds: nothing is written, and
+// the row is looked at again (and, still WAIT and due, sent again) after markPauseMax.
+func (t *term) rowHeld(ev outbox.Event, err error) error {
+	t.log().WarnContext(t.ctx, "relay: another session holds the row of a failed send; looking at it again later",
+		slog.Int64("id", ev.ID), slog.Duration("after", markPauseMax), slog.Any("error", err))
+	t.later(ev, markPauseMax)
 	return nil
 }
 
@@ -420,7 +434,7 @@ func (t *term) reread(ids []int64) error {
 			// waiting events are read and sent in order.
 			keys := map[string]bool{}
 			for _, ev := range evs {
-				if !t.blocked[ev.ev.BizNo] && !keys[ev.ev.BizNo] {
+				if !t.heldBack(ev.ev.BizNo) && !keys[ev.ev.BizNo] {
 					keys[ev.ev.BizNo] = true
 					if err := t.resumeKey(ev.ev.BizNo); err != nil {
 						return err
@@ -469,8 +483,11 @@ func (t *term) resumeKey(key string) error {
 func (t *term) due(evs []timedEvent) []outbox.Event {
 	out := make([]outbox.Event, 0, len(evs))
 	for _, te := range evs {
-		if t.keyOrder() && t.blocked[te.ev.BizNo] {
+		if t.keyOrder() && t.heldBack(te.ev.BizNo) {
 			continue
+		}
+		if t.heldRow(te.ev.ID) {
+			continue // sent; its mark waits for another session's lock
 		}
 		if te.in > 0 {
 			t.later(te.ev, te.in)
@@ -554,7 +571,7 @@ func (t *term) stillWaiting(evs []outbox.Event) ([]outbox.Event, error) {
 			return nil, err
 		}
 	}
-	return slices.DeleteFunc(evs, func(ev outbox.Event) bool { return !waiting[ev.ID] }), nil
+	return slices.DeleteFunc(evs, func(ev outbox.Event) bool { return !waiting[ev.ID] || t.heldRow(ev.ID) }), nil
 }
 
 // sweep delivers every event waiting in the table, in id order: what committed before the
@@ -601,8 +618,13 @@ func (t *term) swept(n int) {
 	t.r.m.add(t.ctx, func(m *metrics) metric.Int64Counter { return m.swept }, int64(n))
 }
 
-// exec runs a fenced write; the database's failures end the term.
+// exec runs a fenced write of one event's row; the database's failures end the term. On
+// MariaDB it waits on no row lock (see noWait): a row another session holds fails it at
+// once with a lock wait error, which the caller handles.
 func (t *term) exec(what, q string, args ...any) (int64, error) {
+	if t.info.flavor == gomysql.MariaDBFlavor {
+		q = noWait + q
+	}
 	res, err := t.r.db.ExecContext(t.ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("relay: %s: %w", what, err)
