@@ -256,3 +256,39 @@ func TestRelayWaitsForAKeysEventAPublisherIsSending(t *testing.T) {
 	waitFor(t, 10*time.Second, "its row SUCCESS", func() bool { return e.status(t, second) == "SUCCESS" })
 	assert.Zero(t, sender.count(first))
 }
+
+// A fleet of per-row publishers (Tuning.ClaimPerRow) switches to the relay and back, three
+// times, under load: no event is sent twice, as no per-row claim starts after the relay's
+// takeover and the takeover waits for those in flight.
+func TestRelayTakesOverFromPerRowPublishersSendingNoEventTwice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	sender := newCounting()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range 2 {
+		p, err := outbox.NewPublisher(e.store, sender, outbox.Config{InstanceID: fmt.Sprintf("poller-%d", i),
+			PollInterval: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Tuning: outbox.Tuning{ClaimPerRow: true}})
+		require.NoError(t, err)
+		wg.Go(func() { _ = p.Run(ctx) })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	w := startWriter(t, e, time.Millisecond)
+	var resent int64
+	for round := range 3 {
+		time.Sleep(700 * time.Millisecond)
+		r, stop := start(t, e.dsn, sender, e.config(fmt.Sprintf("relay-%d", round)))
+		waitLeader(t, r)
+		time.Sleep(700 * time.Millisecond)
+		stop()
+		resent += r.Stats().Resent
+	}
+	time.Sleep(500 * time.Millisecond)
+	ids := w.finish(t, e)
+	waitFor(t, 30*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == len(ids) })
+	sends, distinct := sender.total()
+	t.Logf("%d events, %d sends", len(ids), sends)
+	assert.Equal(t, len(ids), distinct)
+	assert.Equal(t, distinct, sends, "no event sent twice")
+	assert.Zero(t, resent)
+}

@@ -22,6 +22,9 @@ var errMarksFailing = errors.New("relay: marking sent events SUCCESS keeps faili
 // rows another session holds.
 const markPauseMax = 5 * time.Second
 
+// markStatementTimeout bounds one mark's statements.
+const markStatementTimeout = 10 * time.Second
+
 // markPauseMin is the first pause.
 const markPauseMin = 100 * time.Millisecond
 
@@ -67,6 +70,11 @@ type markResult struct {
 // and a mark given up on (its context ended) is rolled back, never committed later.
 func (t *term) markSent(ctx context.Context, evs []outbox.Event) (markResult, error) {
 	r := t.r
+	// A mark under way is not abandoned when the term ends: it would go on on the server,
+	// and its rows would look held by another session to the term's last mark. It waits on
+	// no event row, so it ends soon.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markStatementTimeout)
+	defer cancel()
 	if t.info.flavor == gomysql.MariaDBFlavor {
 		args := make([]any, 0, len(evs)+3)
 		args = append(args, r.cfg.Table, t.epoch, r.cfg.InstanceID)
