@@ -87,11 +87,13 @@ func (t *term) markSent(ctx context.Context, evs []outbox.Event) (markResult, er
 			if err != nil {
 				return markResult{}, fmt.Errorf("relay: mark sent: %w", err)
 			}
-			if n == int64(len(evs)) {
-				return markResult{}, nil
+			if n < int64(len(evs)) {
+				if err := t.checkEpoch(ctx); err != nil {
+					return markResult{}, err
+				}
+				// The others were not WAIT: another publisher recorded them first.
 			}
-			// Some rows were not WAIT: another publisher's (SUCCESS), or the epoch moved. The
-			// transaction below tells which.
+			return markResult{done: int64(len(evs)) - n}, nil
 		} else if !isLockWait(err) {
 			return markResult{}, fmt.Errorf("relay: mark sent: %w", err)
 		}
