@@ -151,7 +151,7 @@ func TestRelayWhoseMarksAreDeniedHandsTheTableBack(t *testing.T) {
 	account := "'relay_marks'@'127.0.0.1'"
 	for _, q := range []string{
 		"CREATE USER " + account,
-		"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO " + account,
+		"GRANT REPLICATION SLAVE, BINLOG MONITOR, REPLICATION MASTER ADMIN ON *.* TO " + account,
 		fmt.Sprintf("GRANT SELECT, UPDATE ON %s.%s TO %s", cfg.DBName, e.table, account),
 		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %s.%s TO %s", cfg.DBName, e.relayTbl, account),
 	} {
@@ -291,4 +291,28 @@ func TestRelayTakesOverFromPerRowPublishersSendingNoEventTwice(t *testing.T) {
 	assert.Equal(t, len(ids), distinct)
 	assert.Equal(t, distinct, sends, "no event sent twice")
 	assert.Zero(t, resent)
+}
+
+// An event the relay sent and finds SUCCESS when it marks it (another publisher sent and
+// recorded it meanwhile) is counted as resent.
+func TestRelayCountsEventsAnotherPublisherMarked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	sender := newCounting()
+	sender.hook = func(_ int, evs []outbox.Event) {
+		for _, ev := range evs {
+			if string(ev.Payload) == `{"n":1}` {
+				_, err := e.db.Exec("UPDATE "+e.table+" SET status = 'SUCCESS', claim_owner = 'poller-1' WHERE id = ?", ev.ID)
+				assert.NoError(t, err)
+			}
+		}
+	}
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+	ids := e.insert(t, 3, byIndex("marked"))
+	waitFor(t, 20*time.Second, "every row SUCCESS", func() bool { return e.statuses(t)["SUCCESS"] == len(ids) })
+	waitFor(t, 10*time.Second, "the resent count", func() bool { return r.Stats().Resent == 1 })
+	var owner string
+	require.NoError(t, e.db.QueryRow("SELECT claim_owner FROM "+e.table+" WHERE event_id = ?", ids[1]).Scan(&owner))
+	assert.Equal(t, "poller-1", owner)
 }
