@@ -316,3 +316,45 @@ func TestRelayCountsEventsAnotherPublisherMarked(t *testing.T) {
 	require.NoError(t, e.db.QueryRow("SELECT claim_owner FROM "+e.table+" WHERE event_id = ?", ids[1]).Scan(&owner))
 	assert.Equal(t, "poller-1", owner)
 }
+
+// A failed send whose row another session holds writes nothing and stalls nothing: the
+// events committed meanwhile are sent and marked, and the row is looked at again later
+// and sent once it is let go.
+func TestRelayRetriesAFailedSendWhoseRowIsHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	held := e.insert(t, 1, byIndex("held"))[0]
+	holder, err := e.db.Begin()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Rollback() })
+	_, err = holder.Exec("SELECT id FROM "+e.table+" WHERE id = ? FOR UPDATE", e.rowID(t, held))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	sends := map[string]int{}
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sends[ev.EventID]++
+		if ev.EventID == held && sends[ev.EventID] == 1 {
+			return fmt.Errorf("refused once")
+		}
+		return nil
+	})
+	count := func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return sends[id]
+	}
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+	waitFor(t, 20*time.Second, "the held event's failed send", func() bool { return count(held) == 1 })
+	later := e.insert(t, 5, byIndex("later"))
+	waitFor(t, 20*time.Second, "the events committed meanwhile", func() bool { return e.statuses(t)["SUCCESS"] == len(later) })
+	require.NoError(t, holder.Rollback())
+	waitFor(t, 30*time.Second, "the held event sent again and marked", func() bool { return e.status(t, held) == "SUCCESS" })
+	assert.Equal(t, 2, count(held))
+	var retries int
+	require.NoError(t, e.db.QueryRow("SELECT retry_count FROM "+e.table+" WHERE event_id = ?", held).Scan(&retries))
+	assert.Zero(t, retries, "nothing was written while the row was held")
+	assert.Zero(t, r.Stats().Retried)
+}

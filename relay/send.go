@@ -13,6 +13,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-sql-driver/mysql"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/go-outbox/outbox"
@@ -331,7 +332,7 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	attempt := ev.RetryCount + 1
 	reason := cause.Error()
 	if attempt >= r.cfg.MaxAttempts || outbox.IsPermanent(cause) {
-		n, err := t.exec("dead letter", r.q.fail, r.cfg.Table, t.epoch, attempt, reason, r.cfg.InstanceID, ev.ID)
+		n, err := t.exec("dead letter", r.q.fail, ev.ID, r.cfg.Table, t.epoch, attempt, reason, r.cfg.InstanceID)
 		if isLockWait(err) {
 			return t.rowHeld(ev, err)
 		}
@@ -356,7 +357,7 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		return nil
 	}
 	delay := r.cfg.Backoff(attempt)
-	n, err := t.exec("retry", r.q.retry, r.cfg.Table, t.epoch, attempt, reason, delay.Microseconds(), ev.ID)
+	n, err := t.exec("retry", r.q.retry, ev.ID, r.cfg.Table, t.epoch, attempt, reason, delay.Microseconds())
 	if isLockWait(err) {
 		return t.rowHeld(ev, err)
 	}
@@ -618,18 +619,51 @@ func (t *term) swept(n int) {
 	t.r.m.add(t.ctx, func(m *metrics) metric.Int64Counter { return m.swept }, int64(n))
 }
 
-// exec runs a fenced write of one event's row; the database's failures end the term. On
-// MariaDB it waits on no row lock (see noWait): a row another session holds fails it at
-// once with a lock wait error, which the caller handles.
-func (t *term) exec(what, q string, args ...any) (int64, error) {
+// exec runs a fenced write of the row id (its last argument); the database's failures end
+// the term. It waits on no row lock: on MariaDB the statement runs with noWait, on MySQL in
+// a transaction that locks the row first, skipping it if another session holds it. A held
+// row fails it with a lock wait error (1205), which the caller handles.
+func (t *term) exec(what, q string, id int64, args ...any) (int64, error) {
+	args = append(args, id)
 	if t.info.flavor == gomysql.MariaDBFlavor {
-		q = noWait + q
+		res, err := t.r.db.ExecContext(t.ctx, noWait+q, args...)
+		if err != nil {
+			return 0, fmt.Errorf("relay: %s: %w", what, err)
+		}
+		return res.RowsAffected()
 	}
-	res, err := t.r.db.ExecContext(t.ctx, q, args...)
+	tx, err := t.r.db.BeginTx(t.ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("relay: %s: %w", what, err)
 	}
-	return res.RowsAffected()
+	defer tx.Rollback()
+	var got int64
+	err = tx.QueryRowContext(t.ctx, "SELECT id FROM "+t.r.cfg.Table+" FORCE INDEX (PRIMARY) WHERE id = ? FOR UPDATE SKIP LOCKED", id).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		var n int
+		if err := tx.QueryRowContext(t.ctx, "SELECT COUNT(*) FROM "+t.r.cfg.Table+" WHERE id = ?", id).Scan(&n); err != nil {
+			return 0, fmt.Errorf("relay: %s: %w", what, err)
+		}
+		if n == 0 {
+			return 0, nil // gone: nothing to write
+		}
+		return 0, fmt.Errorf("relay: %s: %w", what, &mysql.MySQLError{Number: 1205, Message: "the row is held by another session"})
+	}
+	if err != nil {
+		return 0, fmt.Errorf("relay: %s: %w", what, err)
+	}
+	res, err := tx.ExecContext(t.ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("relay: %s: %w", what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("relay: %s: %w", what, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("relay: %s: commit: %w", what, err)
+	}
+	return n, nil
 }
 
 // checkEpoch returns errNotLeader if the checkpoint row's epoch moved on.
