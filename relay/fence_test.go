@@ -358,3 +358,42 @@ func TestRelayRetriesAFailedSendWhoseRowIsHeld(t *testing.T) {
 	assert.Zero(t, retries, "nothing was written while the row was held")
 	assert.Zero(t, r.Stats().Retried)
 }
+
+// A relay whose marks keep failing for another cause (here a trigger refuses them) tries
+// them again for FallbackAfter, sending no event twice, then hands the table to the
+// publishers, which send what it could not mark; Run goes on.
+func TestRelayWhoseMarksKeepFailingHandsTheTableBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	_, err := e.db.ExecContext(ctx, "CREATE TRIGGER "+e.table+"_no_mark BEFORE UPDATE ON "+e.table+
+		" FOR EACH ROW BEGIN IF OLD.status = 'WAIT' AND NEW.status = 'SUCCESS' THEN "+
+		"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'marks refused'; END IF; END")
+	require.NoError(t, err)
+	relayed := newCounting()
+	r, done := runRelay(t, e.dsn, relayed, e.config("relay-1"))
+	waitLeader(t, r)
+	polled := newCounting()
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	p, err := outbox.NewPublisher(e.store, polled, outbox.Config{InstanceID: "poller-1", PollInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	wg.Go(func() { _ = p.Run(pctx) })
+	t.Cleanup(func() { stop(); wg.Wait() })
+
+	ids := e.insert(t, 4, byIndex("refused"))
+	waitFor(t, 30*time.Second, "the publisher to send every event", func() bool { return e.statuses(t)["SUCCESS"] == len(ids) })
+	sends, distinct := relayed.total()
+	assert.Equal(t, sends, distinct, "the relay sent no event twice")
+	assert.Positive(t, sends)
+	assert.Equal(t, int64(sends), r.Stats().Resent)
+	for _, id := range ids {
+		assert.Equal(t, 1, polled.count(id), "event %s", id)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v", err)
+	default:
+	}
+}
