@@ -225,36 +225,52 @@ func TestRelayCountsEventsSentAgainAfterAFailover(t *testing.T) {
 
 // In key order, a key whose event a polling publisher claimed before the relay took the
 // table over (SENDING) sends none of its later events until that one is done; other keys
-// go on.
+// go on. One the publisher dead-letters goes on blocking its key (KeyOrder) until a person
+// skips it.
 func TestRelayWaitsForAKeysEventAPublisherIsSending(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, newServer(t), outbox.KeyOrder)
 	first := e.insert(t, 1, func(int) string { return "K" })[0]
 	second := e.insert(t, 1, func(int) string { return "K" })[0]
+	dead := e.insert(t, 1, func(int) string { return "D" })[0]
+	behind := e.insert(t, 1, func(int) string { return "D" })[0]
 	other := e.insert(t, 1, func(int) string { return "Z" })[0]
 	cands, err := e.store.Candidates(ctx, 10)
 	require.NoError(t, err)
-	require.NotEmpty(t, cands)
-	require.Equal(t, first, cands[0].EventID)
-	ok, err := e.store.Claim(ctx, cands[0], "poller-1")
-	require.NoError(t, err)
-	require.True(t, ok)
+	claimed := map[string]outbox.Event{}
+	for _, ev := range cands {
+		if ev.EventID == first || ev.EventID == dead {
+			ok, err := e.store.Claim(ctx, ev, "poller-1")
+			require.NoError(t, err)
+			require.True(t, ok)
+			claimed[ev.EventID] = ev
+		}
+	}
+	require.Len(t, claimed, 2)
 
 	sender := newCounting()
 	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	waitFor(t, 20*time.Second, "the other key's event", func() bool { return sender.count(other) == 1 })
-	time.Sleep(500 * time.Millisecond) // a few checks of the key
+	ok, err := e.store.MarkFail(ctx, claimed[dead].ID, "poller-1", 1, "refused")
+	require.NoError(t, err)
+	require.True(t, ok)
+	time.Sleep(time.Second) // a few checks of the keys
 	assert.Zero(t, sender.count(second), "the key's later event waits while its earlier one is SENDING")
 	assert.Zero(t, sender.count(first), "the relay sends no row a publisher holds")
+	assert.Zero(t, sender.count(behind), "a dead letter of the publisher's blocks its key")
 
-	n, err := e.store.MarkSuccess(ctx, []int64{cands[0].ID}, "poller-1")
+	n, err := e.store.MarkSuccess(ctx, []int64{claimed[first].ID}, "poller-1")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	waitFor(t, 20*time.Second, "the key's later event", func() bool { return sender.count(second) == 1 })
 	waitFor(t, 10*time.Second, "its row SUCCESS", func() bool { return e.status(t, second) == "SUCCESS" })
 	assert.Zero(t, sender.count(first))
+	assert.Zero(t, sender.count(behind), "still blocked by its dead letter")
+
+	require.NoError(t, outbox.NewAdmin(e.store).Skip(ctx, claimed[dead].ID))
+	waitFor(t, 20*time.Second, "the skipped key's later event", func() bool { return sender.count(behind) == 1 })
 }
 
 // A fleet of per-row publishers (Tuning.ClaimPerRow) switches to the relay and back, three

@@ -243,19 +243,29 @@ func (t *term) checkSending() error {
 	for k := range t.sending {
 		keys = append(keys, k)
 	}
-	rows, err := t.r.db.QueryContext(t.ctx, fmt.Sprintf("SELECT DISTINCT biz_no FROM "+t.r.cfg.Table+
-		" WHERE status = 'SENDING' AND biz_no IN (%s)", placeholders(len(keys))), keys...)
+	// Under KeyOrder a row the publisher dead-lettered (FAIL) goes on blocking its key.
+	open := "'SENDING'"
+	if t.r.cfg.Ordering == outbox.KeyOrder {
+		open = "'SENDING', 'FAIL'"
+	}
+	rows, err := t.r.db.QueryContext(t.ctx, fmt.Sprintf("SELECT biz_no, MAX(status = 'SENDING') FROM "+t.r.cfg.Table+
+		" WHERE status IN ("+open+") AND biz_no IN (%s) GROUP BY biz_no", placeholders(len(keys))), keys...)
 	if err != nil {
 		return fmt.Errorf("relay: read the keys being sent: %w", err)
 	}
 	still := map[string]bool{}
 	for rows.Next() {
 		var k string
-		if err := rows.Scan(&k); err != nil {
+		var sending bool
+		if err := rows.Scan(&k, &sending); err != nil {
 			rows.Close()
 			return fmt.Errorf("relay: read the keys being sent: %w", err)
 		}
-		still[k] = true
+		if sending {
+			still[k] = true
+		} else {
+			t.blocked[k] = true // a dead letter
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
