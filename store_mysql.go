@@ -225,7 +225,7 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 		s.q.schema = partitionedSchema(s.q.schema, cfg.PartitionIDs)
 	}
 	if cfg.RelayTable != "" {
-		s.relay = newRelayGate(table, cfg.RelayTable)
+		s.relay = newRelayGate(table, cfg.RelayTable, s.q, s.oq)
 	}
 	s.backlog.Store(true) // a publisher starting may find one
 	return s, nil

@@ -11,7 +11,9 @@ import (
 // Candidates implements [Store]. In key order the rows are read grouped by key (each key's
 // events in id order, the keys oldest first), only those whose key lets them go: a key's
 // later events are worth trying only once its earlier ones are claimed, sent and
-// recorded, which [MySQLStore.Claim] checks again, atomically.
+// recorded, which [MySQLStore.Claim] checks again, atomically. With
+// [MySQLConfig.RelayTable] it reads nothing while a relay leads; the fence against a relay
+// taking over after the read is each Claim's own.
 func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error) {
 	if leads, err := s.relayLeads(ctx, s.db, ""); leads || err != nil {
 		return nil, err
@@ -68,12 +70,22 @@ func scanEventsCounted(rows *sql.Rows, err error, count *int) ([]Event, []int, e
 
 // Claim implements [Store].
 // In key order the same statement checks that no earlier event of ev's biz no is open (WAIT
-// or SENDING, and FAIL under KeyOrder).
+// or SENDING, and FAIL under KeyOrder). With [MySQLConfig.RelayTable] it also joins the
+// relay's checkpoint row at mode polling: it claims nothing once a relay took the table
+// over, and a takeover waits for it (the join holds the row's shared lock until it commits).
 func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, error) {
 	if s.ordering != Unordered {
-		return s.execOne(ctx, "claim in key order", s.oq.claim[orderIndexOf(s.ordering)], owner, ev.ID, ev.RetryCount, ev.BizNo, ev.ID)
+		q := s.oq.claim[orderIndexOf(s.ordering)]
+		if s.relay != nil {
+			q = s.relay.orderedClaim[orderIndexOf(s.ordering)]
+		}
+		return s.execOne(ctx, "claim in key order", q, owner, ev.ID, ev.RetryCount, ev.BizNo, ev.ID)
 	}
-	return s.execOne(ctx, "claim", s.q.claim, owner, ev.ID, ev.RetryCount)
+	q := s.q.claim
+	if s.relay != nil {
+		q = s.relay.claim
+	}
+	return s.execOne(ctx, "claim", q, owner, ev.ID, ev.RetryCount)
 }
 
 // ClaimDue implements [Store]: SELECT ... FOR UPDATE SKIP LOCKED and an UPDATE of the rows

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,16 +16,21 @@ import (
 // github.com/go-outbox/outbox/relay) publishes the table, and take the table over when the
 // relay's heartbeat is older than the relay says it may be ([MySQLConfig.RelayTable]).
 //
-// The relay's checkpoint row has the table's publishing epoch and mode. Each claim reads it
-// LOCK IN SHARE MODE inside its own transaction (creating it, mode polling, if no relay ever
-// made it), so that a relay taking the table over (which locks the row FOR UPDATE) waits for
-// the claims in flight, and no claim starts after it: from then on the relay alone sends the
-// table's events. A takeover by the
+// The relay's checkpoint row has the table's publishing epoch and mode. Each batch claim
+// reads it LOCK IN SHARE MODE inside its own transaction (creating it, mode polling, if no
+// relay ever made it); each per-row claim joins it at mode polling in its one UPDATE, which
+// holds the same shared lock until it commits. So a relay taking the table over (which
+// locks the row FOR UPDATE) waits for the claims in flight, and no claim starts after it:
+// from then on the relay alone sends the table's events. A takeover by the
 // publishers adds one to the epoch too, so that the relay's next write, fenced on its
 // epoch, changes nothing and tells it it no longer leads.
 type relayGate struct {
 	table              string
 	read, take, create string
+	// claim and orderedClaim are the per-row claims (MySQLStore.Claim) fenced on the row:
+	// they change nothing unless it says the publishers poll.
+	claim        string
+	orderedClaim [2]string
 	// leadsUntil is when (this process's monotonic clock, since the store was made) the
 	// last read that found a relay leading stops counting: until then a claim claims
 	// nothing without reading the row again. Claiming nothing is always safe; claiming
@@ -38,10 +44,16 @@ type relayGate struct {
 // takeover from a silent relay by as much, on top of the relay's FallbackAfter.
 const relayLeadsFor = time.Second
 
-func newRelayGate(outboxTable, relayTable string) *relayGate {
+func newRelayGate(outboxTable, relayTable string, q mysqlQueries, oq orderQueries) *relayGate {
 	relayTable = mysqldialect.Quote(relayTable)
+	// The checkpoint row's columns share no name with the outbox table's, so the claims'
+	// unqualified columns stay the outbox table's.
+	join := " JOIN " + relayTable + " relay_gate ON relay_gate.outbox_table = '" + outboxTable + "' AND relay_gate.mode = 'polling'\n\tSET "
+	gate := func(claim string) string { return strings.Replace(claim, "\n\tSET ", join, 1) }
 	return &relayGate{
-		table: outboxTable,
+		claim:        gate(q.claim),
+		orderedClaim: [2]string{gate(oq.claim[0]), gate(oq.claim[1])},
+		table:        outboxTable,
 		read: "SELECT epoch, mode = 'relay', " +
 			"heartbeat_at >= UTC_TIMESTAMP(3) - INTERVAL fallback_after_ms * 1000 MICROSECOND FROM " + relayTable +
 			" WHERE outbox_table = ? LOCK IN SHARE MODE",
@@ -81,7 +93,7 @@ func (s *MySQLStore) relayLeads(ctx context.Context, q querier, owner string) (b
 	switch {
 	case err != nil:
 		if mysqldialect.Is(err, mysqldialect.ErrNoSuchTable) {
-			return false, fmt.Errorf("%w: MySQLConfig.RelayTable: %v (create it with relay.CreateSchema)", ErrInvalidConfig, err)
+			return false, fmt.Errorf("%w: MySQLConfig.RelayTable: %w (create it with relay.CreateSchema)", ErrInvalidConfig, err)
 		}
 		return false, s.wrap("read the relay's checkpoint row", err)
 	case !relay:

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -92,4 +93,91 @@ func TestClaimsStandByWhileARelayLeads(t *testing.T) {
 	assert.Equal(t, int64(8), epoch, "the takeover fences the silent relay")
 	assert.Equal(t, "polling", mode)
 	assert.Equal(t, "p1", leader)
+}
+
+// A per-row claim is fenced like a batch claim: one that starts after a relay took the table
+// over claims nothing (its candidates were read while the publishers polled), and a takeover
+// waits for a claim in flight, or the claim, once it goes on, claims nothing. In both
+// orderings, so in key order too.
+func TestRelayTakeoverFencesPerRowClaims(t *testing.T) {
+	t.Parallel()
+	for _, ordering := range []outbox.Ordering{outbox.Unordered, outbox.KeyOrder} {
+		t.Run(ordering.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testsvc.OpenDB(t)
+			table := testsvc.UniqueTable("t_relayed")
+			cp := table + "_cp"
+			_, err := db.Exec(fmt.Sprintf(relayRowDDL, cp))
+			require.NoError(t, err)
+			t.Cleanup(func() { _, _ = db.Exec("DROP TABLE " + cp) })
+			store := testsvc.NewStore(t, db, outbox.MySQLConfig{Table: table, RelayTable: cp, Ordering: ordering})
+			b := &bundle{db: db, store: store}
+			takeOver := func(tx *sql.Tx) error {
+				if _, err := tx.Exec("SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+					return err
+				}
+				var epoch int64
+				if err := tx.QueryRow("SELECT epoch FROM "+cp+" WHERE outbox_table = ? FOR UPDATE", table).Scan(&epoch); err != nil {
+					return err
+				}
+				_, err := tx.Exec("UPDATE "+cp+" SET epoch = epoch + 1, mode = 'relay', leader = 'relay-1', fallback_after_ms = 60000, "+
+					"heartbeat_at = UTC_TIMESTAMP(3) WHERE outbox_table = ?", table)
+				return err
+			}
+
+			// Candidates read while the publishers poll; the relay takes over before the claims.
+			b.insertPayload(t, "K-1", []byte(`{}`))
+			b.insertPayload(t, "K-2", []byte(`{}`))
+			cands, err := store.Candidates(ctx, 10)
+			require.NoError(t, err)
+			require.Len(t, cands, 2)
+			tx, err := db.Begin()
+			require.NoError(t, err)
+			require.NoError(t, takeOver(tx))
+			require.NoError(t, tx.Commit())
+			ok, err := store.Claim(ctx, cands[0], "p1")
+			require.NoError(t, err)
+			assert.False(t, ok, "a per-row claim after the takeover claims nothing")
+			assert.Equal(t, outbox.StatusWait, b.get(t, cands[0].ID).Status)
+
+			// Back to polling; a claim waits on its row (another session holds it) while a
+			// relay tries to take over.
+			_, err = db.Exec("UPDATE "+cp+" SET mode = 'polling', epoch = epoch + 1 WHERE outbox_table = ?", table)
+			require.NoError(t, err)
+			holder, err := db.Begin()
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = holder.Rollback() })
+			_, err = holder.Exec("SELECT id FROM `"+table+"` WHERE id = ? FOR UPDATE", cands[1].ID)
+			require.NoError(t, err)
+			claimed := make(chan bool, 1)
+			claimCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			t.Cleanup(cancel)
+			go func() {
+				ok, err := store.Claim(claimCtx, cands[1], "p1")
+				assert.NoError(t, err)
+				claimed <- ok
+			}()
+			require.Eventually(t, func() bool {
+				var n int
+				require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.processlist WHERE info LIKE 'UPDATE `"+table+"`%' AND state <> ''").Scan(&n))
+				return n > 0
+			}, 10*time.Second, 10*time.Millisecond, "the claim waits on its row")
+			tx, err = db.Begin()
+			require.NoError(t, err)
+			tookOver := takeOver(tx) == nil
+			if tookOver {
+				require.NoError(t, tx.Commit())
+			} else {
+				_ = tx.Rollback() // the takeover waited for the claim in flight
+			}
+			require.NoError(t, holder.Rollback())
+			ok = <-claimed
+			if tookOver {
+				assert.False(t, ok, "the relay took the table over while the claim waited: the claim claims nothing")
+			} else {
+				assert.True(t, ok, "the takeover waited for the claim")
+			}
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
@@ -73,6 +74,18 @@ func (r *Relay) lead(ctx context.Context, info serverInfo) error {
 				slog.Any("reason", err))
 			resume = ""
 			continue
+		case errors.Is(err, errMarksFailing):
+			r.handBack(epoch)
+			r.setLeader(epoch, false)
+			r.cfg.Logger.ErrorContext(ctx, "relay: handed the table to the polling publishers: its marks keep failing",
+				slog.String("table", r.cfg.Table), slog.Any("error", err), slog.Duration("leads_again_after", r.cfg.FallbackAfter))
+			if !errors.Is(err, outbox.ErrInvalidConfig) {
+				// The publishers keep the table for FallbackAfter before this relay tries again.
+				select {
+				case <-ctx.Done():
+				case <-time.After(r.cfg.FallbackAfter):
+				}
+			}
 		}
 		return err
 	}

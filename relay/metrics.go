@@ -37,7 +37,7 @@ func newMetrics(mp metric.MeterProvider, r *Relay) (*metrics, error) {
 		sent:         counter("outbox.events.sent", "Events the broker accepted."),
 		retried:      counter("outbox.events.retried", "Failed sends released for a later retry, with backoff."),
 		deadLettered: counter("outbox.events.dead_lettered", "Events marked FAIL: a permanent error, the last retry, or too many reclaims."),
-		resent:       counter("outbox.relay.events.resent", "Events the relay sent that an earlier leader had sent already (found SUCCESS when marked)."),
+		resent:       counter("outbox.relay.events.resent", "Events sent twice: the relay sent them and could not mark them SUCCESS before its term ended (whoever publishes next sends them again), or found them SUCCESS, sent by another publisher, when it marked them."),
 		swept:        counter("outbox.relay.events.swept", "Events the relay sent from the table rather than the binlog: at a term's start, after a position was lost, for a key released."),
 	}
 	terms, err := meter.Int64Counter("outbox.relay.terms", metric.WithDescription("Terms of leadership this relay began."))

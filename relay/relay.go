@@ -203,8 +203,12 @@ type Health struct {
 
 // Stats counts what a relay did since it was made.
 type Stats struct {
-	// Sent counts events the broker accepted; Resent those of them already sent by an
-	// earlier leader (found SUCCESS after their send: duplicates, same eventId).
+	// Sent counts events the broker accepted. Resent counts the duplicates among them (same
+	// eventId) the relay knows of: events it sent and could not mark SUCCESS before its term
+	// ended (lost leadership, a handover, marks that kept failing: whoever publishes the
+	// table next sends them again, this relay included), and events it found SUCCESS,
+	// sent by another publisher, when it marked them. A relay killed outright counts
+	// nothing of what it leaves.
 	Sent, Resent int64
 	// Swept counts events sent from the table rather than the binlog: at a term's start,
 	// after a position was lost, or when a key was unblocked.

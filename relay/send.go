@@ -13,6 +13,7 @@ import (
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-sql-driver/mysql"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/go-outbox/outbox"
@@ -25,16 +26,28 @@ func (t *term) send() error {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := t.flush(ctx); err != nil {
-			t.log().WarnContext(ctx, "relay: could not mark the last events sent; the next leader sends them again", slog.Any("error", err))
+		err := t.flush(ctx)
+		if err == nil {
+			err = t.markHeld(ctx)
+		}
+		if n := len(t.unmarked) + len(t.held); n > 0 {
+			// Sent, and WAIT in the table: whoever publishes the table next sends them again.
+			t.countResent(int64(n))
+			t.log().WarnContext(ctx, "relay: could not mark the last events sent; the next publisher sends them again",
+				slog.Int("events", n), slog.Any("error", err))
 		}
 	}()
 	for {
 		var wait <-chan time.Time
 		var timer *time.Timer
 		next, ok := t.timers.next()
-		if len(t.unmarked) > 0 && (!ok || t.markBy.Before(next)) {
-			next, ok = t.markBy, true
+		for _, d := range []struct {
+			at time.Time
+			on bool
+		}{{t.markBy, len(t.unmarked) > 0}, {t.heldBy, len(t.held) > 0}, {t.sendingBy, len(t.sending) > 0}} {
+			if d.on && (!ok || d.at.Before(next)) {
+				next, ok = d.at, true
+			}
 		}
 		if ok {
 			timer = time.NewTimer(time.Until(next))
@@ -56,6 +69,16 @@ func (t *term) send() error {
 		if fired {
 			if len(t.unmarked) > 0 && !time.Now().Before(t.markBy) {
 				if err := t.flush(t.ctx); err != nil {
+					return err
+				}
+			}
+			if len(t.held) > 0 && !time.Now().Before(t.heldBy) {
+				if err := t.markHeld(t.ctx); err != nil {
+					return err
+				}
+			}
+			if len(t.sending) > 0 && !time.Now().Before(t.sendingBy) {
+				if err := t.checkSending(); err != nil {
 					return err
 				}
 			}
@@ -187,10 +210,10 @@ func (t *term) deliver(evs []outbox.Event, check bool) error {
 // unblocked drops the events of held-back keys (in key order): they stay WAIT, and the
 // key's release reads them from the table.
 func (t *term) unblocked(evs []outbox.Event) []outbox.Event {
-	if !t.keyOrder() || len(t.blocked) == 0 {
+	if !t.keyOrder() || len(t.blocked) == 0 && len(t.sending) == 0 {
 		return evs
 	}
-	return slices.DeleteFunc(slices.Clone(evs), func(ev outbox.Event) bool { return t.blocked[ev.BizNo] })
+	return slices.DeleteFunc(slices.Clone(evs), func(ev outbox.Event) bool { return t.heldBack(ev.BizNo) })
 }
 
 func (t *term) sendBatch(pending []outbox.Event) error {
@@ -281,13 +304,17 @@ func (t *term) sent(evs []outbox.Event) error {
 	return nil
 }
 
-// flush marks the sent events SUCCESS and lets the processed position move on.
+// flush marks the sent events SUCCESS and lets the processed position move on. Events whose
+// rows another session holds are kept to be marked later (markHeld): the position moves on
+// past them all the same, as the next term's sweep sends them again if they are still WAIT.
 func (t *term) flush(ctx context.Context) error {
 	for len(t.unmarked) > 0 {
 		n := min(len(t.unmarked), 1000)
-		if err := t.markSent(ctx, t.unmarked[:n]); err != nil {
+		held, err := t.mark(ctx, t.unmarked[:n])
+		if err != nil {
 			return err
 		}
+		t.hold(held)
 		t.unmarked = t.unmarked[n:]
 	}
 	t.unmarked = nil
@@ -299,33 +326,6 @@ func (t *term) flush(ctx context.Context) error {
 	return nil
 }
 
-// markSent marks the sent events SUCCESS in one fenced statement.
-func (t *term) markSent(ctx context.Context, evs []outbox.Event) error {
-	r := t.r
-	args := make([]any, 0, len(evs)+3)
-	args = append(args, r.cfg.Table, t.epoch, r.cfg.InstanceID)
-	for _, ev := range evs {
-		args = append(args, ev.ID)
-	}
-	res, err := r.db.ExecContext(ctx, fmt.Sprintf(r.q.markSuccess, placeholders(len(evs))), args...)
-	if err != nil {
-		return fmt.Errorf("relay: mark sent: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("relay: mark sent: %w", err)
-	}
-	if n < int64(len(evs)) {
-		if err := t.checkEpoch(ctx); err != nil {
-			return err
-		}
-		// Someone else recorded them first: a poller, or an earlier leader.
-		r.counters.resent.Add(int64(len(evs)) - n)
-		r.m.add(t.ctx, func(m *metrics) metric.Int64Counter { return m.resent }, int64(len(evs))-n)
-	}
-	return nil
-}
-
 // failed records a failed send: a retry after the backoff, or a dead letter once the
 // attempts are spent or the error is permanent. In key order the key is held back.
 func (t *term) failed(ev outbox.Event, cause error) error {
@@ -333,7 +333,10 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	attempt := ev.RetryCount + 1
 	reason := cause.Error()
 	if attempt >= r.cfg.MaxAttempts || outbox.IsPermanent(cause) {
-		n, err := t.exec("dead letter", r.q.fail, r.cfg.Table, t.epoch, attempt, reason, r.cfg.InstanceID, ev.ID)
+		n, err := t.exec("dead letter", r.q.fail, ev.ID, r.cfg.Table, t.epoch, attempt, reason, r.cfg.InstanceID)
+		if isLockWait(err) {
+			return t.rowHeld(ev, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -355,7 +358,10 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		return nil
 	}
 	delay := r.cfg.Backoff(attempt)
-	n, err := t.exec("retry", r.q.retry, r.cfg.Table, t.epoch, attempt, reason, delay.Microseconds(), ev.ID)
+	n, err := t.exec("retry", r.q.retry, ev.ID, r.cfg.Table, t.epoch, attempt, reason, delay.Microseconds())
+	if isLockWait(err) {
+		return t.rowHeld(ev, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -367,6 +373,15 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	t.log().WarnContext(t.ctx, "relay: send failed, will retry", slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID),
 		slog.String("biz_no", ev.BizNo), slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
 	t.later(ev, delay)
+	return nil
+}
+
+// rowHeld handles a failed send whose row another session holds: nothing is written, and
+// the row is looked at again (and, still WAIT and due, sent again) after markPauseMax.
+func (t *term) rowHeld(ev outbox.Event, err error) error {
+	t.log().WarnContext(t.ctx, "relay: another session holds the row of a failed send; looking at it again later",
+		slog.Int64("id", ev.ID), slog.Duration("after", markPauseMax), slog.Any("error", err))
+	t.later(ev, markPauseMax)
 	return nil
 }
 
@@ -421,7 +436,7 @@ func (t *term) reread(ids []int64) error {
 			// waiting events are read and sent in order.
 			keys := map[string]bool{}
 			for _, ev := range evs {
-				if !t.blocked[ev.ev.BizNo] && !keys[ev.ev.BizNo] {
+				if !t.heldBack(ev.ev.BizNo) && !keys[ev.ev.BizNo] {
 					keys[ev.ev.BizNo] = true
 					if err := t.resumeKey(ev.ev.BizNo); err != nil {
 						return err
@@ -470,8 +485,11 @@ func (t *term) resumeKey(key string) error {
 func (t *term) due(evs []timedEvent) []outbox.Event {
 	out := make([]outbox.Event, 0, len(evs))
 	for _, te := range evs {
-		if t.keyOrder() && t.blocked[te.ev.BizNo] {
+		if t.keyOrder() && t.heldBack(te.ev.BizNo) {
 			continue
+		}
+		if t.heldRow(te.ev.ID) {
+			continue // sent; its mark waits for another session's lock
 		}
 		if te.in > 0 {
 			t.later(te.ev, te.in)
@@ -555,7 +573,7 @@ func (t *term) stillWaiting(evs []outbox.Event) ([]outbox.Event, error) {
 			return nil, err
 		}
 	}
-	return slices.DeleteFunc(evs, func(ev outbox.Event) bool { return !waiting[ev.ID] }), nil
+	return slices.DeleteFunc(evs, func(ev outbox.Event) bool { return !waiting[ev.ID] || t.heldRow(ev.ID) }), nil
 }
 
 // sweep delivers every event waiting in the table, in id order: what committed before the
@@ -602,13 +620,51 @@ func (t *term) swept(n int) {
 	t.r.m.add(t.ctx, func(m *metrics) metric.Int64Counter { return m.swept }, int64(n))
 }
 
-// exec runs a fenced write; the database's failures end the term.
-func (t *term) exec(what, q string, args ...any) (int64, error) {
-	res, err := t.r.db.ExecContext(t.ctx, q, args...)
+// exec runs a fenced write of the row id (its last argument); the database's failures end
+// the term. It waits on no row lock: on MariaDB the statement runs with noWait, on MySQL in
+// a transaction that locks the row first, skipping it if another session holds it. A held
+// row fails it with a lock wait error (1205), which the caller handles.
+func (t *term) exec(what, q string, id int64, args ...any) (int64, error) {
+	args = append(args, id)
+	if t.info.flavor == gomysql.MariaDBFlavor {
+		res, err := t.r.db.ExecContext(t.ctx, noWait+q, args...)
+		if err != nil {
+			return 0, fmt.Errorf("relay: %s: %w", what, err)
+		}
+		return res.RowsAffected()
+	}
+	tx, err := t.r.db.BeginTx(t.ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("relay: %s: %w", what, err)
 	}
-	return res.RowsAffected()
+	defer tx.Rollback()
+	var got int64
+	err = tx.QueryRowContext(t.ctx, "SELECT id FROM "+t.r.cfg.Table+" FORCE INDEX (PRIMARY) WHERE id = ? FOR UPDATE SKIP LOCKED", id).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		var n int
+		if err := tx.QueryRowContext(t.ctx, "SELECT COUNT(*) FROM "+t.r.cfg.Table+" WHERE id = ?", id).Scan(&n); err != nil {
+			return 0, fmt.Errorf("relay: %s: %w", what, err)
+		}
+		if n == 0 {
+			return 0, nil // gone: nothing to write
+		}
+		return 0, fmt.Errorf("relay: %s: %w", what, &mysql.MySQLError{Number: 1205, Message: "the row is held by another session"})
+	}
+	if err != nil {
+		return 0, fmt.Errorf("relay: %s: %w", what, err)
+	}
+	res, err := tx.ExecContext(t.ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("relay: %s: %w", what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("relay: %s: %w", what, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("relay: %s: commit: %w", what, err)
+	}
+	return n, nil
 }
 
 // checkEpoch returns errNotLeader if the checkpoint row's epoch moved on.

@@ -48,8 +48,19 @@ type term struct {
 	pendingPos string          // the position processed reaches once they are marked
 	markBy     time.Time       // when they must be marked
 	blocked    map[string]bool // keys held back: a dead letter (KeyOrder) or a retry not yet due
-	timers     timerHeap
-	pause      time.Duration // the current pause after an unavailable broker
+	// sending are the keys (in key order) whose rows a polling publisher held SENDING when
+	// the term began: their later events wait until those rows are done (checkSending).
+	sending   map[string]bool
+	sendingBy time.Time // when sending is checked next
+	// held are sent events whose rows another session holds locked: they are marked once
+	// it lets go (markHeld at heldBy, then with a growing pause), and never sent again
+	// by the term meanwhile.
+	held      []outbox.Event
+	heldIDs   map[int64]bool
+	heldBy    time.Time
+	heldPause time.Duration
+	timers    timerHeap
+	pause     time.Duration // the current pause after an unavailable broker
 }
 
 func newTerm(r *Relay, info serverInfo, epoch int64, lock *sql.Conn) *term {
@@ -93,6 +104,11 @@ func (t *term) run(parent context.Context, resume string) error {
 	}
 	if t.r.cfg.Ordering == outbox.KeyOrder {
 		if err := t.loadDeadLetterKeys(); err != nil {
+			return err
+		}
+	}
+	if t.keyOrder() {
+		if err := t.loadSendingKeys(); err != nil {
 			return err
 		}
 	}
@@ -193,6 +209,87 @@ func (t *term) loadDeadLetterKeys() error {
 	}
 	return rows.Err()
 }
+
+// loadSendingKeys holds back, in key order, the biz nos with rows a polling publisher
+// claimed before the takeover (SENDING): the takeover waited for the claims, not for their
+// sends. No claim starts after it, so the set only shrinks.
+func (t *term) loadSendingKeys() error {
+	rows, err := t.r.db.QueryContext(t.ctx, "SELECT DISTINCT biz_no FROM "+t.r.cfg.Table+" WHERE status = 'SENDING'")
+	if err != nil {
+		return fmt.Errorf("relay: read the keys being sent: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return fmt.Errorf("relay: read the keys being sent: %w", err)
+		}
+		if t.sending == nil {
+			t.sending = map[string]bool{}
+			t.sendingBy = time.Now().Add(t.r.cfg.CheckpointInterval)
+		}
+		t.sending[k] = true
+	}
+	return rows.Err()
+}
+
+// checkSending releases the keys of t.sending whose rows are no longer SENDING, and sends
+// their waiting events in id order.
+func (t *term) checkSending() error {
+	if len(t.sending) == 0 {
+		return nil
+	}
+	keys := make([]any, 0, len(t.sending))
+	for k := range t.sending {
+		keys = append(keys, k)
+	}
+	// Under KeyOrder a row the publisher dead-lettered (FAIL) goes on blocking its key.
+	open := "'SENDING'"
+	if t.r.cfg.Ordering == outbox.KeyOrder {
+		open = "'SENDING', 'FAIL'"
+	}
+	rows, err := t.r.db.QueryContext(t.ctx, fmt.Sprintf("SELECT biz_no, MAX(status = 'SENDING') FROM "+t.r.cfg.Table+
+		" WHERE status IN ("+open+") AND biz_no IN (%s) GROUP BY biz_no", placeholders(len(keys))), keys...)
+	if err != nil {
+		return fmt.Errorf("relay: read the keys being sent: %w", err)
+	}
+	still := map[string]bool{}
+	for rows.Next() {
+		var k string
+		var sending bool
+		if err := rows.Scan(&k, &sending); err != nil {
+			rows.Close()
+			return fmt.Errorf("relay: read the keys being sent: %w", err)
+		}
+		if sending {
+			still[k] = true
+		} else {
+			t.blocked[k] = true // a dead letter
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("relay: read the keys being sent: %w", err)
+	}
+	t.sendingBy = time.Now().Add(t.r.cfg.CheckpointInterval)
+	for _, k := range keys {
+		k := k.(string)
+		if still[k] {
+			continue
+		}
+		delete(t.sending, k)
+		if !t.blocked[k] {
+			if err := t.resumeKey(k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// heldBack reports whether key's events wait (in key order): a dead letter, a retry not yet
+// due, or a publisher's row still SENDING.
+func (t *term) heldBack(key string) bool { return t.blocked[key] || t.sending[key] }
 
 // currentPosition reads the server's binlog position as a GTID set.
 func currentPosition(ctx context.Context, db *sql.DB, flavor string) (string, error) {
