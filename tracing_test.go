@@ -189,7 +189,7 @@ func TestTraceContextTravelsThroughTheBroker(t *testing.T) {
 	assert.Len(t, linked, len(insertSpans)+1)
 	attrs := map[string]string{}
 	for _, kv := range send.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	assert.Equal(t, "rocketmq", attrs["messaging.system"])
 	assert.Equal(t, topic, attrs["messaging.destination.name"])
@@ -353,7 +353,7 @@ func TestSendSpansLinkEveryEventOfALargeBatch(t *testing.T) {
 				assert.Zero(t, s.DroppedLinks(), "the SDK dropped links")
 				attrs := map[string]string{}
 				for _, kv := range s.Attributes() {
-					attrs[string(kv.Key)] = kv.Value.Emit()
+					attrs[string(kv.Key)] = kv.Value.String()
 				}
 				assert.Equal(t, strconv.Itoa(parts), attrs["outbox.send.parts"])
 				seenParts[attrs["outbox.send.part"]] = true

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -367,9 +366,9 @@ func TestRelayNeedsTheBinlog(t *testing.T) {
 func buildExample(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "order-service")
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		goCmd = "go"
+	goCmd := "go" // the toolchain on PATH, as `go test` ran
+	if gr := os.Getenv("GOROOT"); gr != "" {
+		goCmd = filepath.Join(gr, "bin", "go")
 	}
 	out, err := exec.Command(goCmd, "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "go -C examples build ./order-service: %s", out)

@@ -177,9 +177,9 @@ var orderlyConsumerBinary = sync.OnceValues(func() (string, error) {
 	// Built under a name of this process's own, then renamed over the shared one: several
 	// test processes may build at once.
 	tmp := filepath.Join(dir, fmt.Sprintf("orderlyconsumer.%d", os.Getpid()))
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		goCmd = "go"
+	goCmd := "go" // the toolchain on PATH, as `go test` ran
+	if gr := os.Getenv("GOROOT"); gr != "" {
+		goCmd = filepath.Join(gr, "bin", "go")
 	}
 	build := exec.Command(goCmd, "build", "-o", tmp, "./internal/testsvc/orderlyconsumer")
 	build.Dir = root
