@@ -81,8 +81,27 @@ func (s RoundStats) clean() bool {
 //
 // While the broker is unavailable (see [Sender]), a round claims nothing until the next
 // probe is due, and then claims one event to probe with.
+//
+// PublishPending works whether or not the publisher was started: before its first round it
+// asks the store how it claims ([Store.Check]) as Start does, so that a store in key order
+// is sent in key order, and returns Check's error wrapping [ErrInvalidConfig] (a table that
+// cannot serve the store) without claiming. It returns once the [Config.OnDeadLetter] calls
+// of its dead letters have returned (or ctx has ended). After [Publisher.Close] it returns
+// [ErrClosed] and sends nothing; Close makes a PublishPending in progress stop claiming,
+// and closes the sender only after it has returned.
 func (p *Publisher) PublishPending(ctx context.Context) (RoundStats, error) {
-	stats, _, err := p.round(ctx, false)
+	rctx, exit, err := p.enter(ctx)
+	if err != nil {
+		return RoundStats{}, err
+	}
+	defer exit()
+	if !p.orderChecked.Load() {
+		if err := p.check(rctx); err != nil {
+			return RoundStats{}, err
+		}
+	}
+	stats, _, err := p.round(rctx, false)
+	_ = p.dead.wait(ctx, p.dead.mark()) // a ctx that ended ends the wait: the calls still run
 	return stats, err
 }
 
@@ -201,6 +220,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	}
 	more = res.More
 	stats.Candidates, stats.Claimed = len(evs), len(evs)
+	p.held.Add(int64(len(evs)))
 	if len(evs) == 0 {
 		p.gather.claimed(time.Now(), 0, 0, 0, more)
 		return more, nil
@@ -386,6 +406,7 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 
 	// From here this instance holds the lease. Its outcome is recorded even if ctx is
 	// cancelled, so a clean shutdown never leaves a row SENDING for a whole lease.
+	p.held.Add(1)
 	held := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
 		return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", outcomeReleased))

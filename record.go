@@ -64,6 +64,7 @@ func (p *Publisher) execWrite(ctx context.Context, w write) (int64, error) {
 
 // recorded finishes a write that the store took.
 func (p *Publisher) recorded(ctx context.Context, stats *RoundStats, w write, changed int64) outcome {
+	p.held.Add(-int64(len(w.ids))) // recorded, or lost to a reclaim: no longer held
 	if lost := int64(len(w.ids)) - changed; lost > 0 {
 		stats.LeaseLost += int(lost)
 		p.m.leaseLost(ctx, lost)
@@ -85,6 +86,7 @@ func (p *Publisher) keep(ctx context.Context, w write, err error) {
 	if len(p.pending) >= maxPending {
 		old := p.pending[0]
 		p.pending = p.pending[1:]
+		p.held.Add(-int64(len(old.ids))) // left to the reclaim
 		p.log.ErrorContext(ctx, "outbox: too many unrecorded outcomes; dropping the oldest, its events will be reclaimed after the lease",
 			slog.String("what", old.what), slog.Int("count", len(old.ids)))
 	}
@@ -128,6 +130,7 @@ func (p *Publisher) releaseOwned(ctx context.Context, reason string) (int64, err
 	if err != nil {
 		return n, fmt.Errorf("outbox: release owned events: %w", err)
 	}
+	p.held.Store(0) // nothing is recorded pending (see settle and stop): nothing is held
 	return n, nil
 }
 
@@ -224,15 +227,14 @@ func (p *Publisher) releaseWrite(ev Event, reason string, o outcome) write {
 	}
 }
 
-// deadLettered tells the logs and OnDeadLetter about an event now FAIL.
+// deadLettered tells the logs about an event now FAIL, and queues its OnDeadLetter call
+// (see deadletters.go: the call runs on the dispatcher, never under the round's lock).
 func (p *Publisher) deadLettered(ctx context.Context, ev Event, cause error) {
 	p.log.ErrorContext(ctx, "outbox: event dead-lettered; it needs a person",
 		slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID), slog.String("biz_no", ev.BizNo),
 		slog.String("event_type", ev.EventType), slog.Int("retry_count", ev.RetryCount), slog.Int("reclaim_count", ev.ReclaimCount),
 		slog.Bool("permanent", IsPermanent(cause)), slog.Any("error", cause))
-	if p.cfg.OnDeadLetter != nil {
-		p.cfg.OnDeadLetter(ctx, ev, cause)
-	}
+	p.dead.add(ctx, ev, cause)
 }
 
 func boolCount(ok bool) int64 {
