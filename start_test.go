@@ -507,3 +507,52 @@ func total(m map[string]float64) float64 {
 	}
 	return s
 }
+
+// Stop called from inside OnDeadLetter returns, and the publisher stops once the callback
+// has returned; a later Stop from elsewhere waits for that, and Start may follow.
+func TestStopInsideOnDeadLetterReturns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, 1)
+	var p *outbox.Publisher
+	returned := make(chan error, 1)
+	cfg := fastConfig("dl-stop", &logSink{})
+	cfg.OnDeadLetter = func(ctx context.Context, _ outbox.Event, _ error) {
+		select {
+		case returned <- p.Stop(ctx):
+		default:
+		}
+	}
+	p = newPublisher(t, b.store, outbox.SenderFunc(func(context.Context, outbox.Event) error {
+		return outbox.Permanent(errors.New("refused for good"))
+	}), cfg)
+	require.NoError(t, p.Start(context.Background()))
+	select {
+	case err := <-returned:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop called inside OnDeadLetter did not return")
+	}
+	require.NoError(t, p.Stop(context.Background()))
+	assert.False(t, p.Health().Running)
+	require.NoError(t, p.Start(context.Background()), "Start again after the stop")
+	require.NoError(t, p.Close())
+}
+
+// OnDeadLetter hears of a round's dead letters in the order they were dead-lettered, and
+// PublishPending returns once it has heard of them all.
+func TestOnDeadLetterInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 5)
+	var told []int64 // no lock: the calls never overlap, and PublishPending waits for them
+	cfg := fastConfig("dl-order", &logSink{})
+	cfg.OnDeadLetter = func(_ context.Context, ev outbox.Event, _ error) { told = append(told, ev.ID) }
+	p := newPublisher(t, b.store, outbox.SenderFunc(func(context.Context, outbox.Event) error {
+		return outbox.Permanent(errors.New("refused for good"))
+	}), cfg)
+	stats, err := p.PublishPending(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 5, stats.DeadLettered)
+	assert.Equal(t, ids, told)
+}
