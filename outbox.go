@@ -405,13 +405,8 @@ type Publisher struct {
 	keyOrder     atomic.Bool
 	orderChecked atomic.Bool
 
-	// roundMu serialises rounds (Run's and PublishPending's) and guards what they share.
-	roundMu     sync.Mutex
-	outage      outage
-	pending     []write // outcomes the store failed to record, tried again before the next claim
-	unacked     []Event // sent in Run's rounds, SUCCESS not yet recorded: the next claim records it
-	gather      *gatherer
-	releaseOwed bool // a claim's outcome was unknown: release our rows before the next claim
+	// rounds is what the publisher's rounds share, with its invariants (see round.go).
+	rounds roundState
 
 	tracing *sendTracing // the send spans; nil without Config.TracerProvider
 
@@ -454,7 +449,7 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	}
 	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
 	p.tracing = newSendTracing(cfg.TracerProvider, info, cfg.StoreName)
-	p.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
+	p.rounds.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
 	p.life.init()
 	p.dead.init(cfg.OnDeadLetter, p.log)
 	return p, nil
@@ -617,95 +612,3 @@ func loop(ctx context.Context, fn func() time.Duration) {
 		timer.Reset(fn())
 	}
 }
-
-// scan is Run's publishing loop: a round, then a pause (PollInterval, or what the round
-// asked for), ended early by a wake-up after its coalescing window. Successes are recorded
-// by the next round's claim, or after ackDelay if no round comes by then.
-func (p *Publisher) scan(ctx context.Context, wake <-chan struct{}) {
-	round := time.NewTimer(0)
-	defer round.Stop()
-	due := time.Now() // when round fires
-	acks := time.NewTimer(time.Hour)
-	acks.Stop()
-	defer acks.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-wake:
-			now := time.Now()
-			w := p.gather.delay(now)
-			if at := now.Add(w); at.Before(due) {
-				round.Reset(w)
-				due = at
-				p.gather.willWait(w > 0)
-			}
-			continue
-		case <-acks.C:
-			p.flushAcks(ctx)
-			continue
-		case <-round.C:
-		}
-		_, next, _ := p.round(ctx, true)
-		due = time.Now().Add(next)
-		round.Reset(next)
-		if p.owesAcks() && next > ackDelay {
-			acks.Reset(ackDelay)
-		} else {
-			acks.Stop()
-		}
-	}
-}
-
-// owesAcks reports whether sent events wait for their success to be recorded.
-func (p *Publisher) owesAcks() bool {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	return len(p.unacked) > 0
-}
-
-// flushAcks records the successes no claim has carried.
-func (p *Publisher) flushAcks(ctx context.Context) {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	if len(p.unacked) == 0 {
-		return
-	}
-	var stats RoundStats
-	sent := p.unacked
-	p.unacked = nil
-	p.record(context.WithoutCancel(ctx), &stats, p.successWrite(sent))
-}
-
-// stop runs when Run's loops have ended: it records what is still unrecorded and returns
-// to WAIT every row still SENDING under this instance, so that none waits for the lease.
-func (p *Publisher) stop(ctx context.Context) {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	if s, ok := p.store.(interface{ closeClaimSession() }); ok {
-		defer s.closeClaimSession()
-	}
-	if len(p.unacked) > 0 {
-		// Recorded before the release below, which would otherwise send them again.
-		p.pending = append(p.pending, p.successWrite(p.unacked))
-		p.unacked = nil
-	}
-	var stats RoundStats
-	if err := p.settle(ctx, &stats); err != nil {
-		p.log.ErrorContext(ctx, "outbox: stopping with outcomes unrecorded; their events will be reclaimed after the lease",
-			slog.Int("writes", len(p.pending)), slog.Any("error", err))
-		return
-	}
-	n, err := p.releaseOwned(ctx, "released by its owner, which stopped")
-	if err != nil {
-		p.log.ErrorContext(ctx, "outbox: stopping with events claimed; they will be reclaimed after the lease", slog.Any("error", err))
-		return
-	}
-	if n > 0 {
-		p.log.InfoContext(ctx, "outbox: released claimed events on stop", slog.Int64("count", n))
-	}
-}
-
-// ackDelay bounds how long a success stays unrecorded waiting for the next claim to carry
-// it; past it, it is recorded by a statement of its own.
-const ackDelay = 50 * time.Millisecond
