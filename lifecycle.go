@@ -253,7 +253,7 @@ func (p *Publisher) stillStopping(cause error) error {
 // sender has a Close method and the publisher owns it (no [Config.SharedSender]), and
 // returns that error; or, when the bound passed first, an error wrapping
 // context.DeadlineExceeded that says what was left, the sender then being closed once
-// the last of it has ended, never under a send. No send starts after Close has been called:
+// the last of it has ended, never under a send. Once Close is called no round begins:
 // Start, Run, PublishPending and Reclaim return [ErrClosed]. Close is safe to call more than
 // once, concurrently, and without Start; every call waits as the first does.
 //

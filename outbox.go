@@ -154,7 +154,7 @@ type Store interface {
 
 	// ReleaseOwned returns to WAIT, due now and with no retry or reclaim counted, every event
 	// SENDING under owner, recording reason; it reports how many. The publisher calls it when
-	// it holds nothing in flight: when Run returns, and after a claim whose outcome is
+	// it holds nothing in flight: when it stops, and after a claim whose outcome is
 	// unknown (its COMMIT failed), so that no row waits for a whole lease while its owner is
 	// alive.
 	ReleaseOwned(ctx context.Context, owner, reason string) (int64, error)
