@@ -63,7 +63,7 @@ const RetryForever = math.MaxInt32
 type Config struct {
 	// InstanceID is written to claim_owner to say which instance holds a lease. It must be
 	// unique among the publishers of a table running at once (and should differ across
-	// restarts, so a restarted instance never mistakes an old lease for its own); Run
+	// restarts, so a restarted instance never mistakes an old lease for its own); Start
 	// refuses a second publisher of the same store with the same id in one process. At most
 	// 64 characters. Defaults to [DefaultInstanceID](), a new id for each publisher.
 	InstanceID string
@@ -74,9 +74,10 @@ type Config struct {
 	// "store"), and every send span (outbox.store); its [Health] says it. It is a metric label, so it must be bounded: a name
 	// the service configures, such as "shard-03" or "tenant-eu", never a DSN or a value from
 	// a request. 1 to 64 ASCII letters, digits, '_', '-' or '.', beginning with a letter or a
-	// digit. One name is one store: Run refuses a publisher whose StoreName a running
+	// digit. One name is one store: Start refuses a publisher whose StoreName a running
 	// publisher of another store with the same MeterProvider or Logger has in this process,
-	// since their series or lines would mix (give a database's publishers one store value).
+	// since their series or lines would mix (give a database's publishers one store value);
+	// a nil Logger is the process's default logger, the same for every publisher.
 	// Required with SharedSender. Defaults to "": no store attribute, as a service with one
 	// database needs.
 	StoreName string
@@ -84,7 +85,7 @@ type Config struct {
 	// SharedSender says that other publishers send through the same sender (one RocketMQ
 	// producer for the publishers of several databases): [Publisher.Close] then leaves the
 	// sender open, and whoever made the sender closes it once, after the last of its
-	// publishers has closed. Run refuses a sender with a Close method that another running
+	// publishers has closed. Start refuses a sender with a Close method that another running
 	// publisher uses unless both set SharedSender: the first Close would close it under the
 	// other. Defaults to false: the publisher owns its sender, and Close closes it.
 	SharedSender bool
@@ -109,8 +110,25 @@ type Config struct {
 
 	// OnDeadLetter, if set, is called once for each event the publisher dead-letters, with
 	// the event as it now stands (status FAIL) and the error of its last attempt. Use it to
-	// alert a person. It runs on the publishing goroutine: keep it quick.
+	// alert a person. Its calls never overlap: they run one at a time, in the order the
+	// events were dead-lettered (by a send or by a reclaim, in a started publisher or in a
+	// PublishPending or Reclaim call), on a goroutine of the publisher's own, after the
+	// dead letter is recorded and outside the publisher's locks, so a slow callback holds up
+	// no send; the calls it delays wait in a queue (not bounded: each entry is one event
+	// already FAIL, and a bound would drop an alert or stall the sends). Its ctx carries the
+	// values of the round's context, not its cancellation. A panic in it is logged. Stop and
+	// Close wait for the calls already queued; PublishPending and Reclaim return once their
+	// own have returned. Stop or Close called from inside it returns at once (the stop then
+	// ends after the callback has returned).
 	OnDeadLetter func(ctx context.Context, ev Event, cause error)
+
+	// StopTimeout bounds [Publisher.Close]: how long it waits for the publisher to stop
+	// (its send in flight finished and recorded, its claims released, its OnDeadLetter calls
+	// returned) before it returns an error that says what was left. Defaults to
+	// Tuning.SendTimeout plus twice Tuning.StoreTimeout (13 s with their defaults): a send
+	// and the writes that record it. (Left zero, it stays zero in the Config and is worked
+	// out from those two when Close runs.)
+	StopTimeout time.Duration
 
 	// Retention, when positive, turns on retention: beside its scan and reclaim loops the
 	// publisher deletes the SUCCESS (and SKIPPED) events last updated more than Retention
@@ -231,7 +249,7 @@ type Tuning struct {
 	// StatsInterval is how often, at most, the table gauges read the table's statistics
 	// ([Store.Stats]): one indexed statement per interval for this publisher, however often
 	// the gauges are collected; a collection between two reads reports the last one. Only
-	// with a MeterProvider, and only while Run runs. Defaults to 15 seconds.
+	// with a MeterProvider, and only while the publisher runs. Defaults to 15 seconds.
 	StatsInterval time.Duration
 }
 
@@ -270,6 +288,22 @@ func (c Config) withDefaults() (Config, error) {
 	return c, c.validate()
 }
 
+// stopTimeout is StopTimeout, or its default: SendTimeout plus twice StoreTimeout (capped
+// where the sum would overflow).
+func (c Config) stopTimeout() time.Duration {
+	if c.StopTimeout > 0 {
+		return c.StopTimeout
+	}
+	d := c.Tuning.SendTimeout
+	for range 2 {
+		if d > math.MaxInt64-c.Tuning.StoreTimeout {
+			return math.MaxInt64
+		}
+		d += c.Tuning.StoreTimeout
+	}
+	return d
+}
+
 // maxRetry is how many retries MaxAttempts allows.
 func (c Config) maxRetry() int {
 	if c.MaxAttempts == RetryForever {
@@ -295,6 +329,7 @@ func (c Config) validate() error {
 		{"PollInterval", int64(c.PollInterval)},
 		{"MaxAttempts", int64(c.MaxAttempts)},
 		{"Retention", int64(c.Retention)},
+		{"StopTimeout", int64(c.StopTimeout)},
 		{"Tuning.BatchSize", int64(t.BatchSize)},
 		{"Tuning.CoalesceDelay", int64(t.CoalesceDelay)},
 		{"Tuning.ReclaimInterval", int64(t.ReclaimInterval)},

@@ -9,13 +9,15 @@
 //	err = tx.Commit()
 //
 // If the transaction rolls back, so does the event; once it commits, the event can no longer
-// be lost. A [Publisher], started with [Publisher.Run] in every instance of the service and
+// be lost. A [Publisher], started with [Publisher.Start] in every instance of the service and
 // ended with [Publisher.Close], scans the outbox table and sends each event through a
 // [Sender]:
 //
 //	publisher, err := outbox.NewPublisher(store, sender, outbox.Config{})
-//	defer publisher.Close() // stops Run, waits for its last sends, closes the sender
-//	go publisher.Run(ctx)
+//	if err := publisher.Start(ctx); err != nil {
+//		return err // what keeps it from running, reported before anything runs
+//	}
+//	defer publisher.Close() // stops it, waits for its last sends, closes the sender
 //
 // Consumers deduplicate on the eventId message property, the event id InsertEvent returned.
 //

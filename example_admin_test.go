@@ -52,8 +52,10 @@ func ExampleAdmin_Requeue() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer publisher.Close()
-	go publisher.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
+	if err := publisher.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer publisher.Close() // stops the publisher, waits for its last sends, closes the sender
 
 	tx, err := store.BeginTx(ctx, nil)
 	if err != nil {

@@ -64,8 +64,10 @@ func ExampleMySQLConfig_ordering() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer publisher.Close()
-	go publisher.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
+	if err := publisher.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer publisher.Close() // stops the publisher, waits for its last sends, closes the sender
 	for range 3 {
 		<-sent
 	}

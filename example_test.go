@@ -50,8 +50,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer publisher.Close() // stops Run, waits for its last sends, closes the sender
-	go publisher.Run(ctx)   //nolint:errcheck // Run returns nil once it is stopped
+	if err := publisher.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer publisher.Close() // stops the publisher, waits for its last sends, closes the sender
 
 	// In the order API: the order and its event commit or roll back together.
 	tx, err := store.BeginTx(ctx, nil)

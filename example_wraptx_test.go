@@ -38,8 +38,10 @@ func ExampleMySQLStore_WrapTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer publisher.Close()
-	go publisher.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
+	if err := publisher.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer publisher.Close() // stops the publisher, waits for its last sends, closes the sender
 
 	// The caller's own transaction, committed through the Tx WrapTx returns: the commit
 	// wakes the publisher, as a commit of a transaction from BeginTx does.

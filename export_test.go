@@ -49,10 +49,10 @@ func RunRoundForTest(p *Publisher, ctx context.Context) (RoundStats, error) {
 
 // UnackedForTest returns the ids of the events sent whose success is not yet recorded.
 func UnackedForTest(p *Publisher) []int64 {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	ids := make([]int64, len(p.unacked))
-	for i, ev := range p.unacked {
+	p.rounds.mu.Lock()
+	defer p.rounds.mu.Unlock()
+	ids := make([]int64, len(p.rounds.unacked))
+	for i, ev := range p.rounds.unacked {
 		ids[i] = ev.ID
 	}
 	return ids

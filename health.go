@@ -20,7 +20,8 @@ type Health struct {
 	// StoreName is the publisher's [Config.StoreName]: of a service that publishes several
 	// databases, the one this Health is about ("" when unnamed).
 	StoreName string
-	// Running reports whether [Publisher.Run] is running.
+	// Running reports whether the publisher runs: from a [Publisher.Start] (or Run) that
+	// succeeded until its stop has finished. A Start that was refused returned the reason.
 	Running bool
 	// LastRoundOK is when a round last reached the store without an error: its claim (or
 	// its candidate query) went through, and everything earlier rounds owed was recorded.

@@ -37,9 +37,8 @@ func (s *closingSender) Close() error {
 	return nil
 }
 
-// The natural shutdown is the right one: Close, deferred beside `go publisher.Run(ctx)`, stops
-// Run, waits for it to return and only then closes the sender, once however often it is
-// called. Run after Close is refused.
+// The natural shutdown is the right one: Close stops Run, waits for it to return and only
+// then closes the sender, once however often it is called. Run after Close is refused.
 func TestCloseStopsRunThenClosesTheSender(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -72,7 +71,7 @@ func TestCloseStopsRunThenClosesTheSender(t *testing.T) {
 }
 
 // Close without Run closes the sender, and a Run that starts after it returns ErrClosed at
-// once: `defer publisher.Close()` may run before `go publisher.Run(ctx)` has started.
+// once.
 func TestCloseBeforeRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -41,9 +41,11 @@ func (o Ordering) String() string {
 // good as SUCCESS (its key's later events go on).
 const StatusSkipped Status = "SKIPPED"
 
-// check asks the store how it claims at Run's start: a table that cannot serve its
-// ordering is refused; a store that does not answer is logged, and the claims will say
-// more.
+// check asks the store how it claims, at Start and before the first PublishPending of a
+// publisher not started: a table that cannot serve its ordering is refused; a store that
+// does not answer is logged, and the claims will say more. The Ordering Check reports is
+// the store's even when the table cannot be read, so it is known from then on, and every
+// send is told it.
 func (p *Publisher) check(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
 	defer cancel()
@@ -52,11 +54,12 @@ func (p *Publisher) check(ctx context.Context) error {
 	p.warnMissingDefaults(cctx)
 	switch {
 	case err == nil:
-		return nil
 	case errors.Is(err, ErrInvalidConfig):
 		return err
+	case ctx.Err() == nil:
+		p.log.WarnContext(ctx, "outbox: could not check the table", slog.Any("error", err))
 	}
-	p.log.WarnContext(ctx, "outbox: could not check the table", slog.Any("error", err))
+	p.orderChecked.Store(true)
 	return nil
 }
 

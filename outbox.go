@@ -103,10 +103,11 @@ type EventInput struct {
 // All times are the store's own clock.
 type Store interface {
 	// Check reports the order the store claims in (see [Ordering]) and whether its table can
-	// serve it; the publisher calls it when Run starts. The Ordering is the store's even
-	// when the table cannot be read. An error wrapping [ErrInvalidConfig] says the table
-	// cannot serve it (and names the fix), and Run returns it; any other error is logged and
-	// Run goes on.
+	// serve it; the publisher calls it in [Publisher.Start], and before the first
+	// [Publisher.PublishPending] of a publisher not started. The Ordering is the store's
+	// even when the table cannot be read. An error wrapping [ErrInvalidConfig] says the
+	// table cannot serve it (and names the fix), and Start (or PublishPending) returns it;
+	// any other error is logged and the publisher goes on.
 	Check(ctx context.Context) (Ordering, error)
 
 	// ClaimDue claims up to req.Limit due WAIT events for req.Owner at once, oldest first,
@@ -153,7 +154,7 @@ type Store interface {
 
 	// ReleaseOwned returns to WAIT, due now and with no retry or reclaim counted, every event
 	// SENDING under owner, recording reason; it reports how many. The publisher calls it when
-	// it holds nothing in flight: when Run returns, and after a claim whose outcome is
+	// it holds nothing in flight: when it stops, and after a claim whose outcome is
 	// unknown (its COMMIT failed), so that no row waits for a whole lease while its owner is
 	// alive.
 	ReleaseOwned(ctx context.Context, owner, reason string) (int64, error)
@@ -302,13 +303,15 @@ var (
 	// ErrNotFound is returned when an event does not exist.
 	ErrNotFound = errors.New("outbox: event not found")
 	// ErrClosed is returned by a sender's Send after its Close (nothing was sent: the
-	// publisher returns the event to WAIT without counting a retry), and by [Publisher.Run]
-	// after [Publisher.Close].
+	// publisher returns the event to WAIT without counting a retry), and by
+	// [Publisher.Start], Run, [Publisher.PublishPending] and [Publisher.Reclaim] after
+	// [Publisher.Close].
 	ErrClosed = errors.New("outbox: closed")
-	// ErrAlreadyRunning is returned by [Publisher.Run] when the publisher is already
-	// running, or another publisher of the same store with the same [Config.InstanceID] is
-	// running in this process.
-	ErrAlreadyRunning = errors.New("outbox: publisher already running")
+	// ErrAlreadyRunning is returned by [Publisher.Start] (and Run) when the publisher is
+	// already running (or still stopping), or another publisher of the same store with the
+	// same [Config.InstanceID] is running in this process; the relay and the inbox's
+	// consumer return it too.
+	ErrAlreadyRunning = errors.New("outbox: already running")
 	// ErrNotSent is a sender's answer for an event it did not try: the send timeout passed
 	// before its turn, or, in key order, an earlier event of the same biz no failed. The
 	// publisher returns such an event to WAIT with no attempt counted.
@@ -368,15 +371,21 @@ func IsPermanent(err error) bool {
 // every instance of the service; they share the work row by row without any other
 // coordination.
 //
-// A publisher is started with [Publisher.Run] and ended with [Publisher.Close], which
-// stops Run, waits for its last sends to be recorded and closes the sender:
+// A publisher is started with [Publisher.Start], which reports at once what keeps it from
+// running and then publishes in the background, and ended with [Publisher.Close], which
+// stops it, waits (a bounded time, [Config.StopTimeout]) for its last sends to be recorded
+// and closes the sender:
 //
 //	publisher, err := outbox.NewPublisher(store, sender, outbox.Config{})
 //	if err != nil {
 //		return err
 //	}
+//	if err := publisher.Start(ctx); err != nil {
+//		return err
+//	}
 //	defer publisher.Close()
-//	go publisher.Run(ctx)
+//
+// [Publisher.Run] is Start and then a wait for the run to end, for an errgroup.
 type Publisher struct {
 	store   Store
 	sender  Sender
@@ -385,32 +394,26 @@ type Publisher struct {
 	log     *slog.Logger
 	running atomic.Bool
 	limit   atomic.Int64 // batch mode: how many events the next claim takes
+	held    atomic.Int64 // events claimed and SENDING under this instance, outcome not yet recorded (for Stop's error)
 	m       *metrics     // nil without Config.MeterProvider
 	health  healthState
 
-	// keyOrder is the store's ordering, as Check reported it when Run started: the claims
-	// keep each biz no's events in order, and the sender is asked to.
-	keyOrder atomic.Bool
+	// keyOrder is the store's ordering, as Check reported it: the claims keep each biz no's
+	// events in order, and the sender is asked to. Start checks; a PublishPending without
+	// Start checks before its first round (orderChecked), so that no send ever goes out
+	// without the store's order.
+	keyOrder     atomic.Bool
+	orderChecked atomic.Bool
 
-	// roundMu serialises rounds (Run's and PublishPending's) and guards what they share.
-	roundMu     sync.Mutex
-	outage      outage
-	pending     []write // outcomes the store failed to record, tried again before the next claim
-	unacked     []Event // sent in Run's rounds, SUCCESS not yet recorded: the next claim records it
-	gather      *gatherer
-	releaseOwed bool // a claim's outcome was unknown: release our rows before the next claim
+	// rounds is what the publisher's rounds share, with its invariants (see round.go).
+	rounds roundState
 
 	tracing *sendTracing // the send spans; nil without Config.TracerProvider
 
-	// life is Run's and Close's: Close cancels the running Run and waits for it to return.
-	life struct {
-		mu     sync.Mutex
-		closed bool
-		cancel context.CancelFunc // the running Run's, nil when none runs
-		done   chan struct{}      // closed when the running Run returns
-	}
-	closeOnce sync.Once
-	closeErr  error
+	// life is Start's, Stop's and Close's (see lifecycle.go).
+	life lifecycle
+	// dead calls OnDeadLetter, one call at a time (see deadletters.go).
+	dead deadLetters
 }
 
 // NewPublisher returns a publisher for store and sender. Zero fields of cfg take their
@@ -446,7 +449,9 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	}
 	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
 	p.tracing = newSendTracing(cfg.TracerProvider, info, cfg.StoreName)
-	p.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
+	p.rounds.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
+	p.life.init()
+	p.dead.init(cfg.OnDeadLetter, p.log)
 	return p, nil
 }
 
@@ -463,131 +468,6 @@ func logAttrs(cfg Config) []any {
 // initialClaimLimit is the first batch claim's size; it doubles up to BatchSize while
 // batches send quickly.
 const initialClaimLimit = 64
-
-// Run publishes until ctx is cancelled or [Publisher.Close] is called: a scan loop that
-// runs a round ([Publisher.PublishPending]) and then waits [Config.PollInterval] (fixed
-// delay: rounds never overlap) or until a commit wakes it and its coalescing window
-// ([Tuning.CoalesceDelay]) has passed, and beside it a reclaim loop that runs
-// [Publisher.Reclaim] at start and then every [Tuning.ReclaimInterval], and, when
-// [Config.Retention] is set, a retention loop that purges old SUCCESS events every
-// [Tuning.RetentionInterval]. In batch mode the successes of one round are recorded by the
-// next round's claim, in its transaction, or on their own if no round comes within 50 ms.
-//
-// Run first asks the store how it claims ([Store.Check]): a table that cannot serve the
-// store's [MySQLConfig.Ordering] is refused with an error wrapping [ErrInvalidConfig] that
-// names the fix; a store it cannot reach then is logged, not refused, and so is a MySQL
-// table without the server-side defaults other programs' plain INSERTs need (see
-// [MySQLStore.Check]). Run refuses to start a second time while it runs, and while another
-// publisher of the same store with the same [Config.InstanceID] runs in this process
-// ([ErrAlreadyRunning]); after Close it returns [ErrClosed]. It refuses, with an error
-// wrapping [ErrInvalidConfig], a [Config.StoreName] that a running publisher of another
-// store with the same MeterProvider or Logger has, and a sender with a Close method that a
-// running publisher uses too, unless both set [Config.SharedSender].
-//
-// When it is stopped, Run stops claiming, lets the send in flight finish (it is bounded by
-// the send timeout) and records its outcome, returns to WAIT every event still SENDING
-// under its InstanceID (claimed and not sent), and returns nil once every goroutine it
-// started has ended. Store errors are logged and retried on the next round; they never end
-// Run. An outcome the store failed to record is recorded before the next claim.
-func (p *Publisher) Run(ctx context.Context) error {
-	ctx, done, err := p.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	defer p.m.observe(p)()
-
-	if err := p.check(ctx); err != nil {
-		return err
-	}
-	p.log.InfoContext(ctx, "outbox publisher started",
-		slog.Int("batch_size", p.cfg.Tuning.BatchSize),
-		slog.Duration("poll_interval", p.cfg.PollInterval),
-		slog.Duration("lease", p.cfg.Tuning.Lease),
-		slog.Bool("key_order", p.keyOrder.Load()))
-	wake, unsubscribe := p.store.Subscribe()
-	if unsubscribe != nil {
-		defer unsubscribe()
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { p.scan(ctx, wake) })
-	wg.Go(func() {
-		loop(ctx, func() time.Duration {
-			_, _ = p.Reclaim(ctx)
-			return p.cfg.Tuning.ReclaimInterval
-		})
-	})
-	if p.cfg.Retention > 0 {
-		wg.Go(func() {
-			loop(ctx, func() time.Duration {
-				p.retain(ctx)
-				return p.cfg.Tuning.RetentionInterval
-			})
-		})
-	}
-	wg.Wait()
-	p.stop(ctx)
-	p.log.Info("outbox publisher stopped")
-	return nil
-}
-
-// begin starts a Run: it refuses a closed publisher and a second Run, registers the
-// instance id with the store, and returns Run's context (cancelled by Close as well as by
-// the caller) and the function that ends the Run.
-func (p *Publisher) begin(ctx context.Context) (context.Context, func(), error) {
-	p.life.mu.Lock()
-	defer p.life.mu.Unlock()
-	if p.life.closed {
-		return nil, nil, fmt.Errorf("%w: the publisher was closed", ErrClosed)
-	}
-	if p.running.Load() {
-		return nil, nil, ErrAlreadyRunning
-	}
-	// The instance id is taken before Running is reported, so that whoever sees this
-	// publisher running finds its id taken too.
-	release, err := instances.take(p)
-	if err != nil {
-		return nil, nil, err
-	}
-	p.running.Store(true)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	p.life.cancel, p.life.done = cancel, done
-	return ctx, func() {
-		release()
-		cancel()
-		p.life.mu.Lock()
-		p.life.cancel, p.life.done = nil, nil
-		p.life.mu.Unlock()
-		p.running.Store(false)
-		close(done)
-	}, nil
-}
-
-// Close stops the publisher for good: it cancels a running [Publisher.Run] and waits for it
-// to return (its last sends finished and recorded, its claims released), then closes the
-// sender if the sender has a Close method and the publisher owns it (no
-// [Config.SharedSender]), and returns that error. It is safe to call more than once, and
-// without Run; every call returns once the publisher is closed. Run after Close returns
-// [ErrClosed].
-func (p *Publisher) Close() error {
-	p.closeOnce.Do(func() {
-		p.life.mu.Lock()
-		p.life.closed = true
-		cancel, done := p.life.cancel, p.life.done
-		p.life.mu.Unlock()
-		if cancel != nil {
-			cancel()
-			<-done
-		}
-		p.roundMu.Lock() // a PublishPending in progress ends before the sender closes
-		p.roundMu.Unlock()
-		if c, ok := p.sender.(io.Closer); ok && !p.cfg.SharedSender {
-			p.closeErr = c.Close()
-		}
-	})
-	return p.closeErr
-}
 
 // instances is what the running publishers of this process hold: their instance ids per
 // store (two publishers claiming under one id would take each other's leases for their
@@ -636,7 +516,7 @@ func (s *instanceSet) take(p *Publisher) (release func(), err error) {
 	k := instanceKey{store: storeKey, id: p.cfg.InstanceID}
 	var names []nameKey
 	if p.cfg.StoreName != "" && storeKey != nil {
-		names = append(names, nameKey{scope: p.cfg.Logger, name: p.cfg.StoreName})
+		names = append(names, nameKey{scope: logScope(p.cfg.Logger), name: p.cfg.StoreName})
 		if mp := identity(p.cfg.MeterProvider); mp != nil {
 			names = append(names, nameKey{scope: mp, name: p.cfg.StoreName})
 		}
@@ -696,6 +576,19 @@ func (s *instanceSet) take(p *Publisher) (release func(), err error) {
 	}, nil
 }
 
+// defaultLogScope is where the lines of every publisher whose Logger was nil go: the
+// process's default logger, one scope for them all.
+type defaultLogScope struct{}
+
+// logScope is where l's lines show, for the store-name rule: l itself, or for the logger a
+// nil Logger defaults to (each publisher gets one of its own), the default logger's scope.
+func logScope(l *slog.Logger) any {
+	if _, ok := l.Handler().(defaultLogHandler); ok {
+		return defaultLogScope{}
+	}
+	return l
+}
+
 // identity returns v itself when it is a pointer, something two values can be compared by
 // to tell one from another; nil otherwise (nil too).
 func identity(v any) any {
@@ -719,95 +612,3 @@ func loop(ctx context.Context, fn func() time.Duration) {
 		timer.Reset(fn())
 	}
 }
-
-// scan is Run's publishing loop: a round, then a pause (PollInterval, or what the round
-// asked for), ended early by a wake-up after its coalescing window. Successes are recorded
-// by the next round's claim, or after ackDelay if no round comes by then.
-func (p *Publisher) scan(ctx context.Context, wake <-chan struct{}) {
-	round := time.NewTimer(0)
-	defer round.Stop()
-	due := time.Now() // when round fires
-	acks := time.NewTimer(time.Hour)
-	acks.Stop()
-	defer acks.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-wake:
-			now := time.Now()
-			w := p.gather.delay(now)
-			if at := now.Add(w); at.Before(due) {
-				round.Reset(w)
-				due = at
-				p.gather.willWait(w > 0)
-			}
-			continue
-		case <-acks.C:
-			p.flushAcks(ctx)
-			continue
-		case <-round.C:
-		}
-		_, next, _ := p.round(ctx, true)
-		due = time.Now().Add(next)
-		round.Reset(next)
-		if p.owesAcks() && next > ackDelay {
-			acks.Reset(ackDelay)
-		} else {
-			acks.Stop()
-		}
-	}
-}
-
-// owesAcks reports whether sent events wait for their success to be recorded.
-func (p *Publisher) owesAcks() bool {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	return len(p.unacked) > 0
-}
-
-// flushAcks records the successes no claim has carried.
-func (p *Publisher) flushAcks(ctx context.Context) {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	if len(p.unacked) == 0 {
-		return
-	}
-	var stats RoundStats
-	sent := p.unacked
-	p.unacked = nil
-	p.record(context.WithoutCancel(ctx), &stats, p.successWrite(sent))
-}
-
-// stop runs when Run's loops have ended: it records what is still unrecorded and returns
-// to WAIT every row still SENDING under this instance, so that none waits for the lease.
-func (p *Publisher) stop(ctx context.Context) {
-	p.roundMu.Lock()
-	defer p.roundMu.Unlock()
-	if s, ok := p.store.(interface{ closeClaimSession() }); ok {
-		defer s.closeClaimSession()
-	}
-	if len(p.unacked) > 0 {
-		// Recorded before the release below, which would otherwise send them again.
-		p.pending = append(p.pending, p.successWrite(p.unacked))
-		p.unacked = nil
-	}
-	var stats RoundStats
-	if err := p.settle(ctx, &stats); err != nil {
-		p.log.ErrorContext(ctx, "outbox: stopping with outcomes unrecorded; their events will be reclaimed after the lease",
-			slog.Int("writes", len(p.pending)), slog.Any("error", err))
-		return
-	}
-	n, err := p.releaseOwned(ctx, "released by its owner, which stopped")
-	if err != nil {
-		p.log.ErrorContext(ctx, "outbox: stopping with events claimed; they will be reclaimed after the lease", slog.Any("error", err))
-		return
-	}
-	if n > 0 {
-		p.log.InfoContext(ctx, "outbox: released claimed events on stop", slog.Int64("count", n))
-	}
-}
-
-// ackDelay bounds how long a success stays unrecorded waiting for the next claim to carry
-// it; past it, it is recorded by a statement of its own.
-const ackDelay = 50 * time.Millisecond

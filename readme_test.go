@@ -221,10 +221,11 @@ func TestDocsGoBlocksCompile(t *testing.T) {
 	require.NoError(t, err, "the documentation's Go blocks do not vet:\n%s", out)
 }
 
-// The README's quick start closes things in the right order by construction: `defer
-// publisher.Close()` comes before `go publisher.Run(`, so that the deferred Close stops
-// Run, waits for it and closes the sender; the code never closes the sender itself. And it
-// stays short.
+// The README's quick start loses no error of the start and closes things in the right
+// order by construction: `if err := publisher.Start(ctx); err != nil { return err }`, then
+// `defer publisher.Close()`, so that the deferred Close stops the publisher, waits for it
+// and closes the sender; it never starts the publisher with `go publisher.Run(`, which
+// would drop Start's refusal, and never closes the sender itself. And it stays short.
 func TestReadmeQuickStart(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("README.md")
@@ -253,17 +254,21 @@ func TestReadmeQuickStart(t *testing.T) {
 	src := "package p\n\nfunc quickStart() {\n" + code.String() + "}\n"
 	f, err := parser.ParseFile(token.NewFileSet(), "quickstart.go", src, parser.SkipObjectResolution)
 	require.NoError(t, err, numbered(src))
-	var deferClose, goRun token.Pos
-	var senderClose []token.Pos
+	var deferClose, checkedStart token.Pos
+	var goRun, senderClose []token.Pos
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.DeferStmt:
 			if isCall(n.Call, "publisher", "Close") && deferClose == 0 {
 				deferClose = n.Pos()
 			}
+		case *ast.IfStmt:
+			if startChecked(n) && checkedStart == 0 {
+				checkedStart = n.Pos()
+			}
 		case *ast.GoStmt:
-			if isCall(n.Call, "publisher", "Run") && goRun == 0 {
-				goRun = n.Pos()
+			if isCall(n.Call, "publisher", "Run") || isCall(n.Call, "publisher", "Start") {
+				goRun = append(goRun, n.Pos())
 			}
 		case *ast.CallExpr:
 			if isCall(n, "sender", "Close") {
@@ -272,10 +277,43 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 		return true
 	})
+	require.NotZero(t, checkedStart, "the quick start has `if err := publisher.Start(ctx); err != nil { return err }`")
 	require.NotZero(t, deferClose, "the quick start has `defer publisher.Close()`")
-	require.NotZero(t, goRun, "the quick start has `go publisher.Run(ctx)`")
-	assert.Less(t, deferClose, goRun, "`defer publisher.Close()` comes before `go publisher.Run(`")
+	assert.Less(t, checkedStart, deferClose, "`defer publisher.Close()` comes after the checked Start")
+	assert.Empty(t, goRun, "the quick start never drops the start's error with `go publisher.Run(ctx)`")
 	assert.Empty(t, senderClose, "the quick start never calls sender.Close(): Publisher.Close closes the sender")
+}
+
+// startChecked reports whether s is `if err := publisher.Start(...); err != nil { ... return
+// err ... }`: the start's refusal reaches the caller.
+func startChecked(s *ast.IfStmt) bool {
+	init, ok := s.Init.(*ast.AssignStmt)
+	if !ok || len(init.Lhs) != 1 || len(init.Rhs) != 1 {
+		return false
+	}
+	call, ok := init.Rhs[0].(*ast.CallExpr)
+	if !ok || !isCall(call, "publisher", "Start") {
+		return false
+	}
+	errName, ok := init.Lhs[0].(*ast.Ident)
+	if !ok {
+		return false
+	}
+	cond, ok := s.Cond.(*ast.BinaryExpr)
+	if !ok || cond.Op != token.NEQ {
+		return false
+	}
+	if x, ok := cond.X.(*ast.Ident); !ok || x.Name != errName.Name {
+		return false
+	}
+	for _, st := range s.Body.List {
+		if r, ok := st.(*ast.ReturnStmt); ok && len(r.Results) == 1 {
+			if id, ok := r.Results[0].(*ast.Ident); ok && id.Name == errName.Name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isCall reports whether c calls recv.method.

@@ -13,17 +13,31 @@ import (
 // died (or stalled) between its claim and its outcome: it is logged at warn, since a sudden
 // rise in reclaims says instances are dying, which is worse news than a duplicate.
 //
-// Run calls it every [Tuning.ReclaimInterval]; it may also be called by hand.
+// The reclaim goes page by page; when the store fails part way, Reclaim returns the count
+// of what it did return to WAIT (counted in the metrics, and the dead letters told) along
+// with the error. It returns once the [Config.OnDeadLetter] calls of its dead letters have
+// returned (or ctx has ended).
+//
+// A started publisher calls it every [Tuning.ReclaimInterval]; it may also be called by
+// hand, but not after [Publisher.Close] ([ErrClosed]).
 func (p *Publisher) Reclaim(ctx context.Context) (int64, error) {
+	rctx, exit, err := p.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer exit()
+	n, err := p.reclaim(rctx)
+	_ = p.dead.wait(ctx, p.dead.mark()) // a ctx that ended ends the wait: the calls still run
+	return n, err
+}
+
+// reclaim is Reclaim, for the reclaim loop of a started publisher (which does not wait for
+// the callbacks).
+func (p *Publisher) reclaim(ctx context.Context) (int64, error) {
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
 	defer cancel()
 	n, dead, err := p.store.ReclaimExpired(sctx, p.cfg.Tuning.Lease, p.cfg.Tuning.MaxReclaims)
-	if err != nil {
-		if ctx.Err() == nil {
-			p.log.ErrorContext(ctx, "outbox: reclaim expired leases", slog.Any("error", err))
-		}
-		return 0, err
-	}
+	// What the store did before it failed is done: counted and told like the rest.
 	p.m.reclaimedEvents(ctx, n, dead)
 	for _, ev := range dead {
 		p.deadLettered(ctx, ev, errors.New(ev.LastError))
@@ -31,6 +45,13 @@ func (p *Publisher) Reclaim(ctx context.Context) (int64, error) {
 	if n > 0 {
 		p.log.WarnContext(ctx, "outbox: reclaimed events whose lease expired; they will be sent again",
 			slog.Int64("count", n), slog.Duration("lease", p.cfg.Tuning.Lease))
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.ErrorContext(ctx, "outbox: reclaim expired leases", slog.Any("error", err),
+				slog.Int64("reclaimed_before_the_error", n))
+		}
+		return n, err
 	}
 	return n, nil
 }

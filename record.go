@@ -64,6 +64,7 @@ func (p *Publisher) execWrite(ctx context.Context, w write) (int64, error) {
 
 // recorded finishes a write that the store took.
 func (p *Publisher) recorded(ctx context.Context, stats *RoundStats, w write, changed int64) outcome {
+	p.held.Add(-int64(len(w.ids))) // recorded, or lost to a reclaim: no longer held
 	if lost := int64(len(w.ids)) - changed; lost > 0 {
 		stats.LeaseLost += int(lost)
 		p.m.leaseLost(ctx, lost)
@@ -82,43 +83,14 @@ func (p *Publisher) keep(ctx context.Context, w write, err error) {
 	p.health.storeReached(err, false)
 	p.log.ErrorContext(ctx, "outbox: could not record "+w.what+"; will try again before the next claim",
 		slog.Int("count", len(w.ids)), slog.Int64("first_id", w.ids[0]), slog.Any("error", err))
-	if len(p.pending) >= maxPending {
-		old := p.pending[0]
-		p.pending = p.pending[1:]
+	if len(p.rounds.pending) >= maxPending {
+		old := p.rounds.pending[0]
+		p.rounds.pending = p.rounds.pending[1:]
+		p.held.Add(-int64(len(old.ids))) // left to the reclaim
 		p.log.ErrorContext(ctx, "outbox: too many unrecorded outcomes; dropping the oldest, its events will be reclaimed after the lease",
 			slog.String("what", old.what), slog.Int("count", len(old.ids)))
 	}
-	p.pending = append(p.pending, w)
-}
-
-// settle records what earlier rounds could not, and then, if a claim's outcome was
-// unknown, returns to WAIT every row still SENDING under this instance: with nothing in
-// flight and nothing left to record, such a row is one this instance does not know it
-// holds. An error means the store is still failing; the round claims nothing.
-func (p *Publisher) settle(ctx context.Context, stats *RoundStats) error {
-	for len(p.pending) > 0 {
-		w := p.pending[0]
-		n, err := p.execWrite(context.WithoutCancel(ctx), w)
-		if err != nil {
-			return fmt.Errorf("outbox: record earlier outcomes: %w", err)
-		}
-		p.pending = p.pending[1:]
-		p.recorded(ctx, stats, w, n)
-		p.log.InfoContext(ctx, "outbox: recorded an outcome that had failed to record", slog.String("what", w.what),
-			slog.Int("count", len(w.ids)))
-	}
-	if !p.releaseOwed {
-		return nil
-	}
-	n, err := p.releaseOwned(ctx, "released by its owner: the claim's outcome was unknown")
-	if err != nil {
-		return err
-	}
-	p.releaseOwed = false
-	if n > 0 {
-		p.log.WarnContext(ctx, "outbox: released events claimed by a claim whose outcome was unknown", slog.Int64("count", n))
-	}
-	return nil
+	p.rounds.pending = append(p.rounds.pending, w)
 }
 
 func (p *Publisher) releaseOwned(ctx context.Context, reason string) (int64, error) {
@@ -128,6 +100,7 @@ func (p *Publisher) releaseOwned(ctx context.Context, reason string) (int64, err
 	if err != nil {
 		return n, fmt.Errorf("outbox: release owned events: %w", err)
 	}
+	p.held.Store(0) // nothing is recorded pending (see settle and stop): nothing is held
 	return n, nil
 }
 
@@ -224,15 +197,14 @@ func (p *Publisher) releaseWrite(ev Event, reason string, o outcome) write {
 	}
 }
 
-// deadLettered tells the logs and OnDeadLetter about an event now FAIL.
+// deadLettered tells the logs about an event now FAIL, and queues its OnDeadLetter call
+// (see deadletters.go: the call runs on the dispatcher, never under the round's lock).
 func (p *Publisher) deadLettered(ctx context.Context, ev Event, cause error) {
 	p.log.ErrorContext(ctx, "outbox: event dead-lettered; it needs a person",
 		slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID), slog.String("biz_no", ev.BizNo),
 		slog.String("event_type", ev.EventType), slog.Int("retry_count", ev.RetryCount), slog.Int("reclaim_count", ev.ReclaimCount),
 		slog.Bool("permanent", IsPermanent(cause)), slog.Any("error", cause))
-	if p.cfg.OnDeadLetter != nil {
-		p.cfg.OnDeadLetter(ctx, ev, cause)
-	}
+	p.dead.add(ctx, ev, cause)
 }
 
 func boolCount(ok bool) int64 {

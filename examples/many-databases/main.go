@@ -127,9 +127,11 @@ func run(shards []shard, orders int) error {
 		if err != nil {
 			return err
 		}
-		defer p.Close() // stops Run and waits for its last sends
+		if err := p.Start(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err) // e.g. a StoreName another store's publisher has
+		}
+		defer p.Close() // stops the publisher and waits for its last sends
 		publishers = append(publishers, p)
-		go p.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
 	}
 	fmt.Printf("created %d orders with their events in each of %d databases\n", orders, len(shards))
 

@@ -310,7 +310,9 @@ func run(ctx context.Context, o options) (sum summary, err error) {
 				return err
 			}
 			instances = append(instances, in)
-			in.start(ctx)
+			if err := in.start(ctx); err != nil {
+				return err
+			}
 			if in.relay != nil && i == 0 {
 				// The first instance's relay leads (with -duplicate, its sender is the one
 				// that loses acknowledgements); the relays started after it stand by.
@@ -825,12 +827,17 @@ type instance struct {
 	relayRan chan error   // the relay's Run, once it returns
 }
 
-// start runs the relay, if there is one, and the publisher, until they are closed.
-func (in *instance) start(ctx context.Context) {
+// start runs the relay, if there is one, and the publisher, until they are closed. The
+// publisher's Start returns what keeps it from running (its table unfit for the store's
+// ordering, say) before anything runs.
+func (in *instance) start(ctx context.Context) error {
 	if in.relay != nil {
 		go func() { in.relayRan <- in.relay.Run(ctx) }()
 	}
-	go in.pub.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
+	if err := in.pub.Start(ctx); err != nil {
+		return fmt.Errorf("start the publisher: %w", err)
+	}
+	return nil
 }
 
 // failed returns the relay's error if it could not run: Run returns at once when the

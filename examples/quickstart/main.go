@@ -92,10 +92,13 @@ func run(dsn string, orders int) error {
 		if err != nil {
 			return err
 		}
-		// The shutdown: Close stops Run and waits for it to return (it records its sends in
+		// Start reports what keeps the publisher from running, then publishes in the
+		// background. The shutdown: Close stops it and waits for it (it records its sends in
 		// flight and releases what it claimed and did not send), then closes the sender.
+		if err := p.Start(ctx); err != nil {
+			return err
+		}
 		defer p.Close()
-		go p.Run(ctx) //nolint:errcheck // Run returns nil once it is stopped
 	}
 	for {
 		var waiting int
