@@ -28,8 +28,3 @@ func DefaultBackoff(n int) time.Duration {
 func (b Backoff) delay(n int, limit time.Duration) time.Duration {
 	return min(max(b(n), 0), limit)
 }
-
-// ConstantBackoff returns a [Backoff] that always waits d.
-func ConstantBackoff(d time.Duration) Backoff {
-	return func(int) time.Duration { return d }
-}

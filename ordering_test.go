@@ -112,7 +112,7 @@ func TestKeyOrderThreePublishers(t *testing.T) {
 			for i := range 3 {
 				cfg := fastConfig(fmt.Sprintf("ordered-%d", i), &logSink{})
 				cfg.MaxAttempts = outbox.RetryForever
-				cfg.Backoff = outbox.ConstantBackoff(5 * time.Millisecond)
+				cfg.Backoff = func(int) time.Duration { return 5 * time.Millisecond }
 				store, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: table, Ordering: ordering})
 				require.NoError(t, err)
 				runPublisher(t, newPublisher(t, store, sender, cfg))

@@ -373,7 +373,7 @@ func TestCustomBackoffAndMaxRetry(t *testing.T) {
 	id := b.insert(t, 1)[0]
 	cfg := fastConfig("p", &logSink{})
 	cfg.MaxAttempts = 2
-	cfg.Backoff = outbox.ConstantBackoff(2 * time.Minute)
+	cfg.Backoff = func(int) time.Duration { return 2 * time.Minute }
 	p := newPublisher(t, b.store, outbox.SenderFunc(func(context.Context, outbox.Event) error { return errBroker }), cfg)
 	_, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
@@ -832,7 +832,7 @@ func TestRunIsFixedDelay(t *testing.T) {
 	cfg := fastConfig("p", &logSink{})
 	cfg.Tuning.BatchSize = 2
 	cfg.MaxAttempts = 1001
-	cfg.Backoff = outbox.ConstantBackoff(0) // due again at once: only the poll delay spaces rounds
+	cfg.Backoff = func(int) time.Duration { return 0 } // due again at once: only the poll delay spaces rounds
 	cfg.PollInterval = 100 * time.Millisecond
 	p := newPublisher(t, &releaseClock{hookStore: store, clock: clock}, sender, cfg)
 	ctx, cancel := context.WithCancel(context.Background())

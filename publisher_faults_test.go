@@ -313,7 +313,7 @@ func TestRetryLimits(t *testing.T) {
 		b := setup(t)
 		id := b.insert(t, 1)[0]
 		cfg := fastConfig("p", &logSink{})
-		cfg.Backoff = outbox.ConstantBackoff(10 * time.Hour)
+		cfg.Backoff = func(int) time.Duration { return 10 * time.Hour }
 		cfg.Tuning.MaxBackoff = 30 * time.Second
 		_, err := newPublisher(t, b.store, failing, cfg).PublishPending(ctx)
 		require.NoError(t, err)
