@@ -1,15 +1,14 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/go-outbox/outbox/internal/goid"
 )
 
 // deadLetters calls [Config.OnDeadLetter] for a publisher: one call at a time, in the order
@@ -26,9 +25,8 @@ import (
 // A dispatcher runs while the queue has entries and ends when it is empty; the next entry
 // starts another. Stop and Close must not wait for the callback they are called from, and
 // Close has no context to carry that fact: they ask onDispatcher, which compares the
-// caller's goroutine id with the dispatcher's. Go gives no goroutine id but in the first
-// line of runtime.Stack ("goroutine 42 [running]:"), which is what goroutineID reads; it is
-// read only by Stop, Close and the waits, never per event.
+// caller's goroutine id with the dispatcher's (package internal/goid); it is read only by
+// Stop, Close and the waits, never per event.
 type deadLetters struct {
 	fn  func(ctx context.Context, ev Event, cause error)
 	log *slog.Logger
@@ -74,7 +72,7 @@ func (d *deadLetters) add(ctx context.Context, ev Event, cause error) {
 
 // dispatch calls the queued callbacks, one after the other, until the queue is empty.
 func (d *deadLetters) dispatch() {
-	d.gid.Store(goroutineID())
+	d.gid.Store(goid.ID())
 	for {
 		d.mu.Lock()
 		if len(d.queue) == 0 {
@@ -147,16 +145,5 @@ func (d *deadLetters) backlog() uint64 {
 // onDispatcher reports whether the caller runs inside a callback (on the dispatcher).
 func (d *deadLetters) onDispatcher() bool {
 	g := d.gid.Load()
-	return g != 0 && g == goroutineID()
-}
-
-// goroutineID is the calling goroutine's id, from the first line of its stack trace.
-func goroutineID() uint64 {
-	var buf [64]byte
-	b := bytes.TrimPrefix(buf[:runtime.Stack(buf[:], false)], []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i >= 0 {
-		b = b[:i]
-	}
-	id, _ := strconv.ParseUint(string(b), 10, 64)
-	return id
+	return g != 0 && g == goid.ID()
 }

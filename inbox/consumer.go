@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/goid"
 )
 
 // ConsumerConfig configures a [Consumer].
@@ -212,7 +211,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 		return nil
 	}
 	r.stopOnce.Do(func() { close(r.stop) })
-	if r.runs(goid()) {
+	if r.runs(int64(goid.ID())) {
 		return nil // from inside a handler: the shutdown waits for it, not it for the shutdown
 	}
 	select {
@@ -403,23 +402,6 @@ func (r *run) runs(g int64) bool {
 	return r.inflight[g] > 0
 }
 
-// goid is the id of the calling goroutine, from the first line of its stack trace
-// ("goroutine 18 [running]:"). It tells a Stop called from a handler, on the goroutine the
-// client runs the delivery on, from one called elsewhere; Close has no context to carry
-// that. It costs a microsecond or so, once a delivery.
-func goid() int64 {
-	var buf [64]byte
-	s := buf[:runtime.Stack(buf[:], false)]
-	s = s[len("goroutine "):]
-	for i, b := range s {
-		if b == ' ' {
-			id, _ := strconv.ParseInt(string(s[:i]), 10, 64)
-			return id
-		}
-	}
-	return 0
-}
-
 // retain purges the inbox rows older than Config.Retention every RetentionInterval, the
 // first time at once, until ctx is done. A purge another instance is running is theirs to
 // do: the next interval tries again, quietly.
@@ -456,7 +438,7 @@ const maxReconsumeTimes = math.MaxInt32 / 2
 // acknowledged only once every message of it is handled, a duplicate or rejected. The
 // handlers' context is cancelled when the run gives up on them.
 func (c *Consumer) consume(ctx context.Context, r *run, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-	g := goid()
+	g := int64(goid.ID())
 	if !r.enter(g) {
 		// Shutting down: once the push consumer is shut down, the queue this came from is
 		// dropped, and whatever this returns is ignored; the message is not acknowledged.

@@ -3,13 +3,11 @@ package relay
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/goid"
 )
 
 // deadLetters runs Config.OnDeadLetter one call at a time, in the order the dead letters
@@ -46,7 +44,7 @@ func (d *deadLetters) call(ctx context.Context, ev outbox.Event, cause error) {
 }
 
 func (d *deadLetters) run() {
-	d.caller.Store(goroutineID())
+	d.caller.Store(goid.ID())
 	for {
 		d.mu.Lock()
 		if len(d.queue) == 0 {
@@ -67,7 +65,7 @@ func (d *deadLetters) run() {
 // wait waits, bounded by ctx, until the calls queued have returned; called from inside
 // OnDeadLetter it returns at once.
 func (d *deadLetters) wait(ctx context.Context) error {
-	if d == nil || d.caller.Load() == goroutineID() {
+	if d == nil || d.caller.Load() == goid.ID() {
 		return nil
 	}
 	d.mu.Lock()
@@ -83,13 +81,4 @@ func (d *deadLetters) wait(ctx context.Context) error {
 		return fmt.Errorf("relay: stop: %w: OnDeadLetter is still running, with %d more calls queued after it; they go on in the background",
 			ctx.Err(), queued)
 	}
-}
-
-// goroutineID returns the id of the calling goroutine, from the first line of its stack
-// ("goroutine 18 [running]:").
-func goroutineID() uint64 {
-	var buf [64]byte
-	s := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
-	id, _ := strconv.ParseUint(s[:max(strings.IndexByte(s, ' '), 0)], 10, 64)
-	return id
 }
