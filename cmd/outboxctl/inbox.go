@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -16,7 +15,7 @@ import (
 // inbox runs the consumer's-side commands: rejected and resend.
 func (a *app) inbox(ctx context.Context, args []string) error {
 	if len(args) == 0 || (args[0] != "rejected" && args[0] != "resend") {
-		return usagef("inbox needs a subcommand: rejected or resend ID...")
+		return usagef("inbox needs a subcommand: rejected or resend ID|EVENT_ID...")
 	}
 	sub, args := args[0], args[1:]
 	fs := a.newFlags("inbox "+sub, "outboxctl inbox "+sub+" --group GROUP [flags]", map[string]string{
@@ -47,20 +46,17 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = a.connectTimeout
 	}
-	var ids []int64
+	var refs []ref
 	if sub == "resend" {
 		if len(pos) == 0 {
-			return usagef("resend needs the ids of the rejected messages")
+			return usagef("resend needs the ids (or event ids) of the rejected messages")
 		}
 		if err := a.perTable(); err != nil {
 			return err
 		}
-		for _, p := range pos {
-			id, err := strconv.ParseInt(p, 10, 64)
-			if err != nil || id <= 0 {
-				return usagef("%q is not a rejected message's id (a positive integer)", p)
-			}
-			ids = append(ids, id)
+		var err error
+		if refs, err = parseRefs(pos); err != nil { // a rejected row's id, or its event id
+			return err
 		}
 		if *namesrv == "" || *topic == "" {
 			return usagef("resend needs --namesrv (or $OUTBOX_NAMESRV) and --topic")
@@ -85,7 +81,18 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 		return err
 	}
 	defer sender.Close()
-	for i, id := range ids {
+	for i, r := range refs {
+		id := r.id
+		if r.eventID != "" {
+			m, err := in.RejectedByEventID(ctx, r.eventID)
+			if err != nil {
+				if i > 0 {
+					return partial(err)
+				}
+				return err
+			}
+			id = m.ID
+		}
 		if err := in.Resend(ctx, id, sender); err != nil {
 			if i > 0 {
 				return partial(err) // the ones before it were resent: status 1, not "nothing changed"

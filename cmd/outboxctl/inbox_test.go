@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +109,43 @@ func TestInboxRejectedAndResend(t *testing.T) {
 	r = runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--topic", topic, "--namesrv", ns, fmt.Sprint(id))
 	assert.Equal(t, exitNotFound, r.code, "a second resend finds nothing")
 	assert.Contains(t, r.stderr, "not found")
+}
+
+// inbox resend takes a rejected message's event id (the id a consumer logs) as well as its
+// row's id; an event id the group has no rejected message of exits 3 and resends nothing.
+func TestInboxResendByEventID(t *testing.T) {
+	t.Parallel()
+	db := testsvc.OpenDB(t)
+	table := testsvc.UniqueTable("t_inbox")
+	in, err := inbox.New(db, inbox.Config{Group: "cg_points", Table: table})
+	require.NoError(t, err)
+	require.NoError(t, in.CreateSchema(context.Background()))
+	t.Cleanup(func() {
+		_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + "`, `" + table + "_rejected`")
+	})
+	eventID, kept := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
+	rejectOne(t, in, eventID)
+	keptID := rejectOne(t, in, kept)
+
+	env := []string{"OUTBOX_DSN=" + testsvc.MySQLDSN(t)}
+	topic := testsvc.NewTopic(t, "INBOX_RESEND_EVENT")
+	c := testsvc.Consume(t, topic)
+	ns := testsvc.RocketMQNameServer(t)
+	resend := func(ref string) result {
+		return runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--topic", topic, "--namesrv", ns, ref)
+	}
+
+	r := resend(uuid.Must(uuid.NewV7()).String())
+	assert.Equal(t, exitNotFound, r.code, "an event id with no rejected message: %s", r.stderr)
+
+	r = resend(strings.ToUpper(eventID))
+	require.Equal(t, 0, r.code, r.stderr)
+	c.WaitDistinct(t, 1, 30*time.Second)
+	msgs := c.Messages()
+	require.NotEmpty(t, msgs)
+	assert.Equal(t, eventID, msgs[0].GetProperty(outbox.PropertyEventID), "the event named")
+	left, err := in.Rejected(context.Background(), 0, 10)
+	require.NoError(t, err)
+	require.Len(t, left, 1, "only the one named was resent")
+	assert.Equal(t, keptID, left[0].ID)
 }
