@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-outbox/outbox/internal/every"
 )
 
 // lifecycle is a publisher's state between Start, Stop and Close, under its own mutex, which
@@ -154,14 +156,14 @@ func (p *Publisher) run(ctx context.Context, r *runState, release func()) {
 	var wg sync.WaitGroup
 	wg.Go(func() { p.scan(ctx, wake) })
 	wg.Go(func() {
-		loop(ctx, func() time.Duration {
+		every.Loop(ctx, func() time.Duration {
 			_, _ = p.reclaim(ctx)
 			return p.cfg.Tuning.ReclaimInterval
 		})
 	})
 	if p.cfg.Retention > 0 {
 		wg.Go(func() {
-			loop(ctx, func() time.Duration {
+			every.Loop(ctx, func() time.Duration {
 				p.retain(ctx)
 				return p.cfg.Tuning.RetentionInterval
 			})

@@ -597,18 +597,3 @@ func identity(v any) any {
 	}
 	return v
 }
-
-// loop runs fn, then waits the delay it returned, until ctx is done: a fixed delay, so runs
-// never overlap.
-func loop(ctx context.Context, fn func() time.Duration) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		timer.Reset(fn())
-	}
-}

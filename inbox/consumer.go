@@ -17,6 +17,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/every"
 	"github.com/go-outbox/outbox/internal/goid"
 )
 
@@ -406,7 +407,7 @@ func (r *run) runs(g int64) bool {
 // first time at once, until ctx is done. A purge another instance is running is theirs to
 // do: the next interval tries again, quietly.
 func (c *Consumer) retain(ctx context.Context) {
-	for {
+	every.Loop(ctx, func() time.Duration {
 		start := time.Now()
 		n, err := c.in.Purge(ctx, c.in.cfg.Retention, retentionPause)
 		switch {
@@ -419,12 +420,8 @@ func (c *Consumer) retain(ctx context.Context) {
 			c.in.log.InfoContext(ctx, "inbox: retention purged old inbox rows", slog.Int64("deleted", n),
 				slog.Duration("older_than", c.in.cfg.Retention), slog.Duration("took", time.Since(start)))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(c.in.cfg.RetentionInterval):
-		}
-	}
+		return c.in.cfg.RetentionInterval
+	})
 }
 
 // retentionPause is the pause between two retention DELETEs.
