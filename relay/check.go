@@ -608,7 +608,7 @@ func serverIDLock(id uint32) string {
 // streams only once it leads (and so once that connection has ended).
 func (r *Relay) serverIDHolder(ctx context.Context) (holder int64, here bool, err error) {
 	var id, table sql.NullInt64
-	if err := r.db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?), IS_USED_LOCK(?)", serverIDLock(r.cfg.ServerID), r.lockName()).
+	if err := r.db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?), IS_USED_LOCK("+r.lockName()+")", serverIDLock(r.cfg.ServerID)).
 		Scan(&id, &table); err != nil {
 		return 0, false, fmt.Errorf("relay: check the server id's lock: %w", err)
 	}
