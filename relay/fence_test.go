@@ -164,13 +164,7 @@ func TestRelayWhoseMarksAreDeniedHandsTheTableBack(t *testing.T) {
 	r, done := runRelay(t, cfg.FormatDSN(), relayed, e.config("relay-1"))
 	waitLeader(t, r)
 	polled := newCounting()
-	pctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	p, err := outbox.NewPublisher(e.store, polled, outbox.Config{InstanceID: "poller-1", PollInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	wg.Go(func() { _ = p.Run(pctx) })
-	t.Cleanup(func() { stop(); wg.Wait() })
+	startPoller(t, e, polled)
 
 	_, err = e.db.ExecContext(ctx, fmt.Sprintf("REVOKE UPDATE ON %s.%s FROM %s", cfg.DBName, e.table, account))
 	require.NoError(t, err)
@@ -390,13 +384,7 @@ func TestRelayWhoseMarksKeepFailingHandsTheTableBack(t *testing.T) {
 	r, done := runRelay(t, e.dsn, relayed, e.config("relay-1"))
 	waitLeader(t, r)
 	polled := newCounting()
-	pctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	p, err := outbox.NewPublisher(e.store, polled, outbox.Config{InstanceID: "poller-1", PollInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	wg.Go(func() { _ = p.Run(pctx) })
-	t.Cleanup(func() { stop(); wg.Wait() })
+	startPoller(t, e, polled)
 
 	ids := e.insert(t, 4, byIndex("refused"))
 	waitFor(t, 30*time.Second, "the publisher to send every event", func() bool { return e.statuses(t)["SUCCESS"] == len(ids) })
@@ -412,4 +400,15 @@ func TestRelayWhoseMarksKeepFailingHandsTheTableBack(t *testing.T) {
 		t.Fatalf("Run returned %v", err)
 	default:
 	}
+}
+
+// startPoller starts a polling publisher of e's table, standing by while the relay leads, and
+// stops it when the test ends; a refused start fails the test.
+func startPoller(t *testing.T, e *env, sender outbox.Sender) {
+	t.Helper()
+	p, err := outbox.NewPublisher(e.store, sender, outbox.Config{InstanceID: "poller-1", PollInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(context.Background()))
+	t.Cleanup(func() { assert.NoError(t, p.Close()) })
 }
