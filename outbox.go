@@ -60,6 +60,12 @@ type Event struct {
 	// sender sends them with the event so that its consumer continues that trace.
 	TraceParent string
 	TraceState  string
+	// Topic is the event's destination as written ([EventInput.Topic]): "" sends it to the
+	// sender's default topic.
+	Topic string
+	// Failures are the event's latest failed attempts, oldest first (at most ten): when,
+	// on which instance, of what class and why. Empty for an event that never failed.
+	Failures []Failure
 
 	// storeAge and readAt date the store's read of the event, for the commit-to-send
 	// latency: its age then by the store's clock, and when that was by this process's.
@@ -91,6 +97,17 @@ type EventInput struct {
 	// passed is due at once. At most 9999-12-31 23:59:59.999 UTC, the latest time the
 	// table's DATETIME(3) holds. The zero time (the default): due at once. Not with Delay.
 	NotBefore time.Time
+	// Topic names the event's destination, one of the topics the store is configured with
+	// ([MySQLConfig.Topics]); "" (the default) sends it to the sender's default topic.
+	Topic string
+}
+
+// Failure is one failed attempt of an event, as [Event.Failures] keeps it.
+type Failure struct {
+	At       time.Time // when it failed, by the database clock (UTC)
+	Instance string    // the instance that tried (claim_owner)
+	Class    string    // what kind of failure
+	Message  string    // why
 }
 
 // Store is the outbox table as the [Publisher] sees it: what a store for another database
