@@ -220,7 +220,7 @@ func (s *MySQLStore) get(ctx context.Context, id int64) (Event, error) {
 	)
 	err := s.db.QueryRowContext(ctx, s.q.get, id).Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &payload, &status,
 		&ev.RetryCount, &ev.ReclaimCount, dbTime{&nextRetry}, &owner, dbTime{&claimed}, &lastErr,
-		dbTime{&ev.CreateTime}, dbTime{&ev.UpdateTime}, &ev.TraceParent, &ev.TraceState)
+		dbTime{&ev.CreateTime}, dbTime{&ev.UpdateTime}, &ev.TraceParent, &ev.TraceState, &ev.Topic)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Event{}, fmt.Errorf("%w: id %d", ErrNotFound, id)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,7 +75,9 @@ var errClosed = fmt.Errorf("%w: the publisher was closed", ErrClosed)
 //     publisher uses too, unless both set [Config.SharedSender]; and a table that cannot
 //     serve the store, as [Store.Check] says (for a MySQL store: a key-order table without
 //     its index, a table not partitioned as configured, a missing
-//     [MySQLConfig.RelayTable]; see [MySQLStore.Check]).
+//     [MySQLConfig.RelayTable]; see [MySQLStore.Check]), and a store whose events may name
+//     a topic ([MySQLConfig.Topics]) that the sender does not route (its
+//     [SenderInfo.Topics], when it lists any).
 //
 // A store Start cannot reach (Check takes at most [Tuning.StoreTimeout]) is logged, not
 // refused: the publisher starts, and its rounds retry. So is a MySQL table without the
@@ -130,6 +133,9 @@ func (p *Publisher) start(ctx context.Context) (*runState, error) {
 	l.mu.Unlock()
 
 	err = p.check(ctx)
+	if err == nil {
+		err = p.checkTopics()
+	}
 	if err == nil && p.isClosed() {
 		err = errClosed
 	}
@@ -335,4 +341,31 @@ func (p *Publisher) enter(ctx context.Context) (context.Context, func(), error) 
 		l.mu.Unlock()
 		p.releaseIfIdle()
 	}, nil
+}
+
+// checkTopics refuses a sender that cannot route a topic the store's events may name: the
+// store's [MySQLConfig.Topics] against the sender's [SenderInfo.Topics] (and its default
+// [SenderInfo.Topic]), when both list topics. A sender that lists none routes any topic; a store that lists none writes every
+// event to the default topic.
+func (p *Publisher) checkTopics() error {
+	st, ok := p.store.(interface{ storeTopics() []string })
+	if !ok {
+		return nil
+	}
+	info := p.sender.Info()
+	want, routes := st.storeTopics(), info.Topics
+	if len(want) == 0 || len(routes) == 0 {
+		return nil
+	}
+	var missing []string
+	for _, t := range want {
+		if t != info.Topic && !slices.Contains(routes, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the store's events may name topics the sender does not route: %s (MySQLConfig.Topics: %s; the sender routes: %s): give the sender the same topics",
+			ErrInvalidConfig, strings.Join(missing, ", "), strings.Join(want, ", "), strings.Join(routes, ", "))
+	}
+	return nil
 }

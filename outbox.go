@@ -252,6 +252,7 @@ type SenderInfo struct {
 	// Send by it, and refuses a [Tuning.SendTimeout] that differs. Zero: the publisher's
 	// Tuning.SendTimeout bounds the sends.
 	SendTimeout time.Duration
+	Topics      []string // the topics the sender routes besides Topic; nil: any
 }
 
 // SenderFunc adapts a function that sends one event to [Sender]: Send calls it for each

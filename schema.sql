@@ -80,6 +80,14 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- columns").
     trace_parent    CHAR(55)      CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     trace_state     VARCHAR(256)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
+    -- the event's destination (EventInput.Topic): one of the store's MySQLConfig.Topics, or
+    -- '' for the sender's default topic (RocketMQConfig.Topic). At most 127 ascii characters,
+    -- RocketMQ's limit for a topic name (letters, digits, '_', '-', '%', '|'); ascii_bin
+    -- compares names byte for byte, as the broker does. Written once, with the row. After the
+    -- trace columns, with a constant default, so that adding it to an older table is an
+    -- instant ALTER (see docs/upgrading.md,
+    -- "Upgrading a table made before the topic column").
+    topic           VARCHAR(127)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     PRIMARY KEY (id),
     UNIQUE KEY uk_event_id (event_id),
     -- the candidate scan: status = 'WAIT' AND next_retry_time <= now, oldest first.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +83,17 @@ type MySQLConfig struct {
 	// events, and at least 1,000. 0 (the default): the table is not partitioned and
 	// retention deletes in batches.
 	PartitionIDs int64
+
+	// Topics are the topics, besides "" (the sender's default topic, RocketMQConfig.Topic),
+	// that the events of this store may name ([EventInput.Topic]): a bounded set, so that
+	// [Tx.InsertEvent] refuses a topic outside it (a typo) with an error wrapping
+	// [ErrInvalidEvent] that names the known topics, and a metric labelled by topic stays
+	// bounded. Each is a RocketMQ topic name: 1 to 127 letters, digits, '_', '-', '%' or '|',
+	// none of the broker's own, no two alike. [Publisher.Start] refuses a sender whose
+	// [SenderInfo.Topics] lacks one of them. Empty (the default): every event goes to the
+	// default topic. A row written by a plain SQL INSERT is not checked at insert; the
+	// sender refuses a topic it does not route (docs/other-writers.md).
+	Topics []string
 
 	// The settings below are for servers and proxies that need them; most services leave
 	// them unset (see docs/configuration.md).
@@ -173,6 +185,8 @@ type MySQLStore struct {
 	subs   map[chan struct{}]struct{}
 
 	relay *relayGate // nil without MySQLConfig.RelayTable
+
+	topics []string // MySQLConfig.Topics, as given
 }
 
 // mysqlQueries holds every statement with the configured table name in place.
@@ -214,7 +228,11 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 		return nil, fmt.Errorf("%w: PartitionIDs must be 0 (no partitions) or between %d and %d ids a partition, got %d",
 			ErrInvalidConfig, minPartitionIDs, int64(math.MaxInt64/(4*maxPartitions)), cfg.PartitionIDs)
 	}
-	s := &MySQLStore{db: db, table: table, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
+	topics, err := checkTopics(cfg.Topics)
+	if err != nil {
+		return nil, err
+	}
+	s := &MySQLStore{db: db, table: table, topics: topics, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
 		pooledClaims: cfg.PooledClaims, claimTurnWait: claimTurnWait, q: newMySQLQueries(table), oq: newOrderQueries(table), born: time.Now(),
 		ordering: cfg.Ordering, scanFromStart: cfg.ScanFromStart}
 	if s.ordering != Unordered {
@@ -246,6 +264,9 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	}
 	var missing []string
 	for _, col := range newerColumns {
+		if col == "topic" {
+			continue // checkTopicColumn's, below, with its ALTER
+		}
 		var n int
 		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
 	WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`, s.table, col).Scan(&n); err != nil {
@@ -258,6 +279,9 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("outbox: table %s has no %s column: %s", s.table, strings.Join(missing, " or "), upgradeHint)
 	}
+	if err := s.checkTopicColumn(ctx); err != nil {
+		return err
+	}
 	if s.partitionIDs > 0 {
 		if err := s.checkPartitions(ctx); err != nil {
 			return err
@@ -269,7 +293,9 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
-// Check implements [Store]: the store's [MySQLConfig.Ordering], and, in key order, whether
+// Check implements [Store]: the store's [MySQLConfig.Ordering], whether the table has the
+// topic column (every claim reads it; a table made before it is refused with the ALTER
+// TABLE that adds it, docs/upgrading.md), and, in key order, whether
 // the table has the index and the status value ordered claims need; with
 // [MySQLConfig.PartitionIDs], whether the table is partitioned by RANGE (id) with a
 // catch-all partition (the errors wrap [ErrInvalidConfig] and name the ALTER TABLE to run).
@@ -278,6 +304,9 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 // [Publisher.Run] logs a warning that names them.
 func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
 	if err := s.checkRelay(ctx); err != nil {
+		return s.ordering, err
+	}
+	if err := s.checkTopicColumn(ctx); err != nil {
 		return s.ordering, err
 	}
 	if s.partitionIDs > 0 {
@@ -291,8 +320,64 @@ func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
 	return s.ordering, s.checkOrdering(ctx)
 }
 
+// checkTopics validates MySQLConfig.Topics and returns a copy of it.
+func checkTopics(topics []string) ([]string, error) {
+	seen := make(map[string]bool, len(topics))
+	for i, t := range topics {
+		switch {
+		case !topicRE.MatchString(t):
+			return nil, fmt.Errorf("%w: MySQLConfig.Topics[%d] %.140q must be 1 to 127 letters, digits, '_', '-', '%%' or '|' (RocketMQ's rule for a topic name)",
+				ErrInvalidConfig, i, t)
+		case systemTopic(t):
+			return nil, fmt.Errorf("%w: MySQLConfig.Topics[%d] %q is one of RocketMQ's own topics, which the broker refuses to take messages for",
+				ErrInvalidConfig, i, t)
+		case seen[t]:
+			return nil, fmt.Errorf("%w: MySQLConfig.Topics names %q twice", ErrInvalidConfig, t)
+		}
+		seen[t] = true
+	}
+	return slices.Clone(topics), nil
+}
+
+// storeTopics returns the topics the store's events may name besides "" (for the
+// publisher's check of its sender, see [Publisher.Start]).
+func (s *MySQLStore) storeTopics() []string { return s.topics }
+
 // newerColumns are the columns a table created by an earlier version of this package lacks.
-var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_state"}
+var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_state", "topic"}
+
+// alterTopic adds the topic column to a table made before it: after the trace columns, with
+// a constant default, an instant change (no table copy; docs/upgrading.md).
+const alterTopic = "ALTER TABLE t_event_record ADD COLUMN topic VARCHAR(127) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '' AFTER trace_state"
+
+// checkTopicColumn refuses, with the ALTER TABLE that fixes it, a table that exists without
+// the topic column: every statement that reads events reads it, so such a table serves no
+// claim whether or not [MySQLConfig.Topics] is set. A table that does not exist is left to
+// the statements (and CreateSchema), as before.
+func (s *MySQLStore) checkTopicColumn(ctx context.Context) error {
+	var hasTable, hasTopic bool
+	rows, err := s.db.QueryContext(ctx, `SELECT LOWER(column_name) FROM information_schema.columns
+	WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN ('id', 'topic')`, s.table)
+	if err != nil {
+		return s.wrap("check the topic column", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return s.wrap("check the topic column", err)
+		}
+		hasTable, hasTopic = true, hasTopic || c == "topic"
+	}
+	if err := rows.Err(); err != nil {
+		return s.wrap("check the topic column", err)
+	}
+	if hasTable && !hasTopic {
+		return fmt.Errorf("%w: table %s has no topic column (it was created by an earlier version of this package): run: %s; (an instant change; see docs/upgrading.md)",
+			ErrInvalidConfig, s.table, strings.Replace(alterTopic, "t_event_record", mysqldialect.Quote(s.table), 1))
+	}
+	return nil
+}
 
 // missingDefaults returns the columns, of those a plain SQL INSERT of biz_no, event_type and
 // payload leaves to the server (docs/other-writers.md), that have no default in the table:

@@ -52,7 +52,7 @@ func scanEventsCounted(rows *sql.Rows, err error, count *int) ([]Event, []int, e
 		var size int
 		var ageUS, deferredUS int64
 		dest := []any{&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
-			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState,
+			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &size, &ev.TraceParent, &ev.TraceState, &ev.Topic,
 			&ageUS, &deferredUS}
 		if count != nil {
 			dest = append(dest, count)

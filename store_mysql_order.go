@@ -43,7 +43,7 @@ func scanKeyed(rows *sql.Rows, err error) ([]keyed, error) {
 		)
 		ev := &k.ev
 		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
-			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &k.size, &ev.TraceParent, &ev.TraceState,
+			dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, &k.size, &ev.TraceParent, &ev.TraceState, &ev.Topic,
 			&ageUS, &deferredUS, &head); err != nil {
 			return nil, err
 		}

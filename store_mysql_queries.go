@@ -27,8 +27,8 @@ func newMySQLQueries(table string) mysqlQueries {
 
 		insert: r.Replace(`INSERT INTO t_event_record
 	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time,
-	 trace_parent, trace_state)
-	VALUES (?, ?, ?, ?, 'WAIT', 0, ` + dueMarker + `, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), ?, ?)`),
+	 trace_parent, trace_state, topic)
+	VALUES (?, ?, ?, ?, 'WAIT', 0, ` + dueMarker + `, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), ?, ?, ?)`),
 
 		// Candidates only: no lock, no ownership. Several instances seeing the same row is
 		// expected. Served by idx_status_next_retry.
@@ -39,7 +39,7 @@ func newMySQLQueries(table string) mysqlQueries {
 		// claim, a release or a person first touches the row, and next_retry_time is the
 		// insert's until then.
 		candidates: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time,
-	       reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state,
+	       reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state, topic,
 	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3)),
 	       IF(update_time = create_time, TIMESTAMPDIFF(MICROSECOND, create_time, next_retry_time), 0)
 	FROM t_event_record
@@ -64,7 +64,7 @@ func newMySQLQueries(table string) mysqlQueries {
 		// query once the claim has chosen its rows, so that a claim never holds more than about
 		// limit times that plus maxBytes in memory, however large the payloads are.
 		lockDue: r.Replace(`SELECT id, event_id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
-	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state,
+	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state, topic,
 	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3)), IF(update_time = create_time, TIMESTAMPDIFF(MICROSECOND, create_time, next_retry_time), 0)
 	FROM t_event_record
 	WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
@@ -77,7 +77,7 @@ func newMySQLQueries(table string) mysqlQueries {
 		// A locking read of the index itself would look up the clustered row of every entry
 		// it passes to check for an implicit lock; the plain read mostly does not need to.
 		lockDueSteady: r.Replace(`SELECT e.id, e.event_id, e.biz_no, e.event_type, IF(OCTET_LENGTH(e.payload) <= %d, e.payload, NULL),
-	       e.retry_count, e.next_retry_time, e.create_time, e.reclaim_count, OCTET_LENGTH(e.payload), e.trace_parent, e.trace_state,
+	       e.retry_count, e.next_retry_time, e.create_time, e.reclaim_count, OCTET_LENGTH(e.payload), e.trace_parent, e.trace_state, e.topic,
 	       TIMESTAMPDIFF(MICROSECOND, e.create_time, UTC_TIMESTAMP(3)),
 	       IF(e.update_time = e.create_time, TIMESTAMPDIFF(MICROSECOND, e.create_time, e.next_retry_time), 0), c.n
 	FROM (SELECT id, next_retry_time, COUNT(*) OVER () AS n FROM
@@ -163,7 +163,7 @@ func newMySQLQueries(table string) mysqlQueries {
 	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
 
 		get: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, status, retry_count, reclaim_count, next_retry_time,
-	       claim_owner, claimed_at, last_error, create_time, update_time, trace_parent, trace_state
+	       claim_owner, claimed_at, last_error, create_time, update_time, trace_parent, trace_state, topic
 	FROM t_event_record WHERE id = ?`),
 
 		// A person's re-send of a dead letter: a fresh start, due now.
@@ -269,7 +269,7 @@ func orderedSelect(o Ordering, payload, tail string) string {
 			" WHERE " + alias + ".biz_no = t.biz_no AND " + alias + ".status = '" + status + "' ORDER BY " + alias + ".id LIMIT 1)"
 	}
 	q := `SELECT t.id, t.event_id, t.biz_no, t.event_type, ` + payload + `,
-	       t.retry_count, t.next_retry_time, t.create_time, t.reclaim_count, OCTET_LENGTH(t.payload), t.trace_parent, t.trace_state,
+	       t.retry_count, t.next_retry_time, t.create_time, t.reclaim_count, OCTET_LENGTH(t.payload), t.trace_parent, t.trace_state, t.topic,
 	       TIMESTAMPDIFF(MICROSECOND, t.create_time, UTC_TIMESTAMP(3)),
 	       IF(t.update_time = t.create_time, TIMESTAMPDIFF(MICROSECOND, t.create_time, t.next_retry_time), 0),
 	       ` + first("w", "WAIT", "id") + ` AS key_head
