@@ -84,6 +84,9 @@ type Filter struct {
 	// EventType and BizNo keep events with exactly this type or business key.
 	EventType string
 	BizNo     string
+	// Topics keeps the events with one of these topics ([Event.Topic]) only, when not empty
+	// (at most 10000); "" is the sender's default topic.
+	Topics []string
 	// MinID and MaxID bound the row id, both inclusive; 0 means no bound.
 	MinID, MaxID int64
 	// CreatedSince and CreatedUntil bound create_time (UTC, by the database clock):
@@ -130,6 +133,14 @@ func (f Filter) validate() error {
 	}
 	if f.Limit < 0 || f.Limit > listLimitMax {
 		return fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidInput, listLimitMax, f.Limit)
+	}
+	if len(f.Topics) > maxAdminBatch {
+		return fmt.Errorf("%w: at most %d topics at once, got %d", ErrInvalidInput, maxAdminBatch, len(f.Topics))
+	}
+	for _, topic := range f.Topics {
+		if topic != "" && !topicRE.MatchString(topic) {
+			return fmt.Errorf("%w: topic %.140q is not a topic name (1 to 127 letters, digits, '_', '-', '%%' or '|')", ErrInvalidInput, topic)
+		}
 	}
 	if len(f.EventType) > 4*maxKeyLen || len(f.BizNo) > 4*maxKeyLen {
 		return fmt.Errorf("%w: event type and biz no are at most %d characters", ErrInvalidInput, maxKeyLen)
@@ -345,7 +356,7 @@ func (a *Admin) deadLetterOnly(ctx context.Context, op, query string, id int64) 
 
 // adminColumns are the columns List reads: every column but the payload, and its length.
 const adminColumns = `id, event_id, biz_no, event_type, OCTET_LENGTH(payload), status, retry_count, reclaim_count,
-	next_retry_time, claim_owner, claimed_at, last_error, create_time, update_time`
+	next_retry_time, claim_owner, claimed_at, last_error, create_time, update_time, topic`
 
 // where writes f as an SQL condition (never empty) and its arguments.
 func (f Filter) where() (string, []any) {
@@ -372,6 +383,12 @@ func (f Filter) where() (string, []any) {
 	}
 	if f.BizNo != "" {
 		conds, args = append(conds, "biz_no = ?"), append(args, f.BizNo)
+	}
+	if len(f.Topics) > 0 {
+		conds = append(conds, "topic IN ("+placeholders(len(f.Topics))+")")
+		for _, topic := range f.Topics {
+			args = append(args, topic)
+		}
 	}
 	if f.MinID > 0 {
 		conds, args = append(conds, "id >= ?"), append(args, f.MinID)
@@ -431,7 +448,7 @@ func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
 	)
 	dest := []any{&le.ID, &le.EventID, &le.BizNo, &le.EventType, &le.PayloadSize, &status,
 		&le.RetryCount, &le.ReclaimCount, dbTime{&nextRetry}, &le.ClaimOwner, dbTime{&claimed}, &lastErr,
-		dbTime{&le.CreateTime}, dbTime{&le.UpdateTime}}
+		dbTime{&le.CreateTime}, dbTime{&le.UpdateTime}, &le.Topic}
 	if err := rows.Scan(append(dest, extra...)...); err != nil {
 		return err
 	}

@@ -363,6 +363,9 @@ func (p *Publisher) checkTopics() error {
 			missing = append(missing, t)
 		}
 	}
+	if info.Topic != "" {
+		routes = append([]string{info.Topic}, routes...)
+	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: the store's events may name topics the sender does not route: %s (MySQLConfig.Topics: %s; the sender routes: %s): give the sender the same topics",
 			ErrInvalidConfig, strings.Join(missing, ", "), strings.Join(want, ", "), strings.Join(routes, ", "))

@@ -324,7 +324,7 @@ func newOrderQueries(table string) orderQueries {
 	// still ask), and with it the range (biz_no, status, id > ?) is the obvious plan.
 	q.blocked = r.Replace(`SELECT * FROM (
 	SELECT f.id, f.event_id, f.biz_no, f.event_type, OCTET_LENGTH(f.payload), f.status, f.retry_count, f.reclaim_count,
-	       f.next_retry_time, f.claim_owner, f.claimed_at, f.last_error, f.create_time, f.update_time,
+	       f.next_retry_time, f.claim_owner, f.claimed_at, f.last_error, f.create_time, f.update_time, f.topic,
 	       (SELECT COUNT(*) FROM t_event_record w WHERE w.biz_no = f.biz_no AND w.status = 'WAIT' AND w.id > f.id) AS behind
 	FROM t_event_record f WHERE f.status = 'FAIL') AS d
 	WHERE behind > 0 ORDER BY id LIMIT ?`)

@@ -340,10 +340,10 @@ func (s *MySQLStore) validateTopic(topic string) error {
 	if topic == "" || slices.Contains(s.topics, topic) {
 		return nil
 	}
-	known := "none: configure MySQLConfig.Topics"
+	known := "MySQLConfig.Topics is empty: name the topic there"
 	if len(s.topics) > 0 {
-		known = strings.Join(s.topics, ", ")
+		known = "MySQLConfig.Topics: " + strings.Join(s.topics, ", ")
 	}
-	return fmt.Errorf("%w: Topic %.140q is not one of the store's topics (MySQLConfig.Topics: %s; \"\" is the sender's default topic)",
+	return fmt.Errorf("%w: Topic %.140q is not one of the store's topics (%s; \"\" is the sender's default topic)",
 		ErrInvalidEvent, topic, known)
 }
