@@ -114,6 +114,27 @@ type filterFlags struct {
 	status, eventType, bizNo, since, until string
 	minID, maxID                           int64
 	limit                                  int
+	topics                                 topicList
+}
+
+// topicList is the --topic flag: given more than once, or as a comma-separated list, it
+// keeps the events of any of the topics; "-" names the sender's default topic ("").
+type topicList []string
+
+func (l *topicList) String() string { return strings.Join(*l, ",") }
+
+func (l *topicList) Set(v string) error {
+	for t := range strings.SplitSeq(v, ",") {
+		t = strings.TrimSpace(t)
+		switch t {
+		case "":
+			return usagef("--topic %q: an empty topic name (the default topic is -)", v)
+		case "-":
+			t = ""
+		}
+		*l = append(*l, t)
+	}
+	return nil
 }
 
 func (ff *filterFlags) register(fs *flag.FlagSet, withStatus bool, limitHelp string) {
@@ -122,6 +143,7 @@ func (ff *filterFlags) register(fs *flag.FlagSet, withStatus bool, limitHelp str
 	}
 	fs.StringVar(&ff.eventType, "type", "", "event type, exactly")
 	fs.StringVar(&ff.bizNo, "biz-no", "", "business key, exactly")
+	fs.Var(&ff.topics, "topic", "topic, exactly; repeat it or separate topics by commas for any of them; - is the sender's default topic")
 	fs.Int64Var(&ff.minID, "min-id", 0, "smallest id (the row's, not the event_id), inclusive")
 	fs.Int64Var(&ff.maxID, "max-id", 0, "largest id, inclusive")
 	fs.StringVar(&ff.since, "since", "", "created at or after: RFC 3339 or YYYY-MM-DD[ HH:MM:SS] in UTC, or a duration ago (24h)")
@@ -132,12 +154,12 @@ func (ff *filterFlags) register(fs *flag.FlagSet, withStatus bool, limitHelp str
 // set reports whether any selecting flag was given.
 func (ff *filterFlags) set() bool {
 	return ff.status != "" || ff.eventType != "" || ff.bizNo != "" || ff.since != "" || ff.until != "" ||
-		ff.minID != 0 || ff.maxID != 0
+		ff.minID != 0 || ff.maxID != 0 || len(ff.topics) > 0
 }
 
 func (ff *filterFlags) filter(now time.Time) (outbox.Filter, error) {
 	f := outbox.Filter{Status: outbox.Status(strings.ToUpper(ff.status)), EventType: ff.eventType, BizNo: ff.bizNo,
-		MinID: ff.minID, MaxID: ff.maxID, Limit: ff.limit}
+		Topics: ff.topics, MinID: ff.minID, MaxID: ff.maxID, Limit: ff.limit}
 	var err error
 	if f.CreatedSince, err = parseWhen("--since", ff.since, now); err != nil {
 		return f, err
@@ -173,6 +195,7 @@ type listed struct {
 	EventID         string     `json:"event_id"`
 	BizNo           string     `json:"biz_no"`
 	EventType       string     `json:"event_type"`
+	Topic           string     `json:"topic"` // "" for the sender's default topic
 	Status          string     `json:"status"`
 	RetryCount      int        `json:"retry_count"`
 	ReclaimCount    int        `json:"reclaim_count"`
@@ -189,7 +212,7 @@ type listed struct {
 }
 
 func toListed(ev outbox.Event, size int) listed {
-	l := listed{ID: ev.ID, EventID: ev.EventID, BizNo: ev.BizNo, EventType: ev.EventType, Status: string(ev.Status),
+	l := listed{ID: ev.ID, EventID: ev.EventID, BizNo: ev.BizNo, EventType: ev.EventType, Topic: ev.Topic, Status: string(ev.Status),
 		RetryCount: ev.RetryCount, ReclaimCount: ev.ReclaimCount, NextRetryTime: ev.NextRetryTime.UTC(),
 		ClaimOwner: ev.ClaimOwner, LastError: ev.LastError, CreateTime: ev.CreateTime.UTC(), UpdateTime: ev.UpdateTime.UTC(),
 		PayloadSize: size}
@@ -214,7 +237,7 @@ func due(ev outbox.Event) string {
 }
 
 func (a *app) list(ctx context.Context, args []string) error {
-	fs := a.newFlags("list", "list [--status S] [--type T] [--biz-no B] [--min-id N] [--max-id N] [--since T] [--until T] [--limit N] [--json]",
+	fs := a.newFlags("list", "list [--status S] [--type T] [--biz-no B] [--topic T,...] [--min-id N] [--max-id N] [--since T] [--until T] [--limit N] [--json]",
 		"Lists events, newest id first, without their payloads (see show). None matching is no\n"+
 			"failure: it says so (--json: []) and exits 0.")
 	var ff filterFlags
@@ -248,10 +271,10 @@ func (a *app) list(ctx context.Context, args []string) error {
 		}
 	} else if len(evs) > 0 {
 		tw := table(a.stdout)
-		fmt.Fprintln(tw, "ID\tSTATUS\tEVENT_TYPE\tBIZ_NO\tRETRIES\tRECLAIMS\tBYTES\tCREATED (UTC)\tUPDATED (UTC)\tDUE (UTC)\tEVENT_ID\tLAST_ERROR")
+		fmt.Fprintln(tw, "ID\tSTATUS\tEVENT_TYPE\tBIZ_NO\tTOPIC\tRETRIES\tRECLAIMS\tBYTES\tCREATED (UTC)\tUPDATED (UTC)\tDUE (UTC)\tEVENT_ID\tLAST_ERROR")
 		for _, ev := range evs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", ev.ID, ev.Status, cell(ev.EventType, 40),
-				cell(ev.BizNo, 40), ev.RetryCount, ev.ReclaimCount, ev.PayloadSize, stamp(ev.CreateTime), stamp(ev.UpdateTime),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", ev.ID, ev.Status, cell(ev.EventType, 40),
+				cell(ev.BizNo, 40), cmpOr(ev.Topic, "-"), ev.RetryCount, ev.ReclaimCount, ev.PayloadSize, stamp(ev.CreateTime), stamp(ev.UpdateTime),
 				due(ev.Event), ev.EventID, cell(ev.LastError, 60))
 		}
 		if err := tw.Flush(); err != nil {
@@ -318,6 +341,7 @@ func (a *app) show(ctx context.Context, args []string) error {
 		{"due (UTC)", due(ev)},
 		{"event_type", ev.EventType},
 		{"biz_no", ev.BizNo},
+		{"topic", cmpOr(ev.Topic, "- (the sender's default topic)")},
 		{"retry_count", strconv.Itoa(ev.RetryCount)},
 		{"reclaim_count", strconv.Itoa(ev.ReclaimCount)},
 		{"next_retry_time (UTC)", stamp(ev.NextRetryTime)},
