@@ -422,6 +422,9 @@ func (c *columns) event(row []any) (outbox.Event, bool) {
 	if v, present := get("trace_state"); present {
 		ev.TraceState = toString(v)
 	}
+	if v, present := get("topic"); present {
+		ev.Topic = toString(v)
+	}
 	ev.Status = outbox.StatusWait
 	return ev, ok && ev.ID > 0 && ev.Payload != nil
 }

@@ -93,7 +93,7 @@ type queries struct {
 func newQueries(table, cp string) queries {
 	table, cp = mysqldialect.Quote(table), mysqldialect.Quote(cp)
 	// The event's columns, then how long until it is due by the database clock (µs).
-	cols := "id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time, trace_parent, trace_state, " +
+	cols := "id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time, trace_parent, trace_state, topic, " +
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), next_retry_time)"
 	// fence joins the checkpoint row of the table at the leader's epoch: a statement with it
 	// changes nothing once another relay or the pollers took the table over. The writes

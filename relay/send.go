@@ -532,7 +532,7 @@ func (t *term) readEvents(q string, args ...any) ([]timedEvent, error) {
 		ev := &te.ev
 		var in sql.NullInt64
 		if err := rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
-			&ev.NextRetryTime, &ev.CreateTime, &ev.TraceParent, &ev.TraceState, &in); err != nil {
+			&ev.NextRetryTime, &ev.CreateTime, &ev.TraceParent, &ev.TraceState, &ev.Topic, &in); err != nil {
 			return nil, fmt.Errorf("relay: read events: %w", err)
 		}
 		ev.Status = outbox.StatusWait

@@ -1,0 +1,61 @@
+package relay_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox"
+)
+
+// An event's topic reaches the sender from the relay: from the binlog's row image (written
+// by InsertEvent, and by a plain SQL INSERT that names it) and from the table (an event that
+// was waiting when the relay took over).
+func TestRelayCarriesTheEventsTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnvConfig(t, newServer(t), outbox.MySQLConfig{Topics: []string{"orders", "payments"}})
+	var (
+		mu  sync.Mutex
+		got = map[string]string{} // event id -> topic sent to
+	)
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[ev.EventID] = ev.Topic
+		return nil
+	})
+	insert := func(bizNo, topic string) string {
+		tx, err := e.store.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte(`{}`), Topic: topic})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+		return id
+	}
+	want := map[string]string{insert("before", "payments"): "payments"} // waiting at the takeover
+	r, _ := start(t, e.dsn, sender, e.config("relay-topic"))
+	waitLeader(t, r)
+	want[insert("go-1", "orders")] = "orders"
+	want[insert("go-2", "")] = ""
+	_, err := e.db.Exec("INSERT INTO "+e.table+" (biz_no, event_type, payload, topic) VALUES ('plain-1', 'ORDER_CREATED', '{}', 'payments')")
+	require.NoError(t, err)
+	var plain string
+	require.NoError(t, e.db.QueryRow("SELECT event_id FROM "+e.table+" WHERE biz_no = 'plain-1'").Scan(&plain))
+	want[plain] = "payments"
+
+	waitFor(t, 60*time.Second, "every event sent", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(want)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, want, got)
+	st := r.Stats()
+	t.Logf("relay stats: sent %d, swept %d", st.Sent, st.Swept)
+}
