@@ -42,7 +42,7 @@ func TestRelayCarriesTheEventsTopic(t *testing.T) {
 	waitLeader(t, r)
 	want[insert("go-1", "orders")] = "orders"
 	want[insert("go-2", "")] = ""
-	_, err := e.db.Exec("INSERT INTO "+e.table+" (biz_no, event_type, payload, topic) VALUES ('plain-1', 'ORDER_CREATED', '{}', 'payments')")
+	_, err := e.db.Exec("INSERT INTO " + e.table + " (biz_no, event_type, payload, topic) VALUES ('plain-1', 'ORDER_CREATED', '{}', 'payments')")
 	require.NoError(t, err)
 	var plain string
 	require.NoError(t, e.db.QueryRow("SELECT event_id FROM "+e.table+" WHERE biz_no = 'plain-1'").Scan(&plain))
