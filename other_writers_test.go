@@ -78,7 +78,7 @@ func requireServerEventID(t testing.TB, id string) {
 // A plain INSERT of biz_no, event_type and payload writes a WAIT event due at once, as
 // InsertEvent does: an event id of its own, the database's UTC time in next_retry_time,
 // create_time and update_time whatever the session's time_zone, no lease, no trace
-// context, the payload byte for byte.
+// context, the default topic, the payload byte for byte.
 func TestPlainSQLInsertWritesADueEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -123,6 +123,7 @@ func TestPlainSQLInsertWritesADueEvent(t *testing.T) {
 			assert.Empty(t, ev.LastError)
 			assert.Empty(t, ev.TraceParent)
 			assert.Empty(t, ev.TraceState)
+			assert.Empty(t, ev.Topic, "the sender's default topic")
 			assert.Equal(t, ev.CreateTime, ev.NextRetryTime)
 		})
 	}
@@ -557,5 +558,39 @@ func TestPlainSQLInsertStoredProcedure(t *testing.T) {
 		ev := b.get(t, id)
 		assert.Equal(t, outbox.StatusWait, ev.Status)
 		assert.Equal(t, []byte(`{"p":1}`), ev.Payload)
+	}
+}
+
+// A plain INSERT may name the event's topic. The server checks only the column's width: a
+// topic outside MySQLConfig.Topics, or one that is no RocketMQ topic name, is written and
+// claimed as it is, for the sender to refuse; a topic over 127 characters is refused by
+// the server in strict mode (1406).
+func TestPlainSQLInsertNamesATopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := topicSetup(t, outbox.MySQLConfig{}, "orders")
+	insert := func(topic string) (int64, error) {
+		res, err := b.db.ExecContext(ctx, "INSERT INTO `"+outbox.TableForTest(b.store)+"` (biz_no, event_type, payload, topic) VALUES (?, ?, ?, ?)",
+			"ORD-1", "ORDER_CREATED", []byte(`{}`), topic)
+		if err != nil {
+			return 0, err
+		}
+		return res.LastInsertId()
+	}
+	want := map[int64]string{}
+	for _, topic := range []string{"orders", "ordres", "not.a.topic"} {
+		id, err := insert(topic)
+		require.NoError(t, err, "the server does not know the store's topics")
+		want[id] = topic
+	}
+	_, err := insert(strings.Repeat("t", 128))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "1406")
+
+	evs, _, err := claimDue(ctx, b.store, "a", 10, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, evs, 3)
+	for _, ev := range evs {
+		assert.Equal(t, want[ev.ID], ev.Topic, "claimed with the topic as written")
 	}
 }
