@@ -29,7 +29,7 @@ type mysqlHarness struct {
 func newMySQLHarness(t *testing.T, db *sql.DB, ordering outbox.Ordering) *mysqlHarness {
 	t.Helper()
 	name := "t_conformance_" + strings.ToLower(rand.Text())
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, Ordering: ordering})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, Ordering: ordering, Topics: harnessTopics})
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(t.Context()))
 	t.Cleanup(func() {
@@ -38,6 +38,12 @@ func newMySQLHarness(t *testing.T, db *sql.DB, ordering outbox.Ordering) *mysqlH
 	})
 	return &mysqlHarness{db: db, store: store, table: "`" + name + "`", ordering: ordering}
 }
+
+// harnessTopics are the topics the harness's store takes besides "": it is a
+// [outboxtest.TopicHarness], so the suite's topic case runs too.
+var harnessTopics = []string{"orders", "payments"}
+
+func (h *mysqlHarness) Topics() []string { return harnessTopics }
 
 func (h *mysqlHarness) Store() outbox.Store       { return h.store }
 func (h *mysqlHarness) Ordering() outbox.Ordering { return h.ordering }
@@ -72,10 +78,10 @@ func (h *mysqlHarness) Get(t testing.TB, id int64) (outbox.Event, bool) {
 	)
 	err := h.db.QueryRowContext(context.Background(), `SELECT id, event_id, biz_no, event_type, payload, status,
 	       retry_count, reclaim_count, next_retry_time, claim_owner, NULLIF(claimed_at, '1970-01-01'),
-	       COALESCE(last_error, ''), create_time, update_time, trace_parent, trace_state
+	       COALESCE(last_error, ''), create_time, update_time, trace_parent, trace_state, topic
 	FROM `+h.table+` WHERE id = ?`, id).Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &status,
 		&ev.RetryCount, &ev.ReclaimCount, &ev.NextRetryTime, &ev.ClaimOwner, &claimed,
-		&ev.LastError, &ev.CreateTime, &ev.UpdateTime, &ev.TraceParent, &ev.TraceState)
+		&ev.LastError, &ev.CreateTime, &ev.UpdateTime, &ev.TraceParent, &ev.TraceState, &ev.Topic)
 	if err == sql.ErrNoRows {
 		return outbox.Event{}, false
 	}

@@ -84,11 +84,21 @@ type Harness interface {
 	Skip(t testing.TB, id int64)
 }
 
+// TopicHarness is a [Harness] whose store takes events that name a topic
+// ([outbox.EventInput.Topic]): Topics returns the topics its Insert accepts (for
+// MySQLStore, [outbox.MySQLConfig.Topics]), at least one. The suite's topic case runs only
+// for such a harness, and is skipped, with the reason, for a plain Harness, whose store
+// need take no topic but "" (the sender's default).
+type TopicHarness interface {
+	Harness
+	Topics() []string
+}
+
 // RunStoreTests runs every case of the Store contract as a subtest of t, each in parallel
 // with the others on a harness newHarness makes for it.
 func RunStoreTests(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Helper()
-	groups := [][]storeCase{claimCases, faultCases, upkeepCases, keyOrderCases}
+	groups := [][]storeCase{claimCases, faultCases, upkeepCases, keyOrderCases, topicCases}
 	for _, cases := range groups {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
