@@ -346,11 +346,8 @@ func (s *MySQLStore) storeTopics() []string { return s.topics }
 // newerColumns are the columns a table created by an earlier version of this package lacks.
 var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_state", "topic"}
 
-// alterTopic adds the topic column to a table made before it: after the trace columns, with
-// a constant default, an instant change (no table copy; docs/upgrading.md).
-const alterTopic = "ALTER TABLE t_event_record ADD COLUMN topic VARCHAR(127) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '' AFTER trace_state"
-
-// checkTopicColumn refuses, with the ALTER TABLE that fixes it, a table that exists without
+// checkTopicColumn refuses, with the ALTER TABLE that fixes it (mysqldialect.AddTopicColumn:
+// after the trace columns, with a constant default, an instant change), a table that exists without
 // the topic column: every statement that reads events reads it, so such a table serves no
 // claim whether or not [MySQLConfig.Topics] is set. A table that does not exist is left to
 // the statements (and CreateSchema), as before.
@@ -374,7 +371,7 @@ func (s *MySQLStore) checkTopicColumn(ctx context.Context) error {
 	}
 	if hasTable && !hasTopic {
 		return fmt.Errorf("%w: table %s has no topic column (it was created by an earlier version of this package): run: %s; (an instant change; see docs/upgrading.md)",
-			ErrInvalidConfig, s.table, strings.Replace(alterTopic, "t_event_record", mysqldialect.Quote(s.table), 1))
+			ErrInvalidConfig, s.table, mysqldialect.AddTopicColumn(s.table))
 	}
 	return nil
 }

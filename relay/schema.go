@@ -72,6 +72,10 @@ func (r *Relay) checkTables(ctx context.Context) error {
 			have[strings.ToLower(c)] = true
 		}
 		for _, c := range t.cols {
+			if !have[c] && c == "topic" && t.name == r.cfg.Table {
+				return fmt.Errorf("%w: relay: table %s has no column topic (it was created by an earlier version): run: %s; (an instant change; see docs/upgrading.md)",
+					outbox.ErrInvalidConfig, t.name, mysqldialect.AddTopicColumn(t.name))
+			}
 			if !have[c] {
 				return fmt.Errorf("%w: relay: table %s has no column %s: %s", outbox.ErrInvalidConfig, t.name, c, t.fix)
 			}

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/relay"
 )
 
 // An event's topic reaches the sender from the relay: from the binlog's row image (written
@@ -58,4 +60,28 @@ func TestRelayCarriesTheEventsTopic(t *testing.T) {
 	assert.Equal(t, want, got)
 	st := r.Stats()
 	t.Logf("relay stats: sent %d, swept %d", st.Sent, st.Swept)
+}
+
+// A relay refuses an outbox table made before the topic column with the ALTER TABLE that
+// adds it, and starts once the ALTER, run as the error gives it, has added it.
+func TestRelayRefusesATableWithoutTheTopicColumnNamingTheAlter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	_, err := e.db.Exec("ALTER TABLE `" + e.table + "` DROP COLUMN topic")
+	require.NoError(t, err)
+	r, err := relay.New(e.dsn, outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }), e.config("relay-topic-alter"))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	err = r.Start(ctx)
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	t.Logf("Start: %v", err)
+	_, alter, ok := strings.Cut(err.Error(), "run: ")
+	require.True(t, ok)
+	alter, _, ok = strings.Cut(alter, ";")
+	require.True(t, ok)
+	_, err = e.db.Exec(alter + ", ALGORITHM=INSTANT")
+	require.NoError(t, err)
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Stop(ctx))
 }
