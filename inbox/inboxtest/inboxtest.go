@@ -15,7 +15,7 @@
 //	evs, err := sent.WaitFor(ctx, 1)             // what the publisher sent
 //	ds, err := inboxtest.DeliverAll(ctx, in, handle, evs) // what the consumer did with it
 //
-// The package is apart from [outboxtest] so that a test of the publishing side alone does
+// The package is apart from package outboxtest so that a test of the publishing side alone does
 // not import the inbox, and so that the kit of each side sits beside the package it tests,
 // as net/http/httptest beside net/http.
 package inboxtest
