@@ -79,10 +79,11 @@ type FaultCounts struct {
 }
 
 // NewFaultySender returns a FaultySender over inner, with no fault set: every event goes to
-// inner.
+// inner. A nil inner is a mistake in the test: it panics with an error wrapping
+// [outbox.ErrInvalidConfig].
 func NewFaultySender(inner outbox.Sender) *FaultySender {
 	if inner == nil {
-		panic("outboxtest: NewFaultySender: the inner sender is nil")
+		panic(fmt.Errorf("%w: outboxtest: NewFaultySender: the inner sender is nil; wrap a MemorySender (NewMemorySender)", outbox.ErrInvalidConfig))
 	}
 	return &FaultySender{
 		inner:    inner,

@@ -299,3 +299,42 @@ func TestFaultySenderConcurrentUse(t *testing.T) {
 	assert.Equal(t, c.Sends, c.Passed+c.Refused+c.Failed+c.Unavailable+c.NotSent+c.TimedOut)
 	assert.Equal(t, c.Passed, sent.Len())
 }
+
+// Each fault's error is of the class its doc gives, and wraps ErrInjected.
+func TestFaultySenderErrorClasses(t *testing.T) {
+	t.Parallel()
+	send := func(setup func(f *outboxtest.FaultySender)) (*outboxtest.MemorySender, error) {
+		sent := outboxtest.NewMemorySender()
+		f := outboxtest.NewFaultySender(sent)
+		setup(f)
+		errs := f.Send(t.Context(), []outbox.Event{{EventID: "e1", BizNo: "A"}}, false)
+		require.Len(t, errs, 1)
+		return sent, errs[0]
+	}
+	sent, err := send(func(f *outboxtest.FaultySender) { f.Refuse(nil) })
+	assert.True(t, outbox.IsPermanent(err))
+	assert.ErrorIs(t, err, outboxtest.ErrInjected)
+	assert.Zero(t, sent.Len())
+
+	sent, err = send(func(f *outboxtest.FaultySender) { f.FailFirst(1, nil) })
+	assert.ErrorIs(t, err, outboxtest.ErrInjected)
+	assert.False(t, outbox.IsPermanent(err) || outbox.IsUnavailable(err) || errors.Is(err, outbox.ErrNotSent), "a retry: %v", err)
+	assert.Zero(t, sent.Len())
+
+	sent, err = send(func(f *outboxtest.FaultySender) { f.LoseAnswer(1, nil) })
+	assert.ErrorIs(t, err, outboxtest.ErrInjected)
+	assert.False(t, outbox.IsPermanent(err) || outbox.IsUnavailable(err) || errors.Is(err, outbox.ErrNotSent), "a retry: %v", err)
+	assert.Equal(t, 1, sent.Len(), "sent, the answer lost")
+
+	sent, err = send(func(f *outboxtest.FaultySender) { f.SetUnavailable(true) })
+	assert.True(t, outbox.IsUnavailable(err))
+	assert.ErrorIs(t, err, outboxtest.ErrInjected)
+	assert.Zero(t, sent.Len())
+
+	sent, err = send(func(f *outboxtest.FaultySender) { f.SetUnavailable(true); f.SetUnavailable(false) })
+	assert.NoError(t, err)
+	assert.Equal(t, 1, sent.Len())
+
+	assert.PanicsWithError(t, outbox.ErrInvalidConfig.Error()+": outboxtest: NewFaultySender: the inner sender is nil; wrap a MemorySender (NewMemorySender)",
+		func() { outboxtest.NewFaultySender(nil) })
+}

@@ -214,3 +214,11 @@ func TestDeliverAllConcurrently(t *testing.T) {
 		assert.Equal(t, 1, p.of(t, fmt.Sprintf("ORD-%d", i)))
 	}
 }
+
+// A nil inbox is a failure naming it, not a panic.
+func TestDeliverNilInbox(t *testing.T) {
+	t.Parallel()
+	d := inboxtest.Deliver(t.Context(), nil, func(context.Context, *sql.Tx, *inbox.Message) error { return nil }, inboxtest.Message(event("ORD-1")))
+	assert.Equal(t, inbox.Failed, d.Outcome)
+	assert.ErrorIs(t, d.Err, outbox.ErrInvalidConfig)
+}

@@ -168,9 +168,14 @@ type Delivery struct {
 // duplicate or rejected ([inbox.Config.MaxDeliveries] rejects it), or until it has been
 // delivered [MaxDeliveries] times, or ctx is done. It returns the last delivery, its
 // outcome and its error. There is no pause between deliveries: RocketMQ's backoff is not
-// the handler's concern.
+// the handler's concern. A nil in is reported as a failure with an error wrapping
+// [outbox.ErrInvalidConfig]; a nil h or msg, as [inbox.Inbox.Handle] reports them.
 func Deliver(ctx context.Context, in *inbox.Inbox, h inbox.Handler, msg *inbox.Message) Delivery {
 	d := Delivery{Message: msg}
+	if in == nil {
+		d.Outcome, d.Err = inbox.Failed, fmt.Errorf("%w: inboxtest: the inbox is nil", outbox.ErrInvalidConfig)
+		return d
+	}
 	for {
 		d.Outcome, d.Err = in.Handle(ctx, d.Message, h)
 		if d.Outcome != inbox.Failed || d.Message.Deliveries >= MaxDeliveries || ctx.Err() != nil {
