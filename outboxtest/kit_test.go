@@ -270,3 +270,15 @@ func TestMemorySenderServesTwoPublishers(t *testing.T) {
 	}
 	assert.Len(t, seen, writers*each)
 }
+
+// A predicate may read the sender: it runs outside the sender's lock.
+func TestMemorySenderPredicateMayReadTheSender(t *testing.T) {
+	t.Parallel()
+	sent := outboxtest.NewMemorySender()
+	require.Equal(t, []error{nil, nil}, sent.Send(t.Context(), []outbox.Event{{EventID: "e1"}, {EventID: "e2"}}, false))
+	firstOnly := func(ev outbox.Event) bool { return ev.EventID == sent.Events()[0].EventID && sent.Len() == 2 }
+	assert.Len(t, sent.Match(firstOnly), 1)
+	evs, err := sent.WaitForMatch(waitCtx(t), 1, firstOnly)
+	require.NoError(t, err)
+	assert.Equal(t, "e1", evs[0].EventID)
+}

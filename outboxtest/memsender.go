@@ -98,10 +98,31 @@ func (s *MemorySender) Events() []outbox.Event {
 // Match returns a copy of the recorded events for which match returns true, in the order
 // they were sent; a nil match takes every event.
 func (s *MemorySender) Match(match func(outbox.Event) bool) []outbox.Event {
+	evs, _ := s.snapshot()
+	return pick(evs, -1, match)
+}
+
+// snapshot returns the events recorded so far, and the channel that is closed at the next
+// change. The events are shared, not copied: the record only grows by append (a Reset
+// starts a new one), so the snapshot's elements never change; they are read outside the
+// lock, where a predicate may call the sender's methods.
+func (s *MemorySender) snapshot() ([]outbox.Event, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed == nil { // a MemorySender not made by NewMemorySender
+		s.changed = make(chan struct{})
+	}
+	return s.events[:len(s.events):len(s.events)], s.changed
+}
+
+// pick returns copies of the first n events of evs that match takes (n < 0: all of them;
+// a nil match takes every event).
+func pick(evs []outbox.Event, n int, match func(outbox.Event) bool) []outbox.Event {
 	var out []outbox.Event
-	for _, ev := range s.events {
+	for _, ev := range evs {
+		if len(out) == n {
+			break
+		}
 		if match == nil || match(ev) {
 			out = append(out, copyEvent(ev))
 		}
@@ -158,24 +179,12 @@ func (s *MemorySender) WaitFor(ctx context.Context, n int) ([]outbox.Event, erro
 
 // WaitForMatch waits until at least n of the recorded events satisfy match (nil: every
 // event) and returns the first n of them, in the order they were sent. If ctx ends first,
-// it returns those it has with an error wrapping ctx's.
+// it returns those it has with an error wrapping ctx's. match runs outside the sender's
+// lock, and may read the sender.
 func (s *MemorySender) WaitForMatch(ctx context.Context, n int, match func(outbox.Event) bool) ([]outbox.Event, error) {
 	for {
-		s.mu.Lock()
-		if s.changed == nil {
-			s.changed = make(chan struct{})
-		}
-		changed := s.changed
-		var got []outbox.Event
-		for _, ev := range s.events {
-			if len(got) == n {
-				break
-			}
-			if match == nil || match(ev) {
-				got = append(got, copyEvent(ev))
-			}
-		}
-		s.mu.Unlock()
+		evs, changed := s.snapshot()
+		got := pick(evs, max(n, 0), match)
 		if len(got) >= n {
 			return got, nil
 		}
