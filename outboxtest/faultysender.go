@@ -40,7 +40,8 @@ var ErrInjected = errors.New("outboxtest: injected fault")
 // is done before an event's turn answers it with [outbox.ErrNotSent]. [FaultySender.Counts]
 // says what it did.
 //
-// It is safe for concurrent use, and the faults may be changed while the publisher sends.
+// It is safe for concurrent use, and the faults may be changed while the publisher sends;
+// the predicates run outside its lock, and may read it.
 // Info is the inner sender's. It has no Close: the publisher's Close leaves it (and the
 // sender it wraps) open; a test that wraps a sender with a Close closes it itself.
 type FaultySender struct {
@@ -325,24 +326,38 @@ const (
 )
 
 // decide picks ev's action by the faults set, and counts a FailFirst or LoseAnswer try.
+// The predicates run outside the lock, so that one may read the sender (its Counts, say).
 func (f *FaultySender) decide(ev outbox.Event) action {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	unavailable, refuse, block, failFirst, loseAnswer := f.unavailable, f.refuse, f.block, f.failFirst, f.loseAnswer
+	f.mu.Unlock()
 	switch {
-	case f.unavailable:
+	case unavailable:
 		return actUnavailable
-	case f.refuse != nil && f.refuse(ev):
+	case refuse != nil && refuse(ev):
 		return actRefuse
-	case f.block != nil && f.block(ev):
+	case block != nil && block(ev):
 		return actBlock
-	case f.failFirst.n > 0 && f.failFirst.match(ev) && f.tries[ev.EventID] < f.failFirst.n:
-		f.tries[ev.EventID]++
+	}
+	if failFirst.n > 0 && failFirst.match(ev) && f.try(f.tries, ev.EventID, failFirst.n) {
 		return actFail
-	case f.loseAnswer.n > 0 && f.loseAnswer.match(ev) && f.lost[ev.EventID] < f.loseAnswer.n:
-		f.lost[ev.EventID]++
+	}
+	if loseAnswer.n > 0 && loseAnswer.match(ev) && f.try(f.lost, ev.EventID, loseAnswer.n) {
 		return actLose
 	}
 	return actPass
+}
+
+// try counts one more of an event's faults in tries, if fewer than n are counted, and
+// reports whether it did.
+func (f *FaultySender) try(tries map[string]int, eventID string, n int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if tries[eventID] >= n {
+		return false
+	}
+	tries[eventID]++
+	return true
 }
 
 // wait blocks one send until Release or ctx is done.

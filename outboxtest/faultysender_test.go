@@ -338,3 +338,13 @@ func TestFaultySenderErrorClasses(t *testing.T) {
 	assert.PanicsWithError(t, outbox.ErrInvalidConfig.Error()+": outboxtest: NewFaultySender: the inner sender is nil; wrap a MemorySender (NewMemorySender)",
 		func() { outboxtest.NewFaultySender(nil) })
 }
+
+// A predicate may read the sender: it runs outside the sender's lock.
+func TestFaultySenderPredicateMayReadTheSender(t *testing.T) {
+	t.Parallel()
+	faulty := outboxtest.NewFaultySender(outboxtest.NewMemorySender())
+	faulty.FailFirst(1, func(outbox.Event) bool { return faulty.Counts().Failed == 0 })
+	errs := faulty.Send(t.Context(), []outbox.Event{{EventID: "e1"}, {EventID: "e2"}}, false)
+	assert.ErrorIs(t, errs[0], outboxtest.ErrInjected)
+	assert.NoError(t, errs[1], "the predicate saw the first failure")
+}
