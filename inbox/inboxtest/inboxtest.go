@@ -7,12 +7,12 @@
 // second delivery suppressed as a duplicate, a failing handler retried and in the end
 // rejected.
 //
-// With [outboxtest.MemorySender] it is the whole path in one process: the service's
-// transaction writes the event, a real [outbox.Publisher] sends it to the MemorySender, and
-// [DeliverAll] hands what the sender recorded, duplicates included, to the consumer's
-// handler:
+// With a MemorySender ([github.com/go-outbox/outbox/outboxtest.MemorySender]) it is the
+// whole path in one process: the service's transaction writes the event, a real
+// [outbox.Publisher] sends it to the MemorySender, and [DeliverAll] hands what the sender
+// recorded, duplicates included, to the consumer's handler:
 //
-//	evs, err := sent.WaitFor(ctx, 1)             // what the publisher sent
+//	evs, err := sent.WaitFor(ctx, 1)                      // what the publisher sent
 //	ds, err := inboxtest.DeliverAll(ctx, in, handle, evs) // what the consumer did with it
 //
 // The package is apart from package outboxtest so that a test of the publishing side alone does
