@@ -43,7 +43,8 @@
 // are skipped, with the reason, for a store that declines it: a nil channel from
 // [outbox.Store.Subscribe], [errors.ErrUnsupported] from Purge or Stats.
 //
-// The example is the harness for [outbox.MySQLStore], as this module's own test runs it.
+// The package's Example is the harness for [outbox.MySQLStore], as this module's own test
+// runs it.
 package outboxtest
 
 import (
