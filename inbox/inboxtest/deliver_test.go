@@ -222,3 +222,74 @@ func TestDeliverNilInbox(t *testing.T) {
 	assert.Equal(t, inbox.Failed, d.Outcome)
 	assert.ErrorIs(t, d.Err, outbox.ErrInvalidConfig)
 }
+
+// A Consumer delivers what the publisher sends as it is sent: the service's transactions,
+// a real publisher over a real MySQLStore through a sender that loses an answer, and the
+// handler through a real inbox; each effect happens once.
+func TestConsumeAsSent(t *testing.T) {
+	t.Parallel()
+	db := testsvc.OpenDB(t)
+	store := testsvc.NewStore(t, db, outbox.MySQLConfig{})
+	sent := outboxtest.NewMemorySender()
+	faulty := outboxtest.NewFaultySender(sent)
+	faulty.LoseAnswer(1, func(ev outbox.Event) bool { return ev.BizNo == "ORD-2" })
+	pub, err := outbox.NewPublisher(store, faulty, outbox.Config{PollInterval: 10 * time.Millisecond,
+		Backoff: func(int) time.Duration { return 0 }, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, pub.Start(t.Context()))
+	t.Cleanup(func() { assert.NoError(t, pub.Close()) })
+	in, p := newInbox(t, db, inbox.Config{}), newPoints(t, db)
+	c := inboxtest.Consume(in, p.handle, sent)
+	defer c.Close()
+
+	for _, no := range []string{"ORD-1", "ORD-2", "ORD-3"} {
+		tx, err := store.BeginTx(t.Context(), nil)
+		require.NoError(t, err)
+		_, err = tx.InsertEvent(t.Context(), outbox.EventInput{BizNo: no, EventType: "ORDER_CREATED", Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ds, err := c.WaitFor(ctx, 4)
+	require.NoError(t, err)
+	assert.Equal(t, 3, inboxtest.Count(ds, inbox.Handled))
+	assert.Equal(t, 1, inboxtest.Count(ds, inbox.Duplicate))
+	for i, ev := range sent.Events() {
+		assert.Equal(t, ev.EventID, ds[i].Event.EventID, "delivered in the order sent")
+	}
+	for _, no := range []string{"ORD-1", "ORD-2", "ORD-3"} {
+		assert.Equal(t, 1, p.of(t, no))
+	}
+	assert.Len(t, c.Close(), 4)
+	assert.Len(t, c.Close(), 4, "Close again")
+
+	short, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = c.WaitFor(short, 5)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "waited for 5 deliveries, 4 done")
+}
+
+// Close with a handler in progress cancels it: its transaction rolls back, and the
+// delivery is left out.
+func TestConsumeCloseCancelsAHandlerInProgress(t *testing.T) {
+	t.Parallel()
+	db := testsvc.OpenDB(t)
+	in, p := newInbox(t, db, inbox.Config{}), newPoints(t, db)
+	sent := outboxtest.NewMemorySender()
+	entered := make(chan struct{})
+	h := func(ctx context.Context, tx *sql.Tx, msg *inbox.Message) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+p.table+"` (order_no) VALUES (?)", msg.BizNo); err != nil {
+			return err
+		}
+		close(entered)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	c := inboxtest.Consume(in, h, sent)
+	require.Equal(t, []error{nil}, sent.Send(t.Context(), []outbox.Event{event("ORD-1")}, false))
+	<-entered
+	assert.Empty(t, c.Close(), "the cancelled delivery is left out")
+	assert.Zero(t, p.of(t, "ORD-1"), "its effect rolled back")
+}

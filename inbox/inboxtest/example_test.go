@@ -120,6 +120,62 @@ func ExampleDeliverAll() {
 	// points rows: 1
 }
 
+// A consumer in the background: what the publisher sends is delivered to the handler as
+// it is sent, and the test waits for the deliveries.
+func ExampleConsume() {
+	db, drop := exampleInbox()
+	defer drop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: eventsTable})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+	in, err := inbox.New(db, inbox.Config{Group: "points_service", Table: inboxTable})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := in.CreateSchema(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	sent := outboxtest.NewMemorySender()
+	publisher, err := outbox.NewPublisher(store, sent, outbox.Config{PollInterval: 10 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := publisher.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer publisher.Close()
+	c := inboxtest.Consume(in, awardPoints, sent)
+	defer c.Close()
+
+	for _, no := range []string{"ORD-1", "ORD-2"} { // the service's transactions
+		tx, err := store.BeginTx(ctx, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if _, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: no, EventType: "ORDER_CREATED", Payload: []byte(`{}`)}); err != nil {
+			log.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	ds, err := c.WaitFor(ctx, 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(inboxtest.Count(ds, inbox.Handled), "handled; points rows:", countRows(db, pointsTable))
+	// Output:
+	// 2 handled; points rows: 2
+}
+
 // The examples' tables, of their own for each run of the tests.
 var (
 	suffix      = strings.ToLower(rand.Text())

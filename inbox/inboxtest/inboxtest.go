@@ -15,6 +15,14 @@
 //	evs, err := sent.WaitFor(ctx, 1)                      // what the publisher sent
 //	ds, err := inboxtest.DeliverAll(ctx, in, handle, evs) // what the consumer did with it
 //
+// or [Consume] delivers them in the background as they are sent, as a consumer does, and
+// the test waits for the deliveries:
+//
+//	c := inboxtest.Consume(in, handle, sent)
+//	defer c.Close()
+//	// ... the service's transaction ...
+//	ds, err := c.WaitFor(ctx, 1)
+//
 // The package is apart from package outboxtest so that a test of the publishing side alone does
 // not import the inbox, and so that the kit of each side sits beside the package it tests,
 // as net/http/httptest beside net/http.
