@@ -117,10 +117,11 @@ func (f *FaultySender) FailFirst(n int, match func(outbox.Event) bool) {
 }
 
 // LoseAnswer makes the first n sends of each event match takes (by its event id, counted
-// from this call) lose their answer: the event is passed to the inner sender, and whatever
-// that answers, the publisher gets an error to retry. It sends the event again, so the
-// inner sender records it n+1 times, with the same event id, and a consumer must suppress
-// the duplicates. nil takes every event; n of 0 turns the fault off.
+// from this call) lose their answer: the event is passed to the inner sender and, once that
+// accepts it, the publisher gets an error to retry instead (an error of the inner sender's
+// own is passed on as it is). The publisher sends the event again, so the inner sender
+// records it n+1 times, with the same event id, and a consumer must suppress the
+// duplicates. nil takes every event; n of 0 turns the fault off.
 func (f *FaultySender) LoseAnswer(n int, match func(outbox.Event) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
