@@ -348,3 +348,18 @@ func TestFaultySenderPredicateMayReadTheSender(t *testing.T) {
 	assert.ErrorIs(t, errs[0], outboxtest.ErrInjected)
 	assert.NoError(t, errs[1], "the predicate saw the first failure")
 }
+
+// LoseAnswer loses only an answer that accepted the event: the inner sender's own error is
+// passed on as it is.
+func TestFaultySenderLoseAnswerPassesInnerErrors(t *testing.T) {
+	t.Parallel()
+	inner := outboxtest.NewFaultySender(outboxtest.NewMemorySender())
+	inner.Refuse(nil)
+	outer := outboxtest.NewFaultySender(inner)
+	outer.LoseAnswer(1, nil)
+	errs := outer.Send(t.Context(), []outbox.Event{{EventID: "e1"}}, false)
+	assert.True(t, outbox.IsPermanent(errs[0]), "the inner refusal: %v", errs[0])
+	c := outer.Counts()
+	assert.Zero(t, c.Lost)
+	assert.Equal(t, 1, c.Passed)
+}
