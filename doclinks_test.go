@@ -23,6 +23,7 @@ import (
 var docPackages = map[string]string{
 	"github.com/go-outbox/outbox":                    ".",
 	"github.com/go-outbox/outbox/inbox":              "inbox",
+	"github.com/go-outbox/outbox/inbox/inboxtest":    "inbox/inboxtest",
 	"github.com/go-outbox/outbox/outboxtest":         "outboxtest",
 	"github.com/go-outbox/outbox/relay":              "relay",
 	"github.com/go-outbox/outbox/cmd/outboxctl":      "cmd/outboxctl",

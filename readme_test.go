@@ -80,6 +80,9 @@ var fragmentImports = []struct{ name, path, ref string }{
 	{"time", "time", "time.Now"},
 	{"outbox", "github.com/go-outbox/outbox", "outbox.DefaultInstanceID"},
 	{"inbox", "github.com/go-outbox/outbox/inbox", "inbox.New"},
+	{"testing", "testing", "testing.Short"},
+	{"outboxtest", "github.com/go-outbox/outbox/outboxtest", "outboxtest.NewMemorySender"},
+	{"inboxtest", "github.com/go-outbox/outbox/inbox/inboxtest", "inboxtest.Message"},
 	{"relay", "github.com/go-outbox/outbox/relay", "relay.New"},
 	{"mysql", "github.com/go-sql-driver/mysql", "mysql.ParseDSN"},
 	{"rocketmq", "github.com/apache/rocketmq-client-go/v2", "rocketmq.NewPushConsumer"},
@@ -92,7 +95,7 @@ var fragmentImports = []struct{ name, path, ref string }{
 }
 
 // fragmentParams are what a fragment finds in scope, as the parameters of its function.
-const fragmentParams = "ctx context.Context, db *sql.DB, store *outbox.MySQLStore, sender *outbox.RocketMQSender, publisher *outbox.Publisher"
+const fragmentParams = "ctx context.Context, db *sql.DB, store *outbox.MySQLStore, sender *outbox.RocketMQSender, publisher *outbox.Publisher, t *testing.T"
 
 // fragmentSource makes a fragment the body of a function (see docs/development.md, "Go
 // code in the documentation"): inside a block of its own, so that it may declare store,

@@ -1,7 +1,29 @@
-// Package outboxtest is the conformance suite of [outbox.Store]: the contract every store
-// keeps, so that an [outbox.Publisher] over it delivers every committed event at least once
-// and never lets an instance that lost its lease overwrite what another wrote. A store for
-// another database runs it in its own tests; [outbox.MySQLStore] runs it in this module's.
+// Package outboxtest is what tests of code that uses package outbox need: senders for a
+// service's own tests, and the conformance suite of [outbox.Store].
+//
+// # Senders for a service's tests
+//
+// [MemorySender] is an [outbox.Sender] that records, in memory, every event a real
+// [outbox.Publisher] sends, and lets the test wait for them and assert on them: the
+// service's transaction runs against its real database, and no broker is needed.
+// [FaultySender] wraps it (or any sender) and makes chosen sends fail as a broker does:
+// refused for good, failed the first n tries, sent with the answer lost, the broker down,
+// a send blocked until released. docs/testing.md shows each use; package inboxtest
+// (github.com/go-outbox/outbox/inbox/inboxtest) is the consumer's side.
+//
+// The senders live here, beside the conformance suite, as net/http/httptest holds both a
+// test server and a response recorder: one package of test helpers for package outbox,
+// under the name Go's convention gives it, whichever side of the Store interface the test
+// is on. They add no dependency the suite does not have, and the inbox's side, which needs
+// package inbox, is a package of its own, so that a test of the publishing side alone does
+// not import it.
+//
+// # The Store conformance suite
+//
+// [RunStoreTests] is the contract every store keeps, so that an [outbox.Publisher] over it
+// delivers every committed event at least once and never lets an instance that lost its
+// lease overwrite what another wrote. A store for another database runs it in its own
+// tests; [outbox.MySQLStore] runs it in this module's.
 //
 // The store's test hands [RunStoreTests] a function that makes a [Harness] for each case:
 // the store over a table of its own, and the few things the suite does to rows that the
@@ -21,7 +43,8 @@
 // are skipped, with the reason, for a store that declines it: a nil channel from
 // [outbox.Store.Subscribe], [errors.ErrUnsupported] from Purge or Stats.
 //
-// The example is the harness for [outbox.MySQLStore], as this module's own test runs it.
+// The package's Example is the harness for [outbox.MySQLStore], as this module's own test
+// runs it.
 package outboxtest
 
 import (

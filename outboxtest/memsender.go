@@ -1,0 +1,205 @@
+package outboxtest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/go-outbox/outbox"
+)
+
+// MemorySender is an [outbox.Sender] that keeps in memory every event it is given, for a
+// service's own tests: the test runs the service's business transaction against a real
+// [outbox.MySQLStore], a real [outbox.Publisher] sends through the MemorySender, and the
+// test waits for the event and asserts on it, with no broker:
+//
+//	sent := outboxtest.NewMemorySender()
+//	publisher, err := outbox.NewPublisher(store, sent, outbox.Config{PollInterval: 50 * time.Millisecond})
+//	// ... Start, run the service's transaction ...
+//	evs, err := sent.WaitFor(ctx, 1) // the first event sent, once it is
+//
+// It accepts every event at once and records a copy of it, in the order the publisher
+// sent them, duplicates included: an event sent twice (a lost answer, a reclaim) is
+// recorded twice, with the same [outbox.Event.EventID]. With keyOrder it keeps each biz
+// no's events in the order given, as the Sender contract asks: it records them in that
+// order and fails none. A Send whose ctx is done records nothing and answers every event
+// with an error wrapping [outbox.ErrNotSent], as a sender whose timeout passed before the
+// event's turn.
+//
+// It is safe for concurrent use: several publishers may send through one MemorySender at
+// once while the test reads it. It has no Close, so the publisher's Close leaves it as it
+// was: the record stays readable after the publisher has closed, and one MemorySender may
+// serve publishers one after another. Wrap it in a [FaultySender] to make sends fail.
+type MemorySender struct {
+	topic string
+
+	mu      sync.Mutex
+	events  []outbox.Event
+	calls   int
+	changed chan struct{} // closed, and replaced, whenever the record changes
+}
+
+// NewMemorySender returns an empty MemorySender. topic, if given, is the topic its Info
+// reports ([outbox.SenderInfo.Topic], named in the publisher's send spans); it names no
+// topic without one.
+func NewMemorySender(topic ...string) *MemorySender {
+	s := &MemorySender{changed: make(chan struct{})}
+	if len(topic) > 0 {
+		s.topic = topic[0]
+	}
+	return s
+}
+
+// Info implements [outbox.Sender]: the topic NewMemorySender was given, System "memory",
+// and no send timeout of its own (the publisher's [outbox.Tuning.SendTimeout] bounds the
+// sends).
+func (s *MemorySender) Info() outbox.SenderInfo {
+	return outbox.SenderInfo{Topic: s.topic, System: "memory"}
+}
+
+// Send implements [outbox.Sender]: it records a copy of each event of evs and accepts it,
+// or, when ctx is done, records none and answers each with an error wrapping
+// [outbox.ErrNotSent].
+func (s *MemorySender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	errs := make([]error, len(evs))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("outboxtest: memory sender: %w: %w", outbox.ErrNotSent, err)
+		}
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	for _, ev := range evs {
+		s.events = append(s.events, copyEvent(ev))
+	}
+	if len(evs) > 0 {
+		s.notify()
+	}
+	return errs
+}
+
+// notify wakes every waiter; s.mu is held.
+func (s *MemorySender) notify() {
+	if s.changed == nil { // a MemorySender not made by NewMemorySender
+		return
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Events returns a copy of every event recorded so far, in the order they were sent.
+func (s *MemorySender) Events() []outbox.Event {
+	return s.Match(nil)
+}
+
+// Match returns a copy of the recorded events for which match returns true, in the order
+// they were sent; a nil match takes every event.
+func (s *MemorySender) Match(match func(outbox.Event) bool) []outbox.Event {
+	evs, _ := s.snapshot()
+	return pick(evs, -1, match)
+}
+
+// snapshot returns the events recorded so far, and the channel that is closed at the next
+// change. The events are shared, not copied: the record only grows by append (a Reset
+// starts a new one), so the snapshot's elements never change; they are read outside the
+// lock, where a predicate may call the sender's methods.
+func (s *MemorySender) snapshot() ([]outbox.Event, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil { // a MemorySender not made by NewMemorySender
+		s.changed = make(chan struct{})
+	}
+	return s.events[:len(s.events):len(s.events)], s.changed
+}
+
+// pick returns copies of the first n events of evs that match takes (n < 0: all of them;
+// a nil match takes every event).
+func pick(evs []outbox.Event, n int, match func(outbox.Event) bool) []outbox.Event {
+	var out []outbox.Event
+	for _, ev := range evs {
+		if len(out) == n {
+			break
+		}
+		if match == nil || match(ev) {
+			out = append(out, copyEvent(ev))
+		}
+	}
+	return out
+}
+
+// ByBizNo returns the recorded events of the biz no, in the order they were sent.
+func (s *MemorySender) ByBizNo(bizNo string) []outbox.Event {
+	return s.Match(func(ev outbox.Event) bool { return ev.BizNo == bizNo })
+}
+
+// ByType returns the recorded events of the event type, in the order they were sent.
+func (s *MemorySender) ByType(eventType string) []outbox.Event {
+	return s.Match(func(ev outbox.Event) bool { return ev.EventType == eventType })
+}
+
+// ByTopic returns the recorded events whose [outbox.Event.Topic] is topic, in the order
+// they were sent; "" returns the events for the sender's default topic.
+func (s *MemorySender) ByTopic(topic string) []outbox.Event {
+	return s.Match(func(ev outbox.Event) bool { return ev.Topic == topic })
+}
+
+// Len returns how many events have been recorded, duplicates included.
+func (s *MemorySender) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.events)
+}
+
+// Calls returns how many Send calls recorded events: the publisher's batches.
+func (s *MemorySender) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// Reset forgets every event recorded so far (and the count of calls); a WaitFor in
+// progress then waits for events sent after the Reset.
+func (s *MemorySender) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events, s.calls = nil, 0
+	s.notify()
+}
+
+// WaitFor waits until at least n events have been recorded and returns the first n, in
+// the order they were sent. If ctx ends first, it returns what it has with an error
+// wrapping ctx's that says how many it had. A test bounds the wait by its context, e.g.
+// context.WithTimeout(t.Context(), 10*time.Second): no sleeping, and no fixed pause.
+func (s *MemorySender) WaitFor(ctx context.Context, n int) ([]outbox.Event, error) {
+	return s.WaitForMatch(ctx, n, nil)
+}
+
+// WaitForMatch waits until at least n of the recorded events satisfy match (nil: every
+// event) and returns the first n of them, in the order they were sent. If ctx ends first,
+// it returns those it has with an error wrapping ctx's. match runs outside the sender's
+// lock, and may read the sender.
+func (s *MemorySender) WaitForMatch(ctx context.Context, n int, match func(outbox.Event) bool) ([]outbox.Event, error) {
+	for {
+		evs, changed := s.snapshot()
+		got := pick(evs, max(n, 0), match)
+		if len(got) >= n {
+			return got, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return got, fmt.Errorf("outboxtest: waited for %d events, %d sent: %w", n, len(got), ctx.Err())
+		}
+	}
+}
+
+// copyEvent is ev with slices of its own, so that neither the sender's caller nor the
+// test can change what the other sees.
+func copyEvent(ev outbox.Event) outbox.Event {
+	ev.Payload = slices.Clone(ev.Payload)
+	ev.Failures = slices.Clone(ev.Failures)
+	return ev
+}
