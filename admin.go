@@ -225,13 +225,14 @@ func (s *MySQLStore) get(ctx context.Context, id int64) (Event, error) {
 	var (
 		ev                 Event
 		owner, lastErr     sql.NullString
+		failures           sql.NullString
 		status             string
 		payload            []byte
 		nextRetry, claimed time.Time
 	)
 	err := s.db.QueryRowContext(ctx, s.q.get, id).Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &payload, &status,
 		&ev.RetryCount, &ev.ReclaimCount, dbTime{&nextRetry}, &owner, dbTime{&claimed}, &lastErr,
-		dbTime{&ev.CreateTime}, dbTime{&ev.UpdateTime}, &ev.TraceParent, &ev.TraceState, &ev.Topic)
+		dbTime{&ev.CreateTime}, dbTime{&ev.UpdateTime}, &ev.TraceParent, &ev.TraceState, &ev.Topic, &failures)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Event{}, fmt.Errorf("%w: id %d", ErrNotFound, id)
 	}
@@ -242,7 +243,7 @@ func (s *MySQLStore) get(ctx context.Context, id int64) (Event, error) {
 		claimed = time.Time{}
 	}
 	ev.Payload, ev.Status, ev.NextRetryTime, ev.ClaimedAt = payload, Status(status), nextRetry, claimed
-	ev.ClaimOwner, ev.LastError = owner.String, lastErr.String
+	ev.ClaimOwner, ev.LastError, ev.Failures = owner.String, lastErr.String, parseFailures(failures.String)
 	return ev, nil
 }
 
@@ -356,7 +357,7 @@ func (a *Admin) deadLetterOnly(ctx context.Context, op, query string, id int64) 
 
 // adminColumns are the columns List reads: every column but the payload, and its length.
 const adminColumns = `id, event_id, biz_no, event_type, OCTET_LENGTH(payload), status, retry_count, reclaim_count,
-	next_retry_time, claim_owner, claimed_at, last_error, create_time, update_time, topic`
+	next_retry_time, claim_owner, claimed_at, last_error, create_time, update_time, topic, failures`
 
 // where writes f as an SQL condition (never empty) and its arguments.
 func (f Filter) where() (string, []any) {
@@ -442,13 +443,13 @@ func (a *Admin) List(ctx context.Context, f Filter) ([]ListedEvent, error) {
 // extra.
 func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
 	var (
-		lastErr            sql.NullString
+		lastErr, failures  sql.NullString
 		status             string
 		nextRetry, claimed time.Time
 	)
 	dest := []any{&le.ID, &le.EventID, &le.BizNo, &le.EventType, &le.PayloadSize, &status,
 		&le.RetryCount, &le.ReclaimCount, dbTime{&nextRetry}, &le.ClaimOwner, dbTime{&claimed}, &lastErr,
-		dbTime{&le.CreateTime}, dbTime{&le.UpdateTime}, &le.Topic}
+		dbTime{&le.CreateTime}, dbTime{&le.UpdateTime}, &le.Topic, &failures}
 	if err := rows.Scan(append(dest, extra...)...); err != nil {
 		return err
 	}
@@ -456,6 +457,7 @@ func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
 		claimed = time.Time{}
 	}
 	le.Status, le.NextRetryTime, le.ClaimedAt, le.LastError = Status(status), nextRetry, claimed, lastErr.String
+	le.Failures = parseFailures(failures.String)
 	return nil
 }
 

@@ -109,8 +109,9 @@ type Config struct {
 	Backoff Backoff
 
 	// OnDeadLetter, if set, is called once for each event the publisher dead-letters, with
-	// the event as it now stands (status FAIL) and the error of its last attempt. Use it to
-	// alert a person. Its calls never overlap: they run one at a time, in the order the
+	// the event as it now stands (status FAIL) and the error of its last attempt, its
+	// [Event.Failures] the failure history with that attempt last (read back from the row
+	// once the dead letter is recorded). Use it to alert a person. Its calls never overlap: they run one at a time, in the order the
 	// events were dead-lettered (by a send or by a reclaim, in a started publisher or in a
 	// PublishPending or Reclaim call), on a goroutine of the publisher's own, after the
 	// dead letter is recorded and outside the publisher's locks, so a slow callback holds up

@@ -298,13 +298,13 @@ func claimDue(ctx context.Context, s outbox.Store, owner string, limit, maxBytes
 	return res.Events, res.More, err
 }
 
-func (h *hookStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error) {
+func (h *hookStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, class, reason string) (bool, error) {
 	if h.beforeRelease != nil {
 		if err := h.beforeRelease(ctx, id); err != nil {
 			return false, err
 		}
 	}
-	return h.Store.ReleaseForRetry(ctx, id, owner, retryCount, delay, reason)
+	return h.Store.ReleaseForRetry(ctx, id, owner, retryCount, delay, class, reason)
 }
 
 func (h *hookStore) Candidates(ctx context.Context, limit int) ([]outbox.Event, error) {

@@ -64,7 +64,10 @@ type Event struct {
 	// sender's default topic.
 	Topic string
 	// Failures are the event's latest failed attempts, oldest first (at most ten): when,
-	// on which instance, of what class and why. Empty for an event that never failed.
+	// on which instance, of what class and why (see [Failure]). Empty for an event that
+	// never failed. [Admin] fills it, and the dead-letter callback's event has it, the
+	// failure that dead-lettered it last; the events a [Sender] is given do not (the claims
+	// do not read it). A requeue ([Admin.Requeue]) keeps it: the next failures follow.
 	Failures []Failure
 
 	// storeAge and readAt date the store's read of the event, for the commit-to-send
@@ -102,12 +105,27 @@ type EventInput struct {
 	Topic string
 }
 
-// Failure is one failed attempt of an event, as [Event.Failures] keeps it.
+// Failure is one failed attempt of an event, as [Event.Failures] keeps it. The store
+// records it in the statement that records the failure (schema.sql, the failures column):
+// a retry, a dead letter, a reclaim, or a release after the broker was unavailable. An
+// event sent at its first attempt has none, and costs nothing for it.
+//
+// Class is one of:
+//   - "retryable": a send failed with an error the publisher retries (the last of
+//     [Config.MaxAttempts] dead-letters the event: its Status says so);
+//   - "permanent": a send failed with an error marked [Permanent]; dead-lettered at once;
+//   - "unavailable": the broker was unavailable ([Unavailable]); no attempt counted;
+//   - "reclaimed": the lease expired with no outcome recorded (Instance is the owner that
+//     lost it), counted in [Event.ReclaimCount]; past [Tuning.MaxReclaims], the dead letter.
+//
+// A release of an event never tried ([ErrNotSent], a publisher stopping) is no failure. A
+// history entry that cannot be read (the column written by hand) comes back with its text as
+// Message and the rest empty; nothing fails to read for it.
 type Failure struct {
 	At       time.Time // when it failed, by the database clock (UTC)
-	Instance string    // the instance that tried (claim_owner)
-	Class    string    // what kind of failure
-	Message  string    // why
+	Instance string    // the instance that tried (claim_owner); for a reclaim, the one that lost the lease
+	Class    string    // what kind of failure: "retryable", "permanent", "unavailable" or "reclaimed"
+	Message  string    // why: the error, its first 512 characters
 }
 
 // Store is the outbox table as the [Publisher] sees it: what a store for another database
@@ -157,16 +175,23 @@ type Store interface {
 	MarkSuccess(ctx context.Context, ids []int64, owner string) (int64, error)
 
 	// ReleaseForRetry returns the event to WAIT with retryCount and a next_retry_time delay
-	// from now, recording reason, if owner still holds its lease.
-	ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error)
+	// from now, recording reason, if owner still holds its lease. A class that is not ""
+	// (see [Failure]) says the release follows a failed attempt: the store appends it to the
+	// event's failure history, with reason, owner and its own clock's time, in the same
+	// write. "" releases an event that was never tried, and adds nothing to the history.
+	ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, class, reason string) (bool, error)
 
-	// MarkFail dead-letters the event with retryCount and reason, if owner still holds its lease.
-	MarkFail(ctx context.Context, id int64, owner string, retryCount int, reason string) (bool, error)
+	// MarkFail dead-letters the event with retryCount and reason, if owner still holds its
+	// lease, appending the failure (class and reason) to its history as ReleaseForRetry
+	// does. It returns the history as it now stands, this failure last ([Event.Failures],
+	// for the dead-letter callback), and whether it changed the row.
+	MarkFail(ctx context.Context, id int64, owner string, retryCount int, class, reason string) ([]Failure, bool, error)
 
 	// ReclaimExpired returns to WAIT every SENDING event claimed more than lease ago, counting
-	// the reclaim in its ReclaimCount, and reports how many it returned. An event whose
+	// the reclaim in its ReclaimCount and in its failure history (class "reclaimed", under
+	// the owner that lost the lease), and reports how many it returned. An event whose
 	// reclaims would reach maxReclaims is dead-lettered instead, and returned in dead as it
-	// now stands. Judged by claimed_at only.
+	// now stands, history included. Judged by claimed_at only.
 	ReclaimExpired(ctx context.Context, lease time.Duration, maxReclaims int) (requeued int64, dead []Event, err error)
 
 	// ReleaseOwned returns to WAIT, due now and with no retry or reclaim counted, every event

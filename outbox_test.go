@@ -862,8 +862,8 @@ type releaseClock struct {
 	clock *roundClock
 }
 
-func (r *releaseClock) ReleaseForRetry(ctx context.Context, id int64, owner string, n int, d time.Duration, reason string) (bool, error) {
-	ok, err := r.hookStore.ReleaseForRetry(ctx, id, owner, n, d, reason)
+func (r *releaseClock) ReleaseForRetry(ctx context.Context, id int64, owner string, n int, d time.Duration, class, reason string) (bool, error) {
+	ok, err := r.hookStore.ReleaseForRetry(ctx, id, owner, n, d, class, reason)
 	r.clock.stamp(&r.clock.releases)
 	return ok, err
 }

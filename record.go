@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // A write records the outcome of claimed events under this instance's lease. It is tried a
@@ -138,11 +140,17 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 	owner := p.cfg.InstanceID
 	attempt := ev.RetryCount + 1
 	reason := cause.Error()
+	class := mysqldialect.ClassRetryable
+	if IsPermanent(cause) {
+		class = mysqldialect.ClassPermanent
+	}
 	if attempt > p.cfg.maxRetry() || IsPermanent(cause) {
+		var history []Failure
 		return write{
 			what: "dead letter", ids: []int64{ev.ID}, single: outcomeDeadLettered,
 			exec: func(ctx context.Context) (int64, error) {
-				ok, err := p.store.MarkFail(ctx, ev.ID, owner, attempt, reason)
+				h, ok, err := p.store.MarkFail(ctx, ev.ID, owner, attempt, class, reason)
+				history = h
 				return boolCount(ok), err
 			},
 			done: func(ctx context.Context, n int64, stats *RoundStats) {
@@ -151,7 +159,7 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 				}
 				stats.DeadLettered++
 				p.m.deadLetter(ctx, ev, cause)
-				ev.Status, ev.RetryCount, ev.LastError = StatusFail, attempt, reason
+				ev.Status, ev.RetryCount, ev.LastError, ev.Failures = StatusFail, attempt, reason, history
 				p.deadLettered(ctx, ev, cause)
 			},
 		}
@@ -160,7 +168,7 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 	return write{
 		what: "retry", ids: []int64{ev.ID}, single: outcomeRetried,
 		exec: func(ctx context.Context) (int64, error) {
-			ok, err := p.store.ReleaseForRetry(ctx, ev.ID, owner, attempt, delay, reason)
+			ok, err := p.store.ReleaseForRetry(ctx, ev.ID, owner, attempt, delay, class, reason)
 			return boolCount(ok), err
 		},
 		done: func(ctx context.Context, n int64, stats *RoundStats) {
@@ -177,13 +185,18 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 }
 
 // releaseWrite returns a claimed, unsent event to WAIT as it was, due now: no retry is
-// counted. o says why: outcomeReleased or outcomeUnavailable.
+// counted. o says why: outcomeReleased (never tried: no failure in the history) or
+// outcomeUnavailable (the broker was down: an "unavailable" failure in the history).
 func (p *Publisher) releaseWrite(ev Event, reason string, o outcome) write {
 	owner := p.cfg.InstanceID
+	class := ""
+	if o == outcomeUnavailable {
+		class = mysqldialect.ClassUnavailable
+	}
 	return write{
 		what: "release", ids: []int64{ev.ID}, single: o,
 		exec: func(ctx context.Context) (int64, error) {
-			ok, err := p.store.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount, 0, reason)
+			ok, err := p.store.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount, 0, class, reason)
 			return boolCount(ok), err
 		},
 		done: func(ctx context.Context, n int64, stats *RoundStats) {

@@ -88,6 +88,29 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- instant ALTER (see docs/upgrading.md,
     -- "Upgrading a table made before the topic column").
     topic           VARCHAR(127)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
+    -- the failure history (Event.Failures): NULL until the event's first failed attempt, then
+    -- one JSON object per failed attempt, one a line, oldest first, the latest ten:
+    --     {"at": "2026-12-01 10:00:05.123", "instance": "...", "class": "retryable", "message": "..."}
+    -- at by the database clock (UTC_TIMESTAMP(3)), instance the claim's owner (for a reclaim,
+    -- the owner that lost the lease), class one of retryable, permanent, unavailable,
+    -- reclaimed, message the first 512 characters of the error. Each entry is built by
+    -- JSON_OBJECT in the statement that records the failure (the retry, the dead letter, the
+    -- reclaim, the release of an event the broker was unavailable for), appended and cut to
+    -- the last ten in the same assignment: no extra statement and no read before it.
+    -- Lines rather than a JSON array: appending is a CONCAT that any value survives (a
+    -- value written by hand that is not JSON is kept as text and ages out), and the same
+    -- text on MySQL and MariaDB (whose JSON type is LONGTEXT); the reader parses each line.
+    -- TEXT holds ten entries of the longest messages, escaped, with room to spare (under
+    -- 40,000 bytes; a longer value, never written here, is replaced on the next failure).
+    -- The happy path never writes it: an event sent at its first attempt keeps NULL, one
+    -- bit of the row's NULL flags (no byte more in the row), so a claim and an
+    -- acknowledgement move no row and run no statement more; measured (docs/performance.md,
+    -- "The failure history"), their redo is the same and the binary log's row images carry
+    -- one more NULL flag, 4 bytes an event. A failing row grows with each entry (InnoDB
+    -- moves it when it no longer fits its place): that is the failure path, where the row
+    -- is written anyway (and grows already, last_error going from NULL to the reason). Last, so that adding it to an older table is an instant ALTER (see
+    -- docs/upgrading.md, "Upgrading a table made before the failure history").
+    failures        TEXT          CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     PRIMARY KEY (id),
     UNIQUE KEY uk_event_id (event_id),
     -- the candidate scan: status = 'WAIT' AND next_retry_time <= now, oldest first.

@@ -196,6 +196,9 @@ type mysqlQueries struct {
 	expired, reclaim, reclaimFail, owned, releaseOwned                                            string
 	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock               string
 	purgeCandidatesIn, countPurgeableIn                                                           string
+	// the failure history (schema.sql, failures): the release that records no failure (an
+	// event never tried), and the history's read after a dead letter
+	releaseQuiet, failuresOf string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;
@@ -276,11 +279,16 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 			missing = append(missing, col)
 		}
 	}
-	if len(missing) > 0 {
+	onlyFailures := len(missing) == 1 && missing[0] == mysqldialect.FailuresColumn
+	if len(missing) > 0 && !onlyFailures {
 		return fmt.Errorf("outbox: table %s has no %s column: %s", s.table, strings.Join(missing, " or "), upgradeHint)
 	}
+	// The topic column first: the failures column goes after it.
 	if err := s.checkTopicColumn(ctx); err != nil {
 		return err
+	}
+	if onlyFailures {
+		return s.noFailuresColumn()
 	}
 	if s.partitionIDs > 0 {
 		if err := s.checkPartitions(ctx); err != nil {
@@ -294,8 +302,8 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 }
 
 // Check implements [Store]: the store's [MySQLConfig.Ordering], whether the table has the
-// topic column (every claim reads it; a table made before it is refused with the ALTER
-// TABLE that adds it, docs/upgrading.md), and, in key order, whether
+// topic and failures columns (every claim reads the one, every failure writes the other; a
+// table made before them is refused with the ALTER TABLE that adds each, docs/upgrading.md), and, in key order, whether
 // the table has the index and the status value ordered claims need; with
 // [MySQLConfig.PartitionIDs], whether the table is partitioned by RANGE (id) with a
 // catch-all partition (the errors wrap [ErrInvalidConfig] and name the ALTER TABLE to run).
@@ -303,10 +311,14 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 // (docs/other-writers.md) is no error here: the store never needs them, and
 // [Publisher.Run] logs a warning that names them.
 func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
-	if err := s.checkRelay(ctx); err != nil {
+	// The topic column first: the failures column goes after it.
+	if err := s.checkTopicColumn(ctx); err != nil {
 		return s.ordering, err
 	}
-	if err := s.checkTopicColumn(ctx); err != nil {
+	if err := s.checkFailuresColumn(ctx); err != nil {
+		return s.ordering, err
+	}
+	if err := s.checkRelay(ctx); err != nil {
 		return s.ordering, err
 	}
 	if s.partitionIDs > 0 {
@@ -344,7 +356,7 @@ func checkTopics(topics []string) ([]string, error) {
 func (s *MySQLStore) storeTopics() []string { return s.topics }
 
 // newerColumns are the columns a table created by an earlier version of this package lacks.
-var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_state", "topic"}
+var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_state", "topic", mysqldialect.FailuresColumn}
 
 // checkTopicColumn refuses, with the ALTER TABLE that fixes it (mysqldialect.AddTopicColumn:
 // after the trace columns, with a constant default, an instant change), a table that exists without
@@ -374,6 +386,31 @@ func (s *MySQLStore) checkTopicColumn(ctx context.Context) error {
 			ErrInvalidConfig, s.table, mysqldialect.AddTopicColumn(s.table))
 	}
 	return nil
+}
+
+// checkFailuresColumn refuses, for Check, a table without the failure history's column (made
+// by an earlier version): every failure recorded (a retry, a dead letter, a reclaim) writes
+// it, and would fail on the server, leaving the row SENDING. A table that cannot be read is
+// no error here (the publisher logs the next statement's).
+func (s *MySQLStore) checkFailuresColumn(ctx context.Context) error {
+	// The table's columns, and how many of them are the history's: a table that is not
+	// there has none of either.
+	var cols, n int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN column_name = ? THEN 1 END) FROM information_schema.columns
+	WHERE table_schema = DATABASE() AND table_name = ?`, mysqldialect.FailuresColumn, s.table).Scan(&cols, &n); err != nil {
+		return s.wrap("check the failures column", err)
+	}
+	if n == 0 && cols > 0 {
+		return s.noFailuresColumn()
+	}
+	return nil
+}
+
+// noFailuresColumn is the error for a table without the failure history's column, with the
+// statement that adds it.
+func (s *MySQLStore) noFailuresColumn() error {
+	return fmt.Errorf("%w: table %s has no %s column (the failure history): it was created by an earlier version of this package; add it, an instant change that the publishers need not stop for (docs/upgrading.md): %s",
+		ErrInvalidConfig, s.table, mysqldialect.FailuresColumn, mysqldialect.AddFailuresColumn(s.table))
 }
 
 // missingDefaults returns the columns, of those a plain SQL INSERT of biz_no, event_type and

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
 // Candidates implements [Store]. In key order the rows are read grouped by key (each key's
@@ -362,12 +364,39 @@ func (s *MySQLStore) MarkSuccess(ctx context.Context, ids []int64, owner string)
 }
 
 // ReleaseForRetry implements [Store].
-func (s *MySQLStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error) {
+func (s *MySQLStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, class, reason string) (bool, error) {
+	reason = truncateReason(reason)
+	if class == "" {
+		return s.execOne(ctx, "release for retry", s.q.releaseQuiet, retryCount, delay.Microseconds(), reason, id, owner)
+	}
 	return s.execOne(ctx, "release for retry", s.q.release,
-		retryCount, delay.Microseconds(), truncateReason(reason), id, owner)
+		class, reason, retryCount, delay.Microseconds(), reason, id, owner)
 }
 
-// MarkFail implements [Store].
-func (s *MySQLStore) MarkFail(ctx context.Context, id int64, owner string, retryCount int, reason string) (bool, error) {
-	return s.execOne(ctx, "mark fail", s.q.markFail, retryCount, truncateReason(reason), id, owner)
+// MarkFail implements [Store]. The history is read after the dead letter, by primary key: a
+// statement of the failure path only.
+func (s *MySQLStore) MarkFail(ctx context.Context, id int64, owner string, retryCount int, class, reason string) ([]Failure, bool, error) {
+	reason = truncateReason(reason)
+	ok, err := s.execOne(ctx, "mark fail", s.q.markFail, class, reason, retryCount, reason, id, owner)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	var v sql.NullString
+	if err := s.db.QueryRowContext(ctx, s.q.failuresOf, id).Scan(&v); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, true, s.wrap("mark fail: read the failure history", err)
+	}
+	return parseFailures(v.String), true, nil
+}
+
+// parseFailures reads the failures column (see mysqldialect.ParseFailures).
+func parseFailures(v string) []Failure {
+	fs := mysqldialect.ParseFailures(v)
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]Failure, len(fs))
+	for i, f := range fs {
+		out[i] = Failure(f)
+	}
+	return out
 }

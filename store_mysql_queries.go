@@ -121,16 +121,31 @@ func newMySQLQueries(table string) mysqlQueries {
 
 		// Failure: release only our own lease, back to WAIT with a later retry time. Without
 		// claim_owner, A could push back into the queue an event B is sending right now.
+		// The failure goes to the history in the same assignment list, first, so that it
+		// reads the owner before the lease is cleared (the class and the reason are the
+		// placeholders); releaseQuiet is the same for an event that was never tried, which
+		// the history does not list.
 		release: r.Replace(`UPDATE t_event_record
+	SET ` + failureEntry + `,
+	    status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', retry_count = ?,
+	    next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND),
+	    last_error = ?, update_time = UTC_TIMESTAMP(3)
+	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+		releaseQuiet: r.Replace(`UPDATE t_event_record
 	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', retry_count = ?,
 	    next_retry_time = DATE_ADD(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND),
 	    last_error = ?, update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
 
 		// Past the retry limit: dead letter, under our own lease; automatic sending stops.
+		// The last failure goes to the history as in release.
 		markFail: r.Replace(`UPDATE t_event_record
-	SET status = 'FAIL', retry_count = ?, last_error = ?, update_time = UTC_TIMESTAMP(3)
+	SET ` + failureEntry + `,
+	    status = 'FAIL', retry_count = ?, last_error = ?, update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'SENDING' AND claim_owner = ?`),
+		// The history of a dead letter, for the callback (Config.OnDeadLetter): read once the
+		// dead letter is recorded, by primary key; never on the happy path.
+		failuresOf: r.Replace(`SELECT failures FROM t_event_record WHERE id = ?`),
 
 		// Reclaim zombies, judged by claimed_at, never next_retry_time: a row just claimed
 		// and being sent has an old next_retry_time, and reclaiming it would send it twice.
@@ -142,13 +157,17 @@ func newMySQLQueries(table string) mysqlQueries {
 		expired: r.Replace(`SELECT id, reclaim_count FROM t_event_record
 	WHERE status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)
 	LIMIT ?`),
+		// Each reclaim goes to the history, under the owner that lost the lease (read before
+		// the assignment that clears it).
 		reclaim: r.Replace(`UPDATE t_event_record
-	SET status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', reclaim_count = reclaim_count + 1,
+	SET ` + reclaimEntry + `,
+	    status = 'WAIT', claim_owner = '', claimed_at = '1970-01-01', reclaim_count = reclaim_count + 1,
 	    update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 		// A reclaim past MaxReclaims: a poison event, dead-lettered under the same condition.
 		reclaimFail: r.Replace(`UPDATE t_event_record
-	SET status = 'FAIL', reclaim_count = reclaim_count + 1, last_error = ?, update_time = UTC_TIMESTAMP(3)
+	SET ` + reclaimFailEntry + `,
+	    status = 'FAIL', reclaim_count = reclaim_count + 1, last_error = ?, update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 
 		// The rows an instance still holds when it has nothing in flight: after a claim whose
@@ -163,7 +182,7 @@ func newMySQLQueries(table string) mysqlQueries {
 	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
 
 		get: r.Replace(`SELECT id, event_id, biz_no, event_type, payload, status, retry_count, reclaim_count, next_retry_time,
-	       claim_owner, claimed_at, last_error, create_time, update_time, trace_parent, trace_state, topic
+	       claim_owner, claimed_at, last_error, create_time, update_time, trace_parent, trace_state, topic, failures
 	FROM t_event_record WHERE id = ?`),
 
 		// A person's re-send of a dead letter: a fresh start, due now.
@@ -213,6 +232,20 @@ func newMySQLQueries(table string) mysqlQueries {
 	q.insertInline = strings.ReplaceAll(q.insert, "?", "%s")
 	return q
 }
+
+// The history's assignments (see schema.sql, failures). A failed send's entry takes its class
+// and message as placeholders, before the statement's others; a reclaim's names the owner
+// that lost the lease and says how long the lease was (the last placeholder of the
+// statement, its WHERE's, is the lease again); a poison event's dead letter takes its
+// reason.
+var (
+	failureEntry     = mysqldialect.AppendFailure(mysqldialect.FailuresColumn, "claim_owner", "?", "?")
+	reclaimEntry     = mysqldialect.AppendFailure(mysqldialect.FailuresColumn, "claim_owner", "'"+mysqldialect.ClassReclaimed+"'", "'"+reclaimMessage+"'")
+	reclaimFailEntry = mysqldialect.AppendFailure(mysqldialect.FailuresColumn, "claim_owner", "'"+mysqldialect.ClassReclaimed+"'", "?")
+)
+
+// reclaimMessage is a reclaim's message in the history.
+const reclaimMessage = "the lease expired with no outcome recorded: the instance died, stalled or lost the database before recording the send"
 
 // claimAndAckWhere is the WHERE of the claimAndAck statement for the rows claimed and the
 // successes recorded (either may be empty, not both), and the arguments it takes.
@@ -324,7 +357,7 @@ func newOrderQueries(table string) orderQueries {
 	// still ask), and with it the range (biz_no, status, id > ?) is the obvious plan.
 	q.blocked = r.Replace(`SELECT * FROM (
 	SELECT f.id, f.event_id, f.biz_no, f.event_type, OCTET_LENGTH(f.payload), f.status, f.retry_count, f.reclaim_count,
-	       f.next_retry_time, f.claim_owner, f.claimed_at, f.last_error, f.create_time, f.update_time, f.topic,
+	       f.next_retry_time, f.claim_owner, f.claimed_at, f.last_error, f.create_time, f.update_time, f.topic, f.failures,
 	       (SELECT COUNT(*) FROM t_event_record w WHERE w.biz_no = f.biz_no AND w.status = 'WAIT' AND w.id > f.id) AS behind
 	FROM t_event_record f WHERE f.status = 'FAIL') AS d
 	WHERE behind > 0 ORDER BY id LIMIT ?`)

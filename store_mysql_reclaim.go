@@ -40,7 +40,7 @@ func (s *MySQLStore) ReclaimExpired(ctx context.Context, lease time.Duration, ma
 		if len(poison) > 0 {
 			reason := fmt.Sprintf("reclaimed %d times: each instance that claimed it died or stalled before recording an outcome (a poison event?)", maxReclaims)
 			if _, err := s.exec(ctx, "dead-letter a reclaimed event", fmt.Sprintf(s.q.reclaimFail, idList(poison)),
-				reason, lease.Microseconds()); err != nil {
+				reason, reason, lease.Microseconds()); err != nil {
 				return requeued, dead, err
 			}
 			for _, id := range poison {

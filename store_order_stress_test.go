@@ -250,7 +250,7 @@ func stressBatchWorker(ctx context.Context, s *outbox.MySQLStore, owner string, 
 			}
 			if failed[ev.BizNo] {
 				// Not sent: back to WAIT, no attempt counted, due now.
-				if _, err := s.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount, 0, "not sent"); err != nil {
+				if _, err := s.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount, 0, "", "not sent"); err != nil {
 					return err
 				}
 				continue
@@ -265,14 +265,14 @@ func stressBatchWorker(ctx context.Context, s *outbox.MySQLStore, owner string, 
 			if isDead {
 				// The key is freed by this write (when nothing of it succeeded in this claim).
 				w.free(claim, ev.BizNo)
-				if _, err := s.MarkFail(ctx, ev.ID, owner, ev.RetryCount+1, "poison"); err != nil {
+				if _, _, err := s.MarkFail(ctx, ev.ID, owner, ev.RetryCount+1, "permanent", "poison"); err != nil {
 					return err
 				}
 				continue
 			}
 			retries = append(retries, func() error {
 				w.free(claim, ev.BizNo) // the key is freed by this write
-				_, err := s.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount+1, 5*time.Millisecond, "boom")
+				_, err := s.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount+1, 5*time.Millisecond, "retryable", "boom")
 				return err
 			})
 		}
@@ -324,10 +324,10 @@ func stressPerRowWorker(ctx context.Context, s *outbox.MySQLStore, owner string,
 				_, err = s.MarkSuccess(ctx, []int64{ev.ID}, owner)
 			case isDead:
 				failed[ev.BizNo] = true
-				_, err = s.MarkFail(ctx, ev.ID, owner, ev.RetryCount+1, "poison")
+				_, _, err = s.MarkFail(ctx, ev.ID, owner, ev.RetryCount+1, "permanent", "poison")
 			default:
 				failed[ev.BizNo] = true
-				_, err = s.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount+1, 5*time.Millisecond, "boom")
+				_, err = s.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount+1, 5*time.Millisecond, "retryable", "boom")
 			}
 			if err != nil {
 				return err

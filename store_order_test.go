@@ -175,7 +175,7 @@ func TestOrderedSchema(t *testing.T) {
 	res, err := b.store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "o", Limit: 10, MaxBytes: 1 << 20})
 	require.NoError(t, err)
 	require.Len(t, res.Events, 1)
-	ok, err := b.store.MarkFail(ctx, id, "o", 1, "boom")
+	_, ok, err := b.store.MarkFail(ctx, id, "o", 1, "permanent", "boom")
 	require.NoError(t, err)
 	require.True(t, ok)
 	err = b.admin().Skip(ctx, id)
@@ -224,7 +224,7 @@ func TestOrderedClaimRuns(t *testing.T) {
 	assert.Empty(t, evs)
 
 	// "one" sent A0, B0 and C0, and A1 failed: it backs off, and A2 waits behind it.
-	ok, err := b.store.ReleaseForRetry(ctx, ids["A"][1], "one", 1, time.Hour, "boom")
+	ok, err := b.store.ReleaseForRetry(ctx, ids["A"][1], "one", 1, time.Hour, "retryable", "boom")
 	require.NoError(t, err)
 	require.True(t, ok)
 	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 100, ids["A"][0], ids["B"][0], ids["C"][0])
@@ -312,7 +312,7 @@ func TestOrderedDeadLetter(t *testing.T) {
 			ids := b.insertKeys(t, []string{"K", "L"}, 3)
 			res := orderedClaim(t, b.store, "one", o, 1)
 			require.Equal(t, ids["K"][:1], idsOf(res.Events))
-			ok, err := b.store.MarkFail(ctx, ids["K"][0], "one", 5, "poison")
+			_, ok, err := b.store.MarkFail(ctx, ids["K"][0], "one", 5, "permanent", "poison")
 			require.NoError(t, err)
 			require.True(t, ok)
 
@@ -358,7 +358,7 @@ func TestOrderedRequeuedDeadLetterFirst(t *testing.T) {
 	ids := b.insertKeys(t, []string{"K"}, 3)["K"]
 	res := orderedClaim(t, b.store, "one", outbox.KeyOrder, 1)
 	require.Equal(t, ids[:1], idsOf(res.Events))
-	ok, err := b.store.MarkFail(ctx, ids[0], "one", 5, "poison")
+	_, ok, err := b.store.MarkFail(ctx, ids[0], "one", 5, "permanent", "poison")
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.NoError(t, b.admin().Requeue(ctx, ids[0]))

@@ -94,7 +94,7 @@ func eventIDKeptThroughClaimRetryAndReclaim(t *testing.T, f *fixture) {
 	require.Len(t, evs, 1)
 	assert.Equal(t, want, evs[0].EventID, "batch claim")
 
-	ok, err := f.s.ReleaseForRetry(f.ctx, id, owner, 1, 0, "boom")
+	ok, err := f.s.ReleaseForRetry(f.ctx, id, owner, 1, 0, "retryable", "boom")
 	require.NoError(t, err)
 	require.True(t, ok)
 	f.SetNextRetry(t, id, 0)
@@ -157,7 +157,7 @@ func claimWithStaleRetryCountLoses(t *testing.T, f *fixture) {
 	won, err := f.s.Claim(f.ctx, evs[0], other)
 	require.NoError(t, err)
 	require.True(t, won)
-	ok, err := f.s.ReleaseForRetry(f.ctx, id, other, 1, 0, "boom")
+	ok, err := f.s.ReleaseForRetry(f.ctx, id, other, 1, 0, "retryable", "boom")
 	require.NoError(t, err)
 	require.True(t, ok)
 	f.SetNextRetry(t, id, 0)
@@ -226,10 +226,10 @@ func ownersDifferingInCaseAreDifferent(t *testing.T, f *fixture) {
 	n, err := f.s.MarkSuccess(f.ctx, []int64{ev.ID}, upper)
 	require.NoError(t, err)
 	assert.Zero(t, n)
-	ok, err := f.s.ReleaseForRetry(f.ctx, ev.ID, upper, 1, 0, "boom")
+	ok, err := f.s.ReleaseForRetry(f.ctx, ev.ID, upper, 1, 0, "retryable", "boom")
 	require.NoError(t, err)
 	assert.False(t, ok)
-	ok, err = f.s.MarkFail(f.ctx, ev.ID, upper, 1, "boom")
+	_, ok, err = f.s.MarkFail(f.ctx, ev.ID, upper, 1, "permanent", "boom")
 	require.NoError(t, err)
 	assert.False(t, ok)
 	released, err := f.s.ReleaseOwned(f.ctx, upper, "stopping")
@@ -250,7 +250,7 @@ func markSuccessOfWaitRowChangesNothing(t *testing.T, f *fixture) {
 
 func releaseForRetryByOwner(t *testing.T, f *fixture) {
 	ev := f.claimed()
-	ok, err := f.s.ReleaseForRetry(f.ctx, ev.ID, owner, 2, 20*time.Second, "broker busy")
+	ok, err := f.s.ReleaseForRetry(f.ctx, ev.ID, owner, 2, 20*time.Second, "retryable", "broker busy")
 	require.NoError(t, err)
 	assert.True(t, ok)
 	got := f.get(ev.ID)
@@ -264,7 +264,7 @@ func releaseForRetryByOwner(t *testing.T, f *fixture) {
 
 func releaseForRetryUnderAnotherOwnerChangesNothing(t *testing.T, f *fixture) {
 	ev := f.claimed()
-	ok, err := f.s.ReleaseForRetry(f.ctx, ev.ID, other, 1, 0, "boom")
+	ok, err := f.s.ReleaseForRetry(f.ctx, ev.ID, other, 1, 0, "retryable", "boom")
 	require.NoError(t, err)
 	assert.False(t, ok)
 	got := f.get(ev.ID)
@@ -276,7 +276,7 @@ func releaseForRetryUnderAnotherOwnerChangesNothing(t *testing.T, f *fixture) {
 
 func markFailByOwner(t *testing.T, f *fixture) {
 	ev := f.claimed()
-	ok, err := f.s.MarkFail(f.ctx, ev.ID, owner, 4, "too many retries")
+	_, ok, err := f.s.MarkFail(f.ctx, ev.ID, owner, 4, "permanent", "too many retries")
 	require.NoError(t, err)
 	assert.True(t, ok)
 	got := f.get(ev.ID)
@@ -287,7 +287,7 @@ func markFailByOwner(t *testing.T, f *fixture) {
 
 func markFailUnderAnotherOwnerChangesNothing(t *testing.T, f *fixture) {
 	ev := f.claimed()
-	ok, err := f.s.MarkFail(f.ctx, ev.ID, other, 4, "boom")
+	_, ok, err := f.s.MarkFail(f.ctx, ev.ID, other, 4, "permanent", "boom")
 	require.NoError(t, err)
 	assert.False(t, ok)
 	got := f.get(ev.ID)

@@ -87,6 +87,10 @@ func (h *mysqlHarness) Get(t testing.TB, id int64) (outbox.Event, bool) {
 	}
 	require.NoError(t, err)
 	ev.Status, ev.ClaimedAt = outbox.Status(status), claimed.Time
+	// The failure history as the store's own reads parse it (the failures column).
+	full, err := outbox.NewAdmin(h.store).Get(context.Background(), id)
+	require.NoError(t, err)
+	ev.Failures = full.Failures
 	return ev, true
 }
 

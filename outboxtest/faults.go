@@ -122,7 +122,7 @@ func releaseOwnedTouchesOnlyTheOwnersEvents(t *testing.T, f *fixture) {
 	ids := f.insert(5)
 	// ids[0] failed twice before this claim.
 	f.claim(ids[0], owner)
-	ok, err := f.s.ReleaseForRetry(f.ctx, ids[0], owner, 2, 0, "boom")
+	ok, err := f.s.ReleaseForRetry(f.ctx, ids[0], owner, 2, 0, "retryable", "boom")
 	require.NoError(t, err)
 	require.True(t, ok)
 	f.SetNextRetry(t, ids[0], 0)

@@ -85,7 +85,8 @@ type Harness interface {
 
 	// Get returns the row with the given id as it stands, every field of [outbox.Event]
 	// filled as its doc says (ClaimOwner empty and ClaimedAt zero while nobody holds the
-	// lease, LastError empty for none), or ok false if there is no such row.
+	// lease, LastError empty for none, Failures the failure history, oldest first), or ok
+	// false if there is no such row.
 	Get(t testing.TB, id int64) (ev outbox.Event, ok bool)
 
 	// Now returns the store's clock now, comparable with the times Get returns.
@@ -121,7 +122,7 @@ type TopicHarness interface {
 // with the others on a harness newHarness makes for it.
 func RunStoreTests(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Helper()
-	groups := [][]storeCase{claimCases, faultCases, upkeepCases, keyOrderCases, topicCases}
+	groups := [][]storeCase{claimCases, faultCases, upkeepCases, keyOrderCases, topicCases, historyCases}
 	for _, cases := range groups {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
@@ -233,7 +234,7 @@ func (f *fixture) succeed(id int64) {
 func (f *fixture) deadLetter(id int64) {
 	f.t.Helper()
 	f.claim(id, "sender")
-	ok, err := f.s.MarkFail(f.ctx, id, "sender", 4, "refused")
+	_, ok, err := f.s.MarkFail(f.ctx, id, "sender", 4, "permanent", "refused")
 	require.NoError(f.t, err)
 	require.True(f.t, ok)
 }

@@ -46,7 +46,7 @@ func topicKeptThroughClaimRetryAndReclaim(t *testing.T, f *fixture) {
 	require.Len(t, evs, 2)
 	check("ClaimDue", evs)
 
-	ok, err = f.s.ReleaseForRetry(f.ctx, ids[0], owner, 1, 0, "broker busy")
+	ok, err = f.s.ReleaseForRetry(f.ctx, ids[0], owner, 1, 0, "retryable", "broker busy")
 	require.NoError(t, err)
 	require.True(t, ok)
 	f.SetNextRetry(t, ids[0], 0)

@@ -247,7 +247,7 @@ func TestRelayWaitsForAKeysEventAPublisherIsSending(t *testing.T) {
 	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	waitFor(t, 20*time.Second, "the other key's event", func() bool { return sender.count(other) == 1 })
-	ok, err := e.store.MarkFail(ctx, claimed[dead].ID, "poller-1", 1, "refused")
+	_, ok, err := e.store.MarkFail(ctx, claimed[dead].ID, "poller-1", 1, "permanent", "refused")
 	require.NoError(t, err)
 	require.True(t, ok)
 	time.Sleep(time.Second) // a few checks of the keys

@@ -68,7 +68,9 @@ type Config struct {
 	Backoff     outbox.Backoff
 	//
 	// OnDeadLetter is called once for each event the relay dead-letters, after its row is
-	// FAIL, on a goroutine of the relay's: its calls never overlap, and come in the order the
+	// FAIL, with the row's failure history in [outbox.Event.Failures] (the relay's failures:
+	// "retryable" and "permanent", this one last; an unavailable broker writes no row and
+	// no entry), on a goroutine of the relay's: its calls never overlap, and come in the order the
 	// dead letters were recorded; the relay does not wait for them to go on sending. Its ctx
 	// carries no cancellation of the relay's. Stop and Close wait for the calls of the dead
 	// letters recorded before they return, except when called from inside OnDeadLetter.

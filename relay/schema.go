@@ -77,7 +77,12 @@ func (r *Relay) checkTables(ctx context.Context) error {
 					outbox.ErrInvalidConfig, t.name, mysqldialect.AddTopicColumn(t.name))
 			}
 			if !have[c] {
-				return fmt.Errorf("%w: relay: table %s has no column %s: %s", outbox.ErrInvalidConfig, t.name, c, t.fix)
+				fix := t.fix
+				if c == mysqldialect.FailuresColumn {
+					fix = "it was created by an earlier version; add it, an instant change (docs/upgrading.md): " +
+						mysqldialect.AddFailuresColumn(t.name)
+				}
+				return fmt.Errorf("%w: relay: table %s has no column %s: %s", outbox.ErrInvalidConfig, t.name, c, fix)
 			}
 		}
 	}
@@ -92,6 +97,8 @@ type queries struct {
 	checkpoint, markSuccess, retry, fail, giveBack string
 	// reads
 	waitingIDs, eventsByID, keyWaiting, failedKeys, statusByID string
+	// a dead letter's failure history, for OnDeadLetter
+	failuresOf string
 }
 
 func newQueries(table, cp string) queries {
@@ -116,18 +123,26 @@ func newQueries(table, cp string) queries {
 			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
 		markSuccess: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET t.status = 'SUCCESS', t.claim_owner = ?, " +
 			"t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id IN (%s)",
-		retry: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
+		// A failure goes to the row's history (the failures column) in the statement that
+		// records it, first in the SET list: its placeholders (the instance, the class, the
+		// message) come after the fence's.
+		retry: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET " + failureEntry + ", t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
 			"t.next_retry_time = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, t.update_time = UTC_TIMESTAMP(3) " +
 			"WHERE t.status = 'WAIT' AND t.id = ?",
-		fail: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET t.status = 'FAIL', t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
+		fail: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET " + failureEntry + ", t.status = 'FAIL', t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
 			"t.claim_owner = ?, t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id = ?",
 		waitingIDs: "SELECT id FROM " + table + " WHERE status = 'WAIT'",
 		eventsByID: "SELECT " + cols + " FROM " + table + " WHERE status = 'WAIT' AND id IN (%s) ORDER BY id",
 		keyWaiting: "SELECT " + cols + " FROM " + table + " WHERE status = 'WAIT' AND biz_no = ? ORDER BY id",
 		failedKeys: "SELECT DISTINCT biz_no FROM " + table + " WHERE status = 'FAIL'",
 		statusByID: "SELECT id FROM " + table + " WHERE status = 'WAIT' AND id IN (%s)",
+		failuresOf: "SELECT " + mysqldialect.FailuresColumn + " FROM " + table + " WHERE id = ?",
 	}
 }
+
+// failureEntry appends a failure to the row's history: the instance, the class and the
+// message are placeholders.
+var failureEntry = mysqldialect.AppendFailure("t."+mysqldialect.FailuresColumn, "?", "?", "?")
 
 // placeholders returns "?, ?, ..." for n values.
 func placeholders(n int) string {

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -331,9 +332,15 @@ func (t *term) flush(ctx context.Context) error {
 func (t *term) failed(ev outbox.Event, cause error) error {
 	r := t.r
 	attempt := ev.RetryCount + 1
-	reason := cause.Error()
+	// Valid UTF-8, as the columns (and JSON_OBJECT, for the history) take only that.
+	reason := strings.ToValidUTF8(cause.Error(), "?")
+	class := mysqldialect.ClassRetryable
+	if outbox.IsPermanent(cause) {
+		class = mysqldialect.ClassPermanent
+	}
 	if attempt >= r.cfg.MaxAttempts || outbox.IsPermanent(cause) {
-		n, err := t.exec("dead letter", r.q.fail, ev.ID, r.cfg.Table, t.epoch, attempt, reason, r.cfg.InstanceID)
+		n, err := t.exec("dead letter", r.q.fail, ev.ID, r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
+			attempt, reason, r.cfg.InstanceID)
 		if isLockWait(err) {
 			return t.rowHeld(ev, err)
 		}
@@ -353,12 +360,14 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		}
 		if r.cfg.OnDeadLetter != nil {
 			ev.Status, ev.RetryCount, ev.LastError = outbox.StatusFail, attempt, reason
+			ev.Failures = t.failures(ev.ID)
 			r.dead.call(t.ctx, ev, cause)
 		}
 		return nil
 	}
 	delay := r.cfg.Backoff(attempt)
-	n, err := t.exec("retry", r.q.retry, ev.ID, r.cfg.Table, t.epoch, attempt, reason, delay.Microseconds())
+	n, err := t.exec("retry", r.q.retry, ev.ID, r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
+		attempt, reason, delay.Microseconds())
 	if isLockWait(err) {
 		return t.rowHeld(ev, err)
 	}
@@ -374,6 +383,27 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		slog.String("biz_no", ev.BizNo), slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
 	t.later(ev, delay)
 	return nil
+}
+
+// failures reads a dead letter's failure history, this failure last, for OnDeadLetter: a
+// read of the failure path only. A read that fails leaves the history out (and says so in
+// the log): the dead letter is recorded, and the callback is called all the same.
+func (t *term) failures(id int64) []outbox.Failure {
+	var v sql.NullString
+	if err := t.r.db.QueryRowContext(t.ctx, t.r.q.failuresOf, id).Scan(&v); err != nil {
+		t.log().WarnContext(t.ctx, "relay: could not read a dead letter's failure history; the callback gets none",
+			slog.Int64("id", id), slog.Any("error", err))
+		return nil
+	}
+	fs := mysqldialect.ParseFailures(v.String)
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]outbox.Failure, len(fs))
+	for i, f := range fs {
+		out[i] = outbox.Failure(f)
+	}
+	return out
 }
 
 // rowHeld handles a failed send whose row another session holds: nothing is written, and

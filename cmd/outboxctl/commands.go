@@ -209,13 +209,31 @@ type listed struct {
 	PayloadSize     int        `json:"payload_size"`
 	Payload         *string    `json:"payload,omitempty"`
 	PayloadEncoding string     `json:"payload_encoding,omitempty"`
+	// Failures is the failure history, oldest first (an empty list for none).
+	Failures []failure `json:"failures"`
+}
+
+// failure is an entry of the failure history as list and show print it in JSON.
+type failure struct {
+	At       *time.Time `json:"at"` // null for an entry whose time could not be read
+	Instance string     `json:"instance"`
+	Class    string     `json:"class"`
+	Message  string     `json:"message"`
 }
 
 func toListed(ev outbox.Event, size int) listed {
 	l := listed{ID: ev.ID, EventID: ev.EventID, BizNo: ev.BizNo, EventType: ev.EventType, Topic: ev.Topic, Status: string(ev.Status),
 		RetryCount: ev.RetryCount, ReclaimCount: ev.ReclaimCount, NextRetryTime: ev.NextRetryTime.UTC(),
 		ClaimOwner: ev.ClaimOwner, LastError: ev.LastError, CreateTime: ev.CreateTime.UTC(), UpdateTime: ev.UpdateTime.UTC(),
-		PayloadSize: size}
+		PayloadSize: size, Failures: []failure{}}
+	for _, f := range ev.Failures {
+		e := failure{Instance: f.Instance, Class: f.Class, Message: f.Message}
+		if !f.At.IsZero() {
+			t := f.At.UTC()
+			e.At = &t
+		}
+		l.Failures = append(l.Failures, e)
+	}
 	if !ev.ClaimedAt.IsZero() {
 		t := ev.ClaimedAt.UTC()
 		l.ClaimedAt = &t
@@ -292,7 +310,9 @@ func (a *app) list(ctx context.Context, args []string) error {
 func (a *app) show(ctx context.Context, args []string) error {
 	fs := a.newFlags("show", "show ID|EVENT_ID [--json]",
 		"Prints one event whole, named by its id (the row's) or its event_id (the UUID consumers see).\n"+
-			"The payload is printed as text when it is valid UTF-8, else in hex. Exits 3 when no event has it.")
+			"The payload is printed as text when it is valid UTF-8, else in hex. Exits 3 when no event has it.\n"+
+			"Its failure history (the latest ten failed attempts: time, instance, class, message) is printed\n"+
+			"as a table, each message cut to 200 characters (--json: whole).")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -357,8 +377,27 @@ func (a *app) show(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := printFailures(a.stdout, ev.Failures); err != nil {
+		return err
+	}
 	fmt.Fprintf(a.stdout, "payload (%s):\n%s\n", encoding, payload)
 	return nil
+}
+
+// printFailures prints the failure history as a small table, oldest first, or says there is
+// none.
+func printFailures(w io.Writer, fs []outbox.Failure) error {
+	if len(fs) == 0 {
+		_, err := fmt.Fprintln(w, "failures: none")
+		return err
+	}
+	fmt.Fprintf(w, "failures (%d, oldest first):\n", len(fs))
+	tw := table(w)
+	fmt.Fprintln(tw, "  TIME (UTC)\tINSTANCE\tCLASS\tMESSAGE")
+	for _, f := range fs {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(f.At), cell(f.Instance, 64), cell(f.Class, 16), cell(f.Message, 200))
+	}
+	return tw.Flush()
 }
 
 // ref is an event as a command's argument names it: by id, or by event_id.

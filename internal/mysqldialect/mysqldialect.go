@@ -153,7 +153,7 @@ func IsLockConflict(err error) bool { return Is(err, ErrLockDeadlock, ErrLockWai
 var outboxColumns = []string{
 	"id", "event_id", "biz_no", "event_type", "payload", "status", "retry_count", "reclaim_count",
 	"next_retry_time", "claim_owner", "claimed_at", "last_error", "create_time", "update_time",
-	"trace_parent", "trace_state", "topic",
+	"trace_parent", "trace_state", "topic", FailuresColumn,
 }
 
 // OutboxColumns returns the outbox table's columns, in the order schema.sql defines them

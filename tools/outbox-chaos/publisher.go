@@ -220,20 +220,20 @@ func ackRecords(ids []int64, n int64, err error) []record {
 	return recs
 }
 
-func (s recordingStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, reason string) (bool, error) {
-	ok, err := s.MySQLStore.ReleaseForRetry(ctx, id, owner, retryCount, delay, reason)
+func (s recordingStore) ReleaseForRetry(ctx context.Context, id int64, owner string, retryCount int, delay time.Duration, class, reason string) (bool, error) {
+	ok, err := s.MySQLStore.ReleaseForRetry(ctx, id, owner, retryCount, delay, class, reason)
 	s.log.write([]record{writeRecord(id, kindRelease, kindReleaseLost, kindReleaseError, ok, err)})
 	return ok, err
 }
 
-func (s recordingStore) MarkFail(ctx context.Context, id int64, owner string, retryCount int, reason string) (bool, error) {
-	ok, err := s.MySQLStore.MarkFail(ctx, id, owner, retryCount, reason)
+func (s recordingStore) MarkFail(ctx context.Context, id int64, owner string, retryCount int, class, reason string) ([]outbox.Failure, bool, error) {
+	history, ok, err := s.MySQLStore.MarkFail(ctx, id, owner, retryCount, class, reason)
 	rec := writeRecord(id, kindDead, kindDeadLost, kindDeadError, ok, err)
 	if ok {
 		rec.Detail = reason
 	}
 	s.log.write([]record{rec})
-	return ok, err
+	return history, ok, err
 }
 
 func writeRecord(id int64, done, lost, failed string, ok bool, err error) record {
