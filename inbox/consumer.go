@@ -280,7 +280,7 @@ func (c *Consumer) start(ctx context.Context) (*run, error) {
 	var keeper *queueKeeper
 	if c.cfg.Orderly {
 		keeper = newQueueKeeper(c.cfg.NameServers, c.in.log)
-		opts = append(opts, consumer.WithStrategy(keeper.allocate))
+		opts = append(opts, consumer.WithStrategy(keeper.allocate), consumer.WithRebalanceLockInterval(lockRenewal))
 	}
 	push, err := rocketmq.NewPushConsumer(append(opts, c.cfg.ConsumerOptions...)...)
 	if err != nil {

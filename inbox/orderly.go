@@ -70,17 +70,24 @@ type givenUp struct {
 // Timing of the keeper.
 const (
 	// keeperTick is how often the keeper looks for queues to unlock and to lock.
-	keeperTick = 250 * time.Millisecond
+	keeperTick = 100 * time.Millisecond
 	// releaseDelay is how long after a rebalance gave a queue up it is unlocked at the
 	// earliest: the client stores the queue's offset right after the rebalance, in a one-way
 	// request that has to reach the broker before the new owner reads the offset.
-	releaseDelay = 500 * time.Millisecond
+	releaseDelay = 200 * time.Millisecond
 	// lockRetry is how often a queue taken whose lock the client has not been seen to hold
 	// is locked again.
-	lockRetry = 500 * time.Millisecond
+	lockRetry = 200 * time.Millisecond
 	// pendingFor is how long the keeper tries to lock a queue taken: past the broker's lock
 	// life (60 s by default), the client's own retries every 20 s have long got it.
 	pendingFor = 90 * time.Second
+	// lockRenewal is the client's RebalanceLockInterval: how often it locks (renews) at the
+	// broker the queues it holds. A queue the client takes in a rebalance is consumed only
+	// once the client has seen its lock granted in one of these rounds (the lock it takes
+	// before adding the queue is not recorded on it, a shortcoming of the client): its
+	// default, 20 s, would let a queue handed over stand still for up to 20 s more. One round
+	// is one small request to each broker.
+	lockRenewal = time.Second
 	// brokerCallTimeout bounds one request to a name server or a broker.
 	brokerCallTimeout = 3 * time.Second
 )

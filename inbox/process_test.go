@@ -65,7 +65,8 @@ type childConfig struct {
 	Runs  string
 	Pause time.Duration
 	// ClientStrategy has the push consumer allocate queues with the client's own strategy
-	// instead of the consumer's: none of the consumer's unlocking of queues at the broker.
+	// instead of the consumer's, and renew its locks at the client's default interval: none
+	// of the consumer's handing over of queues.
 	ClientStrategy bool
 }
 
@@ -129,7 +130,8 @@ func runConsumerChild(raw string) int {
 	ccfg := inbox.ConsumerConfig{NameServers: []string{cfg.NameServer}, Topic: cfg.Topic,
 		Orderly: cfg.Orderly, RetryPause: cfg.RetryPause}
 	if cfg.ClientStrategy {
-		ccfg.ConsumerOptions = []consumer.Option{consumer.WithStrategy(consumer.AllocateByAveragely)}
+		ccfg.ConsumerOptions = []consumer.Option{consumer.WithStrategy(consumer.AllocateByAveragely),
+			consumer.WithRebalanceLockInterval(20 * time.Second)}
 	}
 	c, err := inbox.NewConsumer(in, h, ccfg)
 	if err != nil {
