@@ -43,6 +43,15 @@ type ConsumerConfig struct {
 	// no later event of the queue is ever handled before it. Without Orderly, messages are
 	// handled in parallel, and a failed one is delivered again through the group's retry
 	// topic with RocketMQ's backoff (10 s, 30 s, 1 min, ...) while the others go on.
+	//
+	// When a rebalance (a consumer of the group starts, stops or joins) moves a queue, the
+	// orderly consumer that had it stops handling it, and once its handler in progress on it
+	// has returned, unlocks it at the broker; the consumer given the queue locks it as soon
+	// as it is free. No two consumers of the group handle one queue at once, and the queue
+	// goes on within seconds, not after the broker's lock has expired (a minute: the
+	// RocketMQ Go client does not unlock a queue it gives up). Stop and Close store the
+	// offsets of the messages handled, then unlock every queue the consumer held. A consumer
+	// killed cannot unlock: its queues wait for the broker's lock life. See docs/inbox.md.
 	Orderly bool
 
 	// RetryPause is how long an orderly queue waits before delivering a failed message
@@ -62,7 +71,10 @@ type ConsumerConfig struct {
 
 	// ConsumerOptions are added to the options of the push consumer, after the consumer's
 	// own (name servers, group, instance, offset, order): for credentials, a namespace and
-	// the like.
+	// the like. An orderly consumer's own include the allocation strategy (the client's
+	// default, AllocateByAveragely, through which the consumer follows the rebalances) and a
+	// lock renewal of 1 s (consumer.WithRebalanceLockInterval): a strategy given here
+	// replaces the consumer's, and with it the handing over of queues described at Orderly.
 	ConsumerOptions []consumer.Option
 }
 
