@@ -49,9 +49,9 @@ type ConsumerConfig struct {
 	// has returned, unlocks it at the broker; the consumer given the queue locks it as soon
 	// as it is free. No two consumers of the group handle one queue at once, and the queue
 	// goes on within seconds, not after the broker's lock has expired (a minute: the
-	// RocketMQ Go client does not unlock a queue it gives up). Stop and Close store the
-	// offsets of the messages handled, then unlock every queue the consumer held. A consumer
-	// killed cannot unlock: its queues wait for the broker's lock life. See docs/inbox.md.
+	// RocketMQ Go client does not unlock a queue it gives up). Stop and Close unlock every
+	// queue the consumer held, once its deliveries have finished. A consumer killed cannot
+	// unlock: its queues wait for the broker's lock life. See docs/inbox.md.
 	Orderly bool
 
 	// RetryPause is how long an orderly queue waits before delivering a failed message
