@@ -487,6 +487,10 @@ func (c *Consumer) consume(ctx context.Context, r *run, msgs ...*primitive.Messa
 			if !r.keeper.enter(octx.MQ) {
 				// A rebalance has given the queue to another consumer, and the client has not
 				// dropped it yet: handled here, it could be handled there at the same time.
+				// The client counts the refusal as a delivery, which it is not.
+				for _, m := range msgs {
+					m.ReconsumeTimes--
+				}
 				octx.SuspendCurrentQueueTimeMillis = int(refusedPause / time.Millisecond)
 				return consumer.SuspendCurrentQueueAMoment, nil
 			}

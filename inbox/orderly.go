@@ -38,7 +38,10 @@ import (
 type queueKeeper struct {
 	nameServers []string
 	log         *slog.Logger
-	rebalance   func() // the push consumer's Rebalance; nil when it has none
+	// rebalance is the push consumer's Rebalance (nil when it has none). It may run beside
+	// a rebalance of the client's own: at worst both add a queue the client had not, and
+	// the second copy, never locked, never consumes.
+	rebalance func()
 
 	// unlocking is held while an unlock is sent to a broker, and by a rebalance before it
 	// takes a queue back: the client's lock of a queue taken back is never overtaken by the
@@ -90,6 +93,9 @@ const (
 	lockRenewal = time.Second
 	// brokerCallTimeout bounds one request to a name server or a broker.
 	brokerCallTimeout = 3 * time.Second
+	// inlineLockTimeout bounds the lock of the queues a rebalance takes, which the
+	// rebalance waits for.
+	inlineLockTimeout = time.Second
 )
 
 func newQueueKeeper(nameServers []string, log *slog.Logger) *queueKeeper {
@@ -119,7 +125,6 @@ func (k *queueKeeper) allocate(group, clientID string, mqAll []*primitive.Messag
 	k.unlocking.Lock() // an unlock in flight ends before the client locks a queue taken back
 	defer k.unlocking.Unlock()
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.group, k.clientID = group, clientID
 	k.all[topic] = all
 	t := time.Now()
@@ -130,14 +135,28 @@ func (k *queueKeeper) allocate(group, clientID string, mqAll []*primitive.Messag
 			k.given[q] = &givenUp{at: t}
 		}
 	}
+	var taken []rmqlock.Queue
 	for q := range now {
 		if !k.held[q] {
 			k.held[q] = true
 			delete(k.given, q)
 			k.pending[q] = t
+			taken = append(taken, q)
+		}
+	}
+	k.mu.Unlock()
+	// Lock the queues taken before the client tries to: the ones free are then this
+	// client's, and the client's own lock of them succeeds; only the others, still another
+	// consumer's, stay pending, and the client is told to rebalance once they are granted.
+	granted := k.lock(group, clientID, taken, inlineLockTimeout)
+	k.mu.Lock()
+	for _, q := range granted {
+		if since, ok := k.pending[q]; ok && since.Equal(t) {
+			delete(k.pending, q)
 		}
 	}
 	k.poke()
+	k.mu.Unlock()
 	return mine
 }
 
@@ -275,8 +294,24 @@ func (k *queueKeeper) lockPending() bool {
 		return false
 	}
 	granted := false
+	got := k.lock(group, id, qs, brokerCallTimeout)
+	k.mu.Lock()
+	for _, q := range got {
+		if _, ok := k.pending[q]; ok {
+			delete(k.pending, q)
+			granted = true
+		}
+	}
+	k.mu.Unlock()
+	return granted
+}
+
+// lock locks qs at their brokers for id, each broker's request bounded by timeout, and
+// returns the queues the brokers hold for id.
+func (k *queueKeeper) lock(group, id string, qs []rmqlock.Queue, timeout time.Duration) []rmqlock.Queue {
+	var out []rmqlock.Queue
 	for addr, bqs := range k.byBroker(qs) {
-		ctx, cancel := context.WithTimeout(context.Background(), brokerCallTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		got, err := rmqlock.Lock(ctx, addr, group, id, bqs)
 		cancel()
 		if err != nil {
@@ -284,16 +319,9 @@ func (k *queueKeeper) lockPending() bool {
 			k.log.Debug("inbox: could not lock queues taken in a rebalance; trying again", slog.String("broker", addr), slog.Any("error", err))
 			continue
 		}
-		k.mu.Lock()
-		for _, q := range got {
-			if _, ok := k.pending[q]; ok {
-				delete(k.pending, q)
-				granted = true
-			}
-		}
-		k.mu.Unlock()
+		out = append(out, got...)
 	}
-	return granted
+	return out
 }
 
 // releaseAll unlocks, for the client's id, every queue of the topics consumed: the run's
