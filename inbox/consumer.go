@@ -43,6 +43,15 @@ type ConsumerConfig struct {
 	// no later event of the queue is ever handled before it. Without Orderly, messages are
 	// handled in parallel, and a failed one is delivered again through the group's retry
 	// topic with RocketMQ's backoff (10 s, 30 s, 1 min, ...) while the others go on.
+	//
+	// When a rebalance (a consumer of the group starts, stops or joins) moves a queue, the
+	// orderly consumer that had it stops handling it, and once its handler in progress on it
+	// has returned, unlocks it at the broker; the consumer given the queue locks it as soon
+	// as it is free. No two consumers of the group handle one queue at once, and the queue
+	// goes on within seconds, not after the broker's lock has expired (a minute: the
+	// RocketMQ Go client does not unlock a queue it gives up). Stop and Close unlock every
+	// queue the consumer held, once its deliveries have finished. A consumer killed cannot
+	// unlock: its queues wait for the broker's lock life. See docs/inbox.md.
 	Orderly bool
 
 	// RetryPause is how long an orderly queue waits before delivering a failed message
@@ -62,7 +71,10 @@ type ConsumerConfig struct {
 
 	// ConsumerOptions are added to the options of the push consumer, after the consumer's
 	// own (name servers, group, instance, offset, order): for credentials, a namespace and
-	// the like.
+	// the like. An orderly consumer's own include the allocation strategy (the client's
+	// default, AllocateByAveragely, through which the consumer follows the rebalances) and a
+	// lock renewal of 1 s (consumer.WithRebalanceLockInterval): a strategy given here
+	// replaces the consumer's, and with it the handing over of queues described at Orderly.
 	ConsumerOptions []consumer.Option
 }
 
@@ -101,6 +113,7 @@ type Consumer struct {
 type run struct {
 	push    rocketmq.PushConsumer
 	started time.Time
+	keeper  *queueKeeper // an orderly run's queue locks; nil when not orderly
 
 	stopOnce  sync.Once
 	stop      chan struct{} // closed when Stop or Close asks the run to end
@@ -276,11 +289,22 @@ func (c *Consumer) start(ctx context.Context) (*run, error) {
 		// consumer retrying every RetryPause would reach 16 within seconds of an outage.
 		consumer.WithMaxReconsumeTimes(maxReconsumeTimes),
 	}
+	var keeper *queueKeeper
+	if c.cfg.Orderly {
+		keeper = newQueueKeeper(c.cfg.NameServers, c.in.log)
+		opts = append(opts, consumer.WithStrategy(keeper.allocate), consumer.WithRebalanceLockInterval(lockRenewal))
+	}
 	push, err := rocketmq.NewPushConsumer(append(opts, c.cfg.ConsumerOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: create the push consumer: %w", err)
 	}
 	r := newRun(push)
+	if keeper != nil {
+		if rb, ok := push.(interface{ Rebalance() }); ok {
+			keeper.rebalance = rb.Rebalance
+		}
+		r.keeper = keeper
+	}
 	consume := func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		return c.consume(ctx, r, msgs...)
 	}
@@ -292,6 +316,9 @@ func (c *Consumer) start(ctx context.Context) (*run, error) {
 		return nil, fmt.Errorf("inbox: start the consumer of %s in group %s (does the topic exist?): %w", c.cfg.Topic, c.in.cfg.Group, err)
 	}
 	r.started = time.Now()
+	if keeper != nil {
+		keeper.start()
+	}
 	c.run = r
 	go c.serve(ctx, r)
 	return r, nil
@@ -351,7 +378,19 @@ func (c *Consumer) shutdown(r *run, bound <-chan time.Time) {
 			"their handlers' contexts are cancelled and the messages will be delivered again",
 			slog.String("topic", c.cfg.Topic), slog.Int("deliveries", n), slog.Duration("stop_timeout", c.cfg.StopTimeout))
 	}
+	if r.keeper != nil {
+		// The client unlocks its queues at the broker when it is shut down, and stores their
+		// offsets after that: the offsets are stored first, so that the next owner of a queue
+		// starts after the messages handled here.
+		r.keeper.halt()
+		if p, ok := r.push.(interface{ PersistConsumerOffset() error }); ok {
+			_ = p.PersistConsumerOffset()
+		}
+	}
 	_ = r.push.Shutdown()
+	if r.keeper != nil {
+		r.keeper.releaseAll()
+	}
 	close(r.drained)
 	r.cancel() // no handler runs any more but those given up on, whose contexts are cancelled
 }
@@ -443,6 +482,21 @@ func (c *Consumer) consume(ctx context.Context, r *run, msgs ...*primitive.Messa
 		return c.again(ctx), nil
 	}
 	defer r.exit(g)
+	if r.keeper != nil {
+		if octx, ok := primitive.GetOrderlyCtx(ctx); ok {
+			if !r.keeper.enter(octx.MQ) {
+				// A rebalance has given the queue to another consumer, and the client has not
+				// dropped it yet: handled here, it could be handled there at the same time.
+				// The client counts the refusal as a delivery, which it is not.
+				for _, m := range msgs {
+					m.ReconsumeTimes--
+				}
+				octx.SuspendCurrentQueueTimeMillis = int(refusedPause / time.Millisecond)
+				return consumer.SuspendCurrentQueueAMoment, nil
+			}
+			defer r.keeper.exit(octx.MQ)
+		}
+	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.handlers, cancel)()
@@ -454,6 +508,10 @@ func (c *Consumer) consume(ctx context.Context, r *run, msgs ...*primitive.Messa
 	}
 	return consumer.ConsumeSuccess, nil
 }
+
+// refusedPause is how long the client waits after a delivery of a queue given up is
+// refused; the client drops the queue meanwhile.
+const refusedPause = 100 * time.Millisecond
 
 // again is the answer that has a delivery come again.
 func (c *Consumer) again(ctx context.Context) consumer.ConsumeResult {

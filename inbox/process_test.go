@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -58,6 +59,15 @@ type childConfig struct {
 	// BlockBizNo's handler announces "BLOCKED <event id>" after writing its effect, and
 	// then never returns.
 	BlockBizNo string
+	// Runs, when set, is a table (see createRunsTable) the handler records its run in, in
+	// its transaction: the biz no, Name, and when the run began and ended; each run lasts
+	// at least Pause.
+	Runs  string
+	Pause time.Duration
+	// ClientStrategy has the push consumer allocate queues with the client's own strategy
+	// instead of the consumer's, and renew its locks at the client's default interval: none
+	// of the consumer's handing over of queues.
+	ClientStrategy bool
 }
 
 // TestConsumerChildProcess is the consumer process; it skips unless run as one.
@@ -100,6 +110,14 @@ func runConsumerChild(raw string) int {
 		if _, err := tx.ExecContext(ctx, q, msg.EventID, msg.BizNo, msg.Deliveries, cfg.Name); err != nil {
 			return err
 		}
+		if cfg.Runs != "" {
+			start := time.Now()
+			time.Sleep(cfg.Pause)
+			if _, err := tx.ExecContext(ctx, "INSERT INTO `"+cfg.Runs+"` (biz_no, handled_by, started, ended) VALUES (?, ?, ?, ?)",
+				msg.BizNo, cfg.Name, start.UnixMicro(), time.Now().UnixMicro()); err != nil {
+				return err
+			}
+		}
 		switch {
 		case msg.EventID == cfg.FailEvent:
 			return errors.New("this event fails every delivery")
@@ -109,8 +127,13 @@ func runConsumerChild(raw string) int {
 		}
 		return nil
 	}
-	c, err := inbox.NewConsumer(in, h, inbox.ConsumerConfig{NameServers: []string{cfg.NameServer}, Topic: cfg.Topic,
-		Orderly: cfg.Orderly, RetryPause: cfg.RetryPause})
+	ccfg := inbox.ConsumerConfig{NameServers: []string{cfg.NameServer}, Topic: cfg.Topic,
+		Orderly: cfg.Orderly, RetryPause: cfg.RetryPause}
+	if cfg.ClientStrategy {
+		ccfg.ConsumerOptions = []consumer.Option{consumer.WithStrategy(consumer.AllocateByAveragely),
+			consumer.WithRebalanceLockInterval(20 * time.Second)}
+	}
+	c, err := inbox.NewConsumer(in, h, ccfg)
 	if err != nil {
 		return fail(err)
 	}
