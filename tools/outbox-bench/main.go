@@ -456,7 +456,7 @@ func words(list string) []string {
 func rollingTable(ctx context.Context, env bench.Env, r bench.Rolling) {
 	fmt.Println()
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "publishers	instances	rate/s	lease	restarts	events	longest gap between sends	commit to send p50	p99	max	sent twice	left SENDING by Close	warn+ records	")
+	fmt.Fprintln(w, "publishers\tinstances\tcommits/s\tlease\trestarts\tevents\tlongest gap between sends\tcommit to send p50\tp99\tmax\tsent twice\tleft SENDING by Close\twarn+ records\t")
 	for _, k := range []bench.RestartKind{bench.NoRestart, bench.RestartByClose, bench.RestartByKill} {
 		r.Restart = k
 		res, err := r.Run(ctx, env)

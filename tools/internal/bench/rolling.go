@@ -195,6 +195,9 @@ func (c *loudCounter) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
+// rollingWriters is how many goroutines commit a rolling deploy's load.
+const rollingWriters = 4
+
 // rollingInstance is one publisher of a rolling deploy, with its own pool.
 type rollingInstance struct {
 	id     string
@@ -287,31 +290,37 @@ func (r Rolling) Run(ctx context.Context, env Env) (RollingResult, error) {
 		zombies.Wait()
 	}()
 
-	// The load: Rate commits a second, round robin over the live publishers' stores.
+	// The load: Rate commits a second over rollingWriters writers (a commit waits for its
+	// fsync), round robin over the live publishers' stores. The first error ends the run.
 	committedAt := map[string]time.Time{}
 	loadDone := make(chan error, 1)
 	stopLoad := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(time.Second / time.Duration(r.Rate))
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stopLoad:
-				loadDone <- nil
-				return
-			case <-tick.C:
+	var writers sync.WaitGroup
+	for w := range rollingWriters {
+		writers.Go(func() {
+			tick := time.NewTicker(time.Second * rollingWriters / time.Duration(r.Rate))
+			defer tick.Stop()
+			for i := w; ; i += rollingWriters {
+				select {
+				case <-stopLoad:
+					return
+				case <-tick.C:
+				}
+				ins := *live.Load()
+				id, at, err := commitOne(ctx, ins[i%len(ins)].store, i, true)
+				if err != nil {
+					select {
+					case loadDone <- err:
+					default:
+					}
+					return
+				}
+				mu.Lock()
+				committedAt[id] = at
+				mu.Unlock()
 			}
-			ins := *live.Load()
-			id, at, err := commitOne(ctx, ins[i%len(ins)].store, i, true)
-			if err != nil {
-				loadDone <- err
-				return
-			}
-			mu.Lock()
-			committedAt[id] = at
-			mu.Unlock()
-		}
-	}()
+		})
+	}
 
 	loadStart := time.Now()
 	pause := func() error {
@@ -358,8 +367,11 @@ func (r Rolling) Run(ctx context.Context, env Env) (RollingResult, error) {
 	}
 	close(stopLoad)
 	res.LoadElapsed = time.Since(loadStart)
-	if err := <-loadDone; err != nil {
+	writers.Wait()
+	select {
+	case err := <-loadDone:
 		return res, fmt.Errorf("load: %w", err)
+	default:
 	}
 
 	mu.Lock()
