@@ -67,6 +67,8 @@ func TestCloseIsQuiet(t *testing.T) {
 	defer outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler))
 	stop := make(chan struct{})
 	inserted := insertLoad(t, b, stop)
+	stopLoad := sync.OnceFunc(func() { close(stop) })
+	defer func() { stopLoad(); inserted() }() // before the cleanups close the database
 	const closes = 30
 	for i := range closes {
 		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
@@ -103,7 +105,7 @@ func TestCloseIsQuiet(t *testing.T) {
 			break
 		}
 	}
-	close(stop)
+	stopLoad()
 	n := inserted()
 	t.Logf("%d events inserted; %d sent", n, b.countStatus(t, outbox.StatusSuccess))
 	assert.Greater(t, b.countStatus(t, outbox.StatusSuccess), 0, "the publishers sent under load")
