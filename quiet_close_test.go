@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -147,4 +149,19 @@ func TestCloseIsQuietButFaultsStillWarn(t *testing.T) {
 		time.Minute, 20*time.Millisecond, "the broker's outage is an error")
 	require.NoError(t, p.Close())
 	assert.Zero(t, b.countStatus(t, outbox.StatusSending), "the close released what it held")
+}
+
+// The RocketMQ client's warning that a consumer's queue was dropped with a delivery in
+// progress, which a clean shutdown of a consumer logs (the message comes again), is routed
+// at debug; the client's other warnings stay warnings. Not parallel: the route is
+// process-wide.
+func TestRouteRocketMQClientLogsLowersShutdownNoise(t *testing.T) {
+	logs := &logSink{}
+	outbox.RouteRocketMQClientLogs(slog.New(logs))
+	t.Cleanup(func() { outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler)) })
+	rlog.Warning("processQueue is dropped without process consume result.", map[string]any{"MessageQueue": "q"})
+	rlog.Warning("start retrying to send, ", map[string]any{"lastBroker": "broker-a"})
+	assert.Equal(t, 1, logs.count(slog.LevelDebug, "processQueue is dropped"))
+	assert.Equal(t, 1, logs.count(slog.LevelWarn, "start retrying to send"))
+	assert.Len(t, logs.atLeast(slog.LevelWarn), 1)
 }
