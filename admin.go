@@ -188,7 +188,9 @@ type PurgeOptions struct {
 	Exclusive bool
 	// DryRun only counts the rows the purge would delete now (at most Limit, when set),
 	// through the same index, and deletes nothing: for a person to confirm first. It takes
-	// no lock (Exclusive does not apply) and calls no OnBatch.
+	// no lock (Exclusive does not apply) and calls no OnBatch. On a partitioned table it
+	// counts the rows in the catch-all partition that the real purge would first move into
+	// partitions ahead and then remove, without moving them.
 	DryRun bool
 	// OnBatch, if set, is called after each DELETE with the rows it removed.
 	OnBatch func(deleted int64)

@@ -157,10 +157,3 @@ func (p *Publisher) send(ctx context.Context, ev Event) (err error) {
 	}
 	return errs[0]
 }
-
-// storeCall runs one conditional store write within StoreTimeout.
-func (p *Publisher) storeCall(ctx context.Context, fn func(context.Context) (bool, error)) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
-	defer cancel()
-	return fn(ctx)
-}

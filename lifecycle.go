@@ -83,8 +83,9 @@ var errClosed = fmt.Errorf("%w: the publisher was closed", ErrClosed)
 // refused: the publisher starts, and its rounds retry. So is a MySQL table without the
 // server-side defaults other programs' plain INSERTs need.
 //
-// When it is stopped, the publisher stops claiming, lets the send in flight finish (it is
-// bounded by the send timeout) and records its outcome, returns to WAIT every event still
+// When it is stopped, the publisher stops claiming, lets the claim in flight finish (within
+// [Tuning.StoreTimeout]: a claim cut half way would leave its outcome unknown) and the send
+// in flight finish (it is bounded by the send timeout) and records its outcome, returns to WAIT every event still
 // SENDING under its InstanceID (claimed and not sent), and waits for the OnDeadLetter calls
 // it queued. Store errors are logged and retried on the next round; they never end the run.
 // An outcome the store failed to record is recorded before the next claim. After a stop,

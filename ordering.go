@@ -56,7 +56,10 @@ func (p *Publisher) check(ctx context.Context) error {
 	case err == nil:
 	case errors.Is(err, ErrInvalidConfig):
 		return err
-	case ctx.Err() == nil:
+	case ctx.Err() != nil || p.isClosed():
+		// Stopped or closed while starting: the check was cut short, nothing is wrong.
+		p.log.DebugContext(ctx, "outbox: the table's check was cut short by a stop", slog.Any("error", err))
+	default:
 		p.log.WarnContext(ctx, "outbox: could not check the table", slog.Any("error", err))
 	}
 	p.orderChecked.Store(true)

@@ -619,8 +619,9 @@ var routeOnce sync.Once
 
 // RouteRocketMQClientLogs sends the logs of every RocketMQ client in the process (this
 // package's senders, and the service's own producers and consumers) to l: the client's
-// errors and warnings at their level, its routine chatter (route updates, rebalances) at
-// debug. A nil l discards them.
+// errors and warnings at their level, its routine chatter (route updates, rebalances, and
+// the warning that a consumer's queue was dropped with a delivery in progress, which a
+// clean shutdown logs: that message comes again) at debug. A nil l discards them.
 //
 // The RocketMQ client has one logger for the whole process, so this is a process-wide
 // choice, and it is the caller's: importing this package leaves the client's logger alone
@@ -654,10 +655,27 @@ func (rlogAdapter) log(level slog.Level, msg string, fields map[string]any) {
 	l.LogAttrs(ctx, level, msg, attrs...)
 }
 
-func (a rlogAdapter) Debug(msg string, fields map[string]any)   { a.log(slog.LevelDebug, msg, fields) }
-func (a rlogAdapter) Info(msg string, fields map[string]any)    { a.log(slog.LevelDebug, msg, fields) }
-func (a rlogAdapter) Warning(msg string, fields map[string]any) { a.log(slog.LevelWarn, msg, fields) }
-func (a rlogAdapter) Error(msg string, fields map[string]any)   { a.log(slog.LevelError, msg, fields) }
-func (a rlogAdapter) Fatal(msg string, fields map[string]any)   { a.log(slog.LevelError, msg, fields) }
-func (a rlogAdapter) Level(string)                              {}
-func (a rlogAdapter) OutputPath(string) error                   { return nil }
+func (a rlogAdapter) Debug(msg string, fields map[string]any) { a.log(slog.LevelDebug, msg, fields) }
+func (a rlogAdapter) Info(msg string, fields map[string]any)  { a.log(slog.LevelDebug, msg, fields) }
+func (a rlogAdapter) Warning(msg string, fields map[string]any) {
+	level := slog.LevelWarn
+	if routineClientWarnings[msg] {
+		level = slog.LevelDebug
+	}
+	a.log(level, msg, fields)
+}
+
+func (a rlogAdapter) Error(msg string, fields map[string]any) { a.log(slog.LevelError, msg, fields) }
+func (a rlogAdapter) Fatal(msg string, fields map[string]any) { a.log(slog.LevelError, msg, fields) }
+func (a rlogAdapter) Level(string)                            {}
+func (a rlogAdapter) OutputPath(string) error                 { return nil }
+
+// routineClientWarnings are warnings the RocketMQ client logs on a clean shutdown or a
+// rebalance, which are routine and need no one: they go to debug.
+var routineClientWarnings = map[string]bool{
+	// A consumer's queue was dropped (the consumer shut down, or a rebalance gave the queue
+	// to another) while a delivery of it was being handled: its result is not recorded, and
+	// the message is delivered again, from the queue's stored offset, to whoever has the
+	// queue next (an inbox suppresses the duplicate).
+	"processQueue is dropped without process consume result.": true,
+}

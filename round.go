@@ -90,8 +90,9 @@ func (p *Publisher) scan(ctx context.Context, wake <-chan struct{}) {
 // [Tuning.BatchSize] due candidates and, for each one, claims it and, if the claim was won,
 // sends it and records the outcome. In batch mode it claims a batch of due events at once,
 // sends them, and records the successes with one statement. One event's error or panic is
-// logged and never aborts the round; once ctx is cancelled the round stops claiming, and
-// returns to WAIT what it claimed and did not send. The returned error is the claim's (or
+// logged and never aborts the round; once ctx is cancelled the round stops claiming (a
+// claim already begun finishes, within [Tuning.StoreTimeout]), and returns to WAIT what it
+// claimed and did not send. The returned error is the claim's (or
 // the candidate SELECT's), or the store's if outcomes of earlier rounds are still
 // unrecorded.
 //
@@ -200,6 +201,9 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	if probe {
 		limit = 1
 	}
+	if err := ctx.Err(); err != nil {
+		return false, err // stopped: no claim begins (what is unacked, the stop records)
+	}
 	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.Tuning.MaxClaimBytes}
 	acked := p.rounds.unacked
 	p.rounds.unacked = nil
@@ -207,8 +211,10 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 		req.Succeeded = append(req.Succeeded, ev.ID)
 	}
 	var res ClaimResult
-	evs, err := p.fetch(ctx, "claim due events", func(ctx context.Context) ([]Event, error) {
-		res, err = p.store.ClaimDue(ctx, req)
+	evs, err := p.fetch(ctx, "claim due events", func(context.Context) ([]Event, error) {
+		cctx, cancel := p.claimContext(ctx)
+		defer cancel()
+		res, err = p.store.ClaimDue(cctx, req)
 		return res.Events, err
 	})
 	if err != nil {
@@ -331,9 +337,9 @@ func (p *Publisher) claimAndPublishSafe(ctx context.Context, stats *RoundStats, 
 // stats, and returns that.
 func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev Event, othersSent bool) outcome {
 	owner := p.cfg.InstanceID
-	won, err := p.storeCall(ctx, func(ctx context.Context) (bool, error) {
-		return p.store.Claim(ctx, ev, owner)
-	})
+	cctx, cancel := p.claimContext(ctx)
+	won, err := p.store.Claim(cctx, ev, owner)
+	cancel()
 	if err != nil {
 		// The claim may have changed the row all the same: release whatever is ours before
 		// the next claim.
@@ -372,6 +378,14 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 	}
 	p.brokerAnswered(ctx, nil)
 	return p.record(held, stats, p.successWrite([]Event{ev}))
+}
+
+// claimContext is the context of a claim: bounded by StoreTimeout and not cut by the
+// stop. A claim the stop cancelled half way (its COMMIT sent, its answer not read) would
+// leave its outcome unknown, and its rows to a blind release; one let finish has a known
+// outcome, and what it claimed is released as claimed and not sent.
+func (p *Publisher) claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Tuning.StoreTimeout)
 }
 
 // failed records a send that failed, and reports whether the failure says the broker is

@@ -92,6 +92,19 @@ func partitionClause(first, per int64) string {
 type partition struct {
 	name   string
 	lo, hi int64
+	// ahead: a partition the purge would split off the catch-all before it plans, which a
+	// dry run (that changes nothing) plans as if it were there: its rows are the
+	// catch-all's in its range.
+	ahead bool
+}
+
+// from is the FROM clause of the partition's rows in table.
+func (p partition) from(table string) string {
+	if p.ahead {
+		return "(SELECT * FROM " + mysqldialect.Quote(table) + " WHERE id >= " + strconv.FormatInt(p.lo, 10) +
+			" AND id < " + strconv.FormatInt(p.hi, 10) + ") AS ahead"
+	}
+	return mysqldialect.Quote(table) + " PARTITION (" + mysqldialect.Quote(p.name) + ")"
 }
 
 // partitionLayout is how the table is partitioned, as information_schema says.
@@ -279,7 +292,7 @@ func (s *MySQLStore) planPartitions(ctx context.Context, l partitionLayout, age 
 		if !maxID.Valid || p.hi > maxID.Int64 {
 			break
 		}
-		from := mysqldialect.Quote(s.table) + " PARTITION (" + mysqldialect.Quote(p.name) + ")"
+		from := p.from(s.table)
 		// Its newest row (the primary key's last entry): younger than the retention, and so
 		// is every later partition's.
 		var old bool
@@ -356,14 +369,12 @@ func (s *MySQLStore) partitionDDL(ctx context.Context, op string, fn func(conn *
 	return s.wrap(op, err)
 }
 
-// addPartitionsAhead splits the catch-all partition so that partitionsAhead empty
-// partitions lie above the highest id. While the catch-all is empty this changes metadata
-// only; when inserts have reached it, its rows move to the new partition that covers them.
-// It returns the layout as it now is.
-func (s *MySQLStore) addPartitionsAhead(ctx context.Context, l partitionLayout, per int64) (partitionLayout, error) {
+// boundsAhead returns the bounds of the partitions addPartitionsAhead adds to the layout:
+// none when partitionsAhead empty partitions lie above the highest id already.
+func (s *MySQLStore) boundsAhead(ctx context.Context, l partitionLayout, per int64) ([]int64, error) {
 	var maxID int64
 	if err := s.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(id), 0) FROM "+mysqldialect.Quote(s.table)).Scan(&maxID); err != nil {
-		return l, s.wrap("purge: read the highest id", err)
+		return nil, s.wrap("purge: read the highest id", err)
 	}
 	last := int64(0)
 	if b := l.bounded(); len(b) > 0 {
@@ -371,7 +382,7 @@ func (s *MySQLStore) addPartitionsAhead(ctx context.Context, l partitionLayout, 
 	}
 	target := maxID + 1 + partitionsAhead*per
 	if last >= target {
-		return l, nil
+		return nil, nil
 	}
 	var bounds []int64
 	next := last + per
@@ -382,8 +393,40 @@ func (s *MySQLStore) addPartitionsAhead(ctx context.Context, l partitionLayout, 
 		bounds = append(bounds, next)
 	}
 	if len(l.parts)+len(bounds) > maxPartitions {
-		return l, fmt.Errorf("outbox: purge: table %s would have more than %d partitions: raise MySQLConfig.PartitionIDs, or let the retention drop old partitions",
+		return nil, fmt.Errorf("outbox: purge: table %s would have more than %d partitions: raise MySQLConfig.PartitionIDs, or let the retention drop old partitions",
 			s.table, maxPartitions)
+	}
+	return bounds, nil
+}
+
+// withAhead is the layout with the partitions of bounds split off its catch-all, marked
+// ahead: the layout a purge plans on after addPartitionsAhead, for a dry run to plan on
+// without changing the table.
+func (l partitionLayout) withAhead(bounds []int64) partitionLayout {
+	b := l.bounded()
+	parts := slices.Clone(b)
+	lo := int64(math.MinInt64)
+	if len(b) > 0 {
+		lo = b[len(b)-1].hi
+	}
+	for _, hi := range bounds {
+		parts = append(parts, partition{name: "p" + strconv.FormatInt(hi, 10), lo: lo, hi: hi, ahead: true})
+		lo = hi
+	}
+	catchAll := l.parts[len(l.parts)-1]
+	catchAll.lo = lo
+	l.parts = append(parts, catchAll)
+	return l
+}
+
+// addPartitionsAhead splits the catch-all partition so that partitionsAhead empty
+// partitions lie above the highest id. While the catch-all is empty this changes metadata
+// only; when inserts have reached it, its rows move to the new partition that covers them.
+// It returns the layout as it now is.
+func (s *MySQLStore) addPartitionsAhead(ctx context.Context, l partitionLayout, per int64) (partitionLayout, error) {
+	bounds, err := s.boundsAhead(ctx, l, per)
+	if err != nil || len(bounds) == 0 {
+		return l, err
 	}
 	catchAll := l.parts[len(l.parts)-1].name
 	var b strings.Builder
@@ -483,6 +526,14 @@ func (s *MySQLStore) purgePartitioned(ctx context.Context, olderThan time.Durati
 		if l, err = s.addPartitionsAhead(ctx, l, l.width(s.partitionIDs)); err != nil {
 			return 0, err
 		}
+	} else {
+		// A dry run changes nothing, but counts what a real run would remove: the rows the
+		// real run would first move out of the catch-all into partitions ahead too.
+		bounds, err := s.boundsAhead(ctx, l, l.width(s.partitionIDs))
+		if err != nil {
+			return 0, err
+		}
+		l = l.withAhead(bounds)
 	}
 	plan, err := s.planPartitions(ctx, l, age)
 	if err != nil {

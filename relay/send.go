@@ -228,7 +228,10 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 		if err := t.ctx.Err(); err != nil {
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(t.ctx, timeout)
+		// A send once begun is not cut by the stop: it ends within its timeout, answered,
+		// and what it sent is marked (a send cut half way may have reached the broker, and
+		// reads as one that timed out).
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), timeout)
 		errs := r.sender.Send(ctx, pending, t.keyOrder())
 		cancel()
 		if len(errs) != len(pending) {
@@ -259,6 +262,9 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 		// A key whose event failed goes no further in this round.
 		pending = t.unblocked(next)
 		if unavailable || len(sent) == 0 && len(pending) > 0 {
+			if t.ctx.Err() != nil {
+				return nil // stopped: what is left stays WAIT for whoever publishes next
+			}
 			t.pause = min(max(2*t.pause, 100*time.Millisecond), 5*time.Second)
 			t.log().WarnContext(t.ctx, "relay: the broker is unavailable; retrying without counting attempts",
 				slog.Int("events", len(pending)), slog.Duration("pause", t.pause), slog.Any("error", firstErr(errs)))

@@ -102,6 +102,10 @@ func main() {
 	inboxWorkers := flag.Int("inbox-workers", 8, "inbox: goroutines handling messages (through RocketMQ, the push consumer's consume goroutines)")
 	inboxRuns := flag.Int("inbox-runs", 3, "inbox: rounds, each running every way of consuming once; the table shows the medians")
 	inboxBroker := flag.String("inbox-broker", "127.0.0.1:10911", "inbox: the RocketMQ broker the topic of the RocketMQ rows is created on")
+	rolling := flag.Int("rolling", 0, "rolling deploy: publishers under a steady load restarted one after the other, by Close and by kill (no Close: the lease expires), beside a steady run; 0 skips it (e.g. 3)")
+	rollingRate := flag.Int("rolling-rate", 200, "rolling deploy: commits per second")
+	rollingSettle := flag.Duration("rolling-settle", 3*time.Second, "rolling deploy: steady load before the first restart, between restarts and after the last")
+	rollingLease := flag.Duration("rolling-lease", 3*time.Second, "rolling deploy: the publishers' Tuning.Lease (the reclaim interval is a quarter of it)")
 	flag.Parse()
 	if *runs < 1 {
 		log.Fatalf("-runs must be at least 1, got %d", *runs)
@@ -231,6 +235,10 @@ func main() {
 	}
 	if *latencyEvents > 0 {
 		latencyTable(ctx, env, *latencyEvents, *rate)
+	}
+
+	if *rolling > 0 {
+		rollingTable(ctx, env, bench.Rolling{Instances: *rolling, Rate: *rollingRate, Settle: *rollingSettle, Lease: *rollingLease})
 	}
 
 	if *backlog > 0 {
@@ -441,4 +449,25 @@ func words(list string) []string {
 		}
 	}
 	return out
+}
+
+// rollingTable prints the longest pauses of publishing while r's publishers are restarted
+// one after the other, by Close and by kill, beside a steady run of the same load.
+func rollingTable(ctx context.Context, env bench.Env, r bench.Rolling) {
+	fmt.Println()
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "publishers\tinstances\tcommits/s\tlease\trestarts\tevents\tlongest gap between sends\tcommit to send p50\tp99\tmax\tsent twice\tleft SENDING by Close\twarn+ records\t")
+	for _, k := range []bench.RestartKind{bench.NoRestart, bench.RestartByClose, bench.RestartByKill} {
+		r.Restart = k
+		res, err := r.Run(ctx, env)
+		if err != nil {
+			log.Fatalf("%s: %v", k, err)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.0f\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", k, r.Instances, float64(res.Events)/res.LoadElapsed.Seconds(), r.Lease, res.Restarts, res.Events,
+			ms(res.MaxGap), ms(res.Quantile(0.5)), ms(res.Quantile(0.99)), ms(res.Quantile(1)), res.Resent, res.LeftSending, res.Loud)
+		if res.FirstLoud != "" {
+			defer fmt.Printf("%s: first warn+ record: %s\n", k, res.FirstLoud)
+		}
+	}
+	_ = w.Flush()
 }
