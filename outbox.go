@@ -245,6 +245,8 @@ type Sender interface {
 type SenderInfo struct {
 	// Topic is where events go, named in the publisher's send spans ("" for none).
 	Topic string
+	// Topics are all the topics the sender routes to, Topic among them; nil means any.
+	Topics []string
 	// System names the messaging system for the send spans' messaging.system ("" for none).
 	System string
 	// SendTimeout is how long one Send may take when the sender bounds its sends itself (a
@@ -252,6 +254,11 @@ type SenderInfo struct {
 	// Send by it, and refuses a [Tuning.SendTimeout] that differs. Zero: the publisher's
 	// Tuning.SendTimeout bounds the sends.
 	SendTimeout time.Duration
+	// TopicsByType are the sender's routes by event type (see
+	// [RocketMQConfig.TopicsByType]): an event that names no topic and whose type is a key
+	// goes to that topic. The publisher names an event's topic in its metrics and spans by
+	// [Event.Topic], then this, then Topic.
+	TopicsByType map[string]string
 }
 
 // SenderFunc adapts a function that sends one event to [Sender]: Send calls it for each
