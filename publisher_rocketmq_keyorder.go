@@ -118,19 +118,21 @@ func (e *keyNotSentError) Is(target error) bool { return target == ErrNotSent }
 type keyOrderedBatch struct {
 	s    *RocketMQSender
 	evs  []Event
-	keys []string // per event: its topic and biz no, the key whose order is kept
-	errs []error  // each position is written by one goroutine only
+	keys   []string // per event: its topic and biz no, the key whose order is kept
+	topics []string // per event: its topic
+	errs   []error  // each position is written by one goroutine only
 
 	mu     sync.Mutex
 	failed map[string]error // key -> its first failure in the batch
-	stop   error            // once set, nothing more is sent: the broker is unavailable
+	stop   map[string]error // topic -> once set, nothing more is sent to it: it is unavailable
 }
 
 // sendInKeyOrder is Send of a batch in key order (see Send). The order kept is each biz
 // no's within each topic: a biz no's events of two topics go to two queues, and the one
 // topic's failure does not hold back the other's.
 func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs []error) {
-	b := &keyOrderedBatch{s: s, evs: evs, keys: make([]string, len(evs)), errs: errs, failed: map[string]error{}}
+	b := &keyOrderedBatch{s: s, evs: evs, keys: make([]string, len(evs)), topics: make([]string, len(evs)), errs: errs,
+		failed: map[string]error{}, stop: map[string]error{}}
 	// An event the sender refuses (no payload, a topic outside the set) fails at its turn:
 	// it and the rest of its key are held back, and answered once the key's earlier events
 	// are.
@@ -141,7 +143,7 @@ func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs [
 	for i := range evs {
 		topic := s.topicOf(&evs[i])
 		key := topic + "\x00" + evs[i].BizNo
-		b.keys[i] = key
+		b.keys[i], b.topics[i] = key, topic
 		if refused[key] || s.refuse(&evs[i]) != nil {
 			refused[key] = true
 			if held == nil {
@@ -311,7 +313,7 @@ func (l *lane) send(ctx context.Context, b *keyOrderedBatch) {
 		if len(live) == 0 {
 			continue
 		}
-		if stop := b.stopped(ctx); stop != nil {
+		if stop := b.stopped(ctx, b.topics[live[0]]); stop != nil {
 			fillAt(b.errs, live, stop)
 			continue
 		}
@@ -353,7 +355,7 @@ func (b *keyOrderedBatch) oneByOne(ctx context.Context, at []int, queue *primiti
 			b.errs[i] = b.notSentAfter(i)
 			continue
 		}
-		if stop := b.stopped(ctx); stop != nil {
+		if stop := b.stopped(ctx, b.topics[i]); stop != nil {
 			b.errs[i] = stop
 			continue
 		}
@@ -365,7 +367,7 @@ func (b *keyOrderedBatch) oneByOne(ctx context.Context, at []int, queue *primiti
 
 // failChunk records that the send of the events at positions chunk failed with err: the
 // first event of each biz no gets err, its later ones are not sent. An unavailable broker
-// stops the whole batch.
+// stops the rest of the batch's sends to its topic.
 func (b *keyOrderedBatch) failChunk(chunk []int, err error) {
 	for _, i := range chunk {
 		key := b.keys[i]
@@ -378,22 +380,22 @@ func (b *keyOrderedBatch) failChunk(chunk []int, err error) {
 	}
 	if IsUnavailable(err) {
 		b.mu.Lock()
-		if b.stop == nil {
-			b.stop = notSent(err)
+		if topic := b.topics[chunk[0]]; b.stop[topic] == nil {
+			b.stop[topic] = notSent(err)
 		}
 		b.mu.Unlock()
 	}
 }
 
-// stopped returns why nothing more is to be sent, if so: the deadline passed, or a send found
-// the broker unavailable.
-func (b *keyOrderedBatch) stopped(ctx context.Context) error {
+// stopped returns why nothing more is to be sent to topic, if so: the deadline passed, or a
+// send found the topic unavailable (its broker down, or the topic missing).
+func (b *keyOrderedBatch) stopped(ctx context.Context, topic string) error {
 	if ctx.Err() != nil {
 		return errNotSent
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.stop
+	return b.stop[topic]
 }
 
 func (b *keyOrderedBatch) fail(key string, err error) {
