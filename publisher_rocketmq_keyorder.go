@@ -116,8 +116,8 @@ func (e *keyNotSentError) Is(target error) bool { return target == ErrNotSent }
 
 // keyOrderedBatch is the state of one key-ordered Send.
 type keyOrderedBatch struct {
-	s    *RocketMQSender
-	evs  []Event
+	s      *RocketMQSender
+	evs    []Event
 	keys   []string // per event: its topic and biz no, the key whose order is kept
 	topics []string // per event: its topic
 	errs   []error  // each position is written by one goroutine only
