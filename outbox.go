@@ -468,7 +468,7 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 		cfg:    cfg,
 		log:    cfg.Logger.With(logAttrs(cfg)...),
 	}
-	if p.m, err = newMetrics(cfg, store, p.log); err != nil {
+	if p.m, err = newMetrics(cfg, store, info, p.log); err != nil {
 		return nil, fmt.Errorf("outbox: make the publisher's instruments: %w", err)
 	}
 	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
