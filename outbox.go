@@ -433,6 +433,7 @@ type Publisher struct {
 	rounds roundState
 
 	tracing *sendTracing // the send spans; nil without Config.TracerProvider
+	topics  topicNames   // names each event's topic as the sender routes it
 
 	// life is Start's, Stop's and Close's (see lifecycle.go).
 	life lifecycle
@@ -473,6 +474,7 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 	}
 	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
 	p.tracing = newSendTracing(cfg.TracerProvider, info, cfg.StoreName)
+	p.topics = newTopicNames(info)
 	p.rounds.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
 	p.life.init()
 	p.dead.init(cfg.OnDeadLetter, p.log)

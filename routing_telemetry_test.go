@@ -2,7 +2,11 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/producer"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,6 +31,16 @@ func (s typoStore) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (outbo
 		}
 	}
 	return res, err
+}
+
+func (s typoStore) Candidates(ctx context.Context, limit int) ([]outbox.Event, error) {
+	evs, err := s.MySQLStore.Candidates(ctx, limit)
+	for i := range evs {
+		if evs[i].EventType == "ORDER_TYPO" {
+			evs[i].Topic = typoTopic
+		}
+	}
+	return evs, err
 }
 
 // The publisher's event counters and send spans name each event's topic as the sender
@@ -102,4 +116,59 @@ func TestMetricsAndSpansNameTheTopic(t *testing.T) {
 	assert.Equal(t, map[string]int{"send " + def: 2, "send " + pay: 3, "send (unknown)": 1}, spans)
 	got := b.countStatus(t, outbox.StatusFail)
 	assert.Equal(t, 1, got, "the event naming an unknown topic is dead-lettered")
+}
+
+// A topic that does not exist (and that the broker does not create) is a fault, not the
+// events' own: its events go back to WAIT with no attempt counted, never dead-lettered,
+// even in a round whose other topics' events were sent; the others are sent.
+func TestMissingTopicDeadLettersNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	def := testsvc.NewTopic(t, "OUTBOX_MTP_DEF")
+	missing := testsvc.UniqueTable("OUTBOX_MTP_NONE")
+	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: def, Topics: []string{missing},
+		TopicsByType: map[string]string{"TO_MISSING": missing}, GroupName: testsvc.UniqueTable("pg"),
+		SendTimeout:     fastConfig("", nil).Tuning.SendTimeout,
+		ProducerOptions: []producer.Option{producer.WithCreateTopicKey(testsvc.UniqueTable("NO_TEMPLATE"))},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, sender.Close()) })
+	var lost []int64
+	for i := range 6 {
+		tx, err := b.store.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		typ := "ORDER_CREATED"
+		if i%2 == 0 {
+			typ = "TO_MISSING"
+		}
+		id, err := outbox.InsertForTest(ctx, tx, outbox.EventInput{BizNo: fmt.Sprintf("ORD-%d", i), EventType: typ, Payload: []byte("{}")})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+		if typ == "TO_MISSING" {
+			lost = append(lost, id)
+		}
+	}
+	cfg := fastConfig("missing-topic", &logSink{})
+	cfg.MaxAttempts = 1 // a counted failure would dead-letter at once
+	p := newPublisher(t, b.store, sender, cfg)
+	stats, err := p.PublishPending(ctx)
+	require.NoError(t, err)
+	t.Logf("%s: %+v", claimModeName(), stats)
+	assert.Equal(t, 0, stats.DeadLettered)
+	assert.Equal(t, 0, stats.Retried)
+	for _, id := range lost {
+		ev := b.get(t, id)
+		assert.Equal(t, outbox.StatusWait, ev.Status, "event %d", id)
+		assert.Equal(t, 0, ev.RetryCount, "event %d: no attempt counted", id)
+	}
+	// The events of the topic that exists go, in this round or (per row, once the outage
+	// the missing topic started has a probe) a later one.
+	require.Eventually(t, func() bool {
+		_, err := p.PublishPending(ctx)
+		require.NoError(t, err)
+		return b.countStatus(t, outbox.StatusSuccess) == 3
+	}, time.Minute, 100*time.Millisecond)
+	assert.Equal(t, 0, b.countStatus(t, outbox.StatusFail))
 }
