@@ -297,7 +297,7 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 	}
 	stats.Candidates = len(candidates)
 	var stopped map[string]bool // in key order: biz nos whose event failed in this round
-	sentTo := map[string]bool{}  // the topics an event was sent to in this round
+	sentTo := map[string]bool{} // the topics an event was sent to in this round
 	for _, ev := range candidates {
 		if ctx.Err() != nil {
 			break
