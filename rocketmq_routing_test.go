@@ -231,3 +231,66 @@ func TestRocketMQKeyOrderPerTopic(t *testing.T) {
 		}
 	}
 }
+
+// With CloudEvents on, routed events still go to their topics, each a CloudEvent in binary
+// content mode with its id, type and the sender's source; alone, in a batch and in key
+// order.
+func TestCloudEventsRoutedToTheirTopics(t *testing.T) {
+	t.Parallel()
+	def, pay := testsvc.NewTopic(t, "OUTBOX_CERT_DEF"), testsvc.NewTopic(t, "OUTBOX_CERT_PAY")
+	consumers := map[string]*testsvc.Consumer{def: testsvc.Consume(t, def), pay: testsvc.Consume(t, pay)}
+	const source = "/outbox-test/routing"
+	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: def, Topics: []string{pay},
+		TopicsByType: map[string]string{"PAYMENT_DONE": pay}, GroupName: testsvc.UniqueTable("pg"),
+		CloudEventsSource: source,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, s.Close()) })
+	prefix := testsvc.UniqueTable("cert")
+	want := map[string]string{}
+	var evs []outbox.Event
+	for i := range 12 {
+		ev := outbox.Event{ID: int64(i + 1), EventID: fmt.Sprintf("%s-%d", prefix, i), BizNo: fmt.Sprintf("ORD-%d", i%3),
+			EventType: "ORDER_CREATED", Payload: fmt.Appendf(nil, `{"n":%d}`, i), CreateTime: time.Now()}
+		switch i % 3 {
+		case 0:
+			want[ev.EventID] = def
+		case 1:
+			ev.EventType = "PAYMENT_DONE"
+			want[ev.EventID] = pay
+		case 2:
+			ev.Topic = pay
+			want[ev.EventID] = pay
+		}
+		evs = append(evs, ev)
+	}
+	ctx := context.Background()
+	for _, ev := range evs[:3] {
+		require.NoError(t, sendAlone(ctx, s, ev))
+	}
+	for i, err := range s.Send(ctx, evs[3:8], false) {
+		require.NoError(t, err, "event %d", i)
+	}
+	for i, err := range s.Send(ctx, evs[8:], true) {
+		require.NoError(t, err, "event %d", i)
+	}
+	consumers[def].WaitDistinct(t, 4, time.Minute)
+	consumers[pay].WaitDistinct(t, 8, time.Minute)
+	byID := map[string]outbox.Event{}
+	for _, ev := range evs {
+		byID[ev.EventID] = ev
+	}
+	for topic, c := range consumers {
+		for _, m := range c.Messages() {
+			ev := byID[m.GetProperty(outbox.PropertyEventID)]
+			assert.Equal(t, want[ev.EventID], topic, "event %s", ev.EventID)
+			ce, err := readBinaryCloudEvent(m)
+			require.NoError(t, err, "event %s", ev.EventID)
+			assert.Equal(t, ev.EventID, ce.attrs["id"])
+			assert.Equal(t, ev.EventType, ce.attrs["type"])
+			assert.Equal(t, source, ce.attrs["source"])
+			assert.Equal(t, ev.Payload, ce.data)
+		}
+	}
+}
