@@ -230,7 +230,8 @@ type ClaimResult struct {
 // With keyOrder (the store claims in key order), the events of one biz no must reach the
 // broker in the order given, where an orderly consumer receives them in that order, and a
 // biz no whose event fails goes no further in this call: its later events get an error
-// wrapping [ErrNotSent].
+// wrapping [ErrNotSent]. A sender that routes to several topics keeps this per topic: a biz
+// no's events of two topics are two orders, as two topics' consumers see them.
 //
 // Send must respect ctx: the publisher bounds it with the send timeout (see [SenderInfo]).
 // A wrapper around a sender (for metrics, say) implements both methods, passing Info on, so
