@@ -158,6 +158,7 @@ func TestMissingTopicDeadLettersNothing(t *testing.T) {
 	t.Logf("%s: %+v", claimModeName(), stats)
 	assert.Equal(t, 0, stats.DeadLettered)
 	assert.Equal(t, 0, stats.Retried)
+	assert.True(t, p.Health().BrokerUnavailable, "a missing topic is an outage: claims pause, and probes follow")
 	for _, id := range lost {
 		ev := b.get(t, id)
 		assert.Equal(t, outbox.StatusWait, ev.Status, "event %d", id)
