@@ -19,10 +19,13 @@ const meterName = "github.com/go-outbox/outbox"
 type lockRetrier interface{ lockRetryCount() int64 }
 
 // Attribute keys and values of the publisher's instruments: a closed set, so that every
-// series is bounded. Event types are the service's own, and few; store names are the
-// service's configuration ([Config.StoreName]), on every measurement of a named publisher.
+// series is bounded. Event types are the service's own, and few; topics are the sender's
+// configured set ([SenderInfo.Topics]), on the measurements of an event whose topic is
+// named; store names are the service's configuration ([Config.StoreName]), on every
+// measurement of a named publisher.
 const (
 	attrEventType = "event_type"
+	attrTopic     = "topic"
 	attrOutcome   = "outcome"
 	attrReason    = "reason"
 	attrStore     = "store"
@@ -51,7 +54,10 @@ type metrics struct {
 	oldestDueAge, oldestClaimAge                   metric.Float64ObservableGauge
 
 	outcomeSent, outcomeFailed, outcomeUnavailable metric.MeasurementOption
-	byType                                         sync.Map // event type -> metric.MeasurementOption
+	byType                                         sync.Map // eventAttrKey -> metric.MeasurementOption
+
+	// topics names each event's topic, for the topic attribute.
+	topics topicNames
 
 	// store is the store attribute (none for an unnamed store), added to every measurement;
 	// plain is the option of a measurement with no other attribute.
@@ -62,13 +68,13 @@ type metrics struct {
 }
 
 // newMetrics makes the publisher's instruments on cfg.MeterProvider, or returns nil without
-// one.
-func newMetrics(cfg Config, store Store, log *slog.Logger) (*metrics, error) {
+// one. info names the events' topics.
+func newMetrics(cfg Config, store Store, info SenderInfo, log *slog.Logger) (*metrics, error) {
 	if cfg.MeterProvider == nil {
 		return nil, nil
 	}
 	meter := cfg.MeterProvider.Meter(meterName)
-	m := &metrics{log: log, meter: meter}
+	m := &metrics{log: log, meter: meter, topics: newTopicNames(info)}
 	if cfg.StoreName != "" {
 		m.store = []attribute.KeyValue{attribute.String(attrStore, cfg.StoreName)}
 	}
@@ -141,14 +147,31 @@ func (m *metrics) attrs(kvs ...attribute.KeyValue) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(append(kvs[:len(kvs):len(kvs)], m.store...)...))
 }
 
+// eventAttrKey is an event's attributes: its type, and its topic ("" for none).
+type eventAttrKey struct{ eventType, topic string }
+
 // typeAttr is the event_type attribute (and the store's), made once per type.
 func (m *metrics) typeAttr(eventType string) metric.MeasurementOption {
-	if o, ok := m.byType.Load(eventType); ok {
+	return m.eventAttr(eventAttrKey{eventType: eventType})
+}
+
+// eventAttr is the attributes of k (and the store's), made once per type and topic.
+func (m *metrics) eventAttr(k eventAttrKey) metric.MeasurementOption {
+	if o, ok := m.byType.Load(k); ok {
 		return o.(metric.MeasurementOption)
 	}
-	o := m.attrs(attribute.String(attrEventType, eventType))
-	m.byType.Store(eventType, o)
+	kvs := []attribute.KeyValue{attribute.String(attrEventType, k.eventType)}
+	if k.topic != "" {
+		kvs = append(kvs, attribute.String(attrTopic, k.topic))
+	}
+	o := m.attrs(kvs...)
+	m.byType.Store(k, o)
 	return o
+}
+
+// eventAttrs is the attributes of ev's measurements: its event type and its topic.
+func (m *metrics) eventAttrs(ev *Event) metric.MeasurementOption {
+	return m.eventAttr(eventAttrKey{eventType: ev.EventType, topic: m.topics.of(ev)})
 }
 
 // observe registers the observed instruments for p while Run runs; the returned function
@@ -311,7 +334,7 @@ func (m *metrics) sendOutcome(err error) metric.MeasurementOption {
 // time is not publishing lag. One released back to WAIT first (the broker was down, say)
 // counts from its commit, its delay included.
 func (m *metrics) accepted(ctx context.Context, ev Event, end time.Time) {
-	attr := m.typeAttr(ev.EventType)
+	attr := m.eventAttrs(&ev)
 	m.sent.Add(ctx, 1, attr)
 	var age time.Duration
 	switch {
@@ -330,7 +353,7 @@ func (m *metrics) retry(ctx context.Context, ev Event) {
 	if m == nil {
 		return
 	}
-	m.retried.Add(ctx, 1, m.typeAttr(ev.EventType))
+	m.retried.Add(ctx, 1, m.eventAttrs(&ev))
 }
 
 // deadLetter counts an event dead-lettered after a failed send: for a permanent error, or
@@ -343,7 +366,16 @@ func (m *metrics) deadLetter(ctx context.Context, ev Event, cause error) {
 	if IsPermanent(cause) {
 		reason = "permanent"
 	}
-	m.deadLettered.Add(ctx, 1, m.attrs(attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, reason)))
+	m.deadLettered.Add(ctx, 1, m.deadAttrs(&ev, reason))
+}
+
+// deadAttrs is the attributes of a dead letter of ev for reason.
+func (m *metrics) deadAttrs(ev *Event, reason string) metric.MeasurementOption {
+	kvs := []attribute.KeyValue{attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, reason)}
+	if topic := m.topics.of(ev); topic != "" {
+		kvs = append(kvs, attribute.String(attrTopic, topic))
+	}
+	return m.attrs(kvs...)
 }
 
 // reclaimedEvents counts a reclaim run: n events back to WAIT, and the poison events it
@@ -356,7 +388,7 @@ func (m *metrics) reclaimedEvents(ctx context.Context, n int64, dead []Event) {
 		m.reclaimed.Add(ctx, n, m.plain)
 	}
 	for _, ev := range dead {
-		m.deadLettered.Add(ctx, 1, m.attrs(attribute.String(attrEventType, ev.EventType), attribute.String(attrReason, "reclaims")))
+		m.deadLettered.Add(ctx, 1, m.deadAttrs(&ev, "reclaims"))
 	}
 }
 

@@ -255,7 +255,8 @@ type ClaimResult struct {
 // With keyOrder (the store claims in key order), the events of one biz no must reach the
 // broker in the order given, where an orderly consumer receives them in that order, and a
 // biz no whose event fails goes no further in this call: its later events get an error
-// wrapping [ErrNotSent].
+// wrapping [ErrNotSent]. A sender that routes to several topics keeps this per topic: a biz
+// no's events of two topics are two orders, as two topics' consumers see them.
 //
 // Send must respect ctx: the publisher bounds it with the send timeout (see [SenderInfo]).
 // A wrapper around a sender (for metrics, say) implements both methods, passing Info on, so
@@ -270,6 +271,8 @@ type Sender interface {
 type SenderInfo struct {
 	// Topic is where events go, named in the publisher's send spans ("" for none).
 	Topic string
+	// Topics are all the topics the sender routes to, Topic among them; nil means any.
+	Topics []string
 	// System names the messaging system for the send spans' messaging.system ("" for none).
 	System string
 	// SendTimeout is how long one Send may take when the sender bounds its sends itself (a
@@ -277,7 +280,11 @@ type SenderInfo struct {
 	// Send by it, and refuses a [Tuning.SendTimeout] that differs. Zero: the publisher's
 	// Tuning.SendTimeout bounds the sends.
 	SendTimeout time.Duration
-	Topics      []string // the topics the sender routes besides Topic; nil: any
+	// TopicsByType are the sender's routes by event type (see
+	// [RocketMQConfig.TopicsByType]): an event that names no topic and whose type is a key
+	// goes to that topic. The publisher names an event's topic in its metrics and spans by
+	// [Event.Topic], then this, then Topic.
+	TopicsByType map[string]string
 }
 
 // SenderFunc adapts a function that sends one event to [Sender]: Send calls it for each
@@ -452,6 +459,7 @@ type Publisher struct {
 	rounds roundState
 
 	tracing *sendTracing // the send spans; nil without Config.TracerProvider
+	topics  topicNames   // names each event's topic as the sender routes it
 
 	// life is Start's, Stop's and Close's (see lifecycle.go).
 	life lifecycle
@@ -487,11 +495,12 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 		cfg:    cfg,
 		log:    cfg.Logger.With(logAttrs(cfg)...),
 	}
-	if p.m, err = newMetrics(cfg, store, p.log); err != nil {
+	if p.m, err = newMetrics(cfg, store, info, p.log); err != nil {
 		return nil, fmt.Errorf("outbox: make the publisher's instruments: %w", err)
 	}
 	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
 	p.tracing = newSendTracing(cfg.TracerProvider, info, cfg.StoreName)
+	p.topics = newTopicNames(info)
 	p.rounds.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
 	p.life.init()
 	p.dead.init(cfg.OnDeadLetter, p.log)

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,8 +76,23 @@ type RocketMQConfig struct {
 	// NameServers are the name server addresses, e.g. ["127.0.0.1:9876"]. Required.
 	NameServers []string
 
-	// Topic is where events are sent. Defaults to "ORDER_EVENT_TOPIC".
+	// Topic is where events are sent unless they are routed elsewhere (by [Event.Topic] or
+	// TopicsByType): the default topic. Defaults to "ORDER_EVENT_TOPIC".
 	Topic string
+
+	// Topics are the other topics an event may name in [Event.Topic] ([EventInput.Topic]).
+	// With Topic they are the sender's bounded set of topics: an event that names a topic
+	// outside it (a typo in a plain SQL insert, say) fails at once as [Permanent], with an
+	// error naming the topic and the known ones, and the metrics' topic attribute stays
+	// within it. Each follows the rule for Topic. Defaults to none: every event goes to
+	// Topic (or by TopicsByType). See docs/routing.md.
+	Topics []string
+
+	// TopicsByType routes by event type: an event that names no topic ([Event.Topic] is
+	// "") and whose event type is a key here goes to that topic, so that the services
+	// writing events need not name topics. Each topic must be Topic or one of Topics. An
+	// event's own topic comes first, then this, then Topic. Defaults to none.
+	TopicsByType map[string]string
 
 	// GroupName is the producer group. Defaults to "outbox_publisher".
 	GroupName string
@@ -175,7 +192,10 @@ type RocketMQConfig struct {
 // races the producer's shutdown.
 type RocketMQSender struct {
 	producer rocketmq.Producer
-	topic    string
+	topic    string            // the default topic
+	topics   []string          // every topic of the set, the default first
+	known    map[string]bool   // the topics of topics
+	byType   map[string]string // event type -> topic
 	timeout  time.Duration
 	maxBatch int
 	owned    bool
@@ -248,11 +268,32 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 // newRocketMQSender validates cfg and returns a sender without a producer.
 func newRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	topic := cmp.Or(cfg.Topic, topicDefault)
-	if !topicRE.MatchString(topic) {
-		return nil, fmt.Errorf("%w: topic %q must be 1 to 127 letters, digits, '_', '-', '%%' or '|'", ErrInvalidConfig, topic)
+	if err := checkTopic(topic); err != nil {
+		return nil, err
 	}
-	if systemTopic(topic) {
-		return nil, fmt.Errorf("%w: topic %q is one of RocketMQ's own, which the broker refuses to take messages for", ErrInvalidConfig, topic)
+	topics, known := []string{topic}, map[string]bool{topic: true}
+	for _, t := range cfg.Topics {
+		if err := checkTopic(t); err != nil {
+			return nil, fmt.Errorf("%w (in Topics)", err)
+		}
+		if !known[t] {
+			known[t] = true
+			topics = append(topics, t)
+		}
+	}
+	var byType map[string]string
+	for typ, t := range cfg.TopicsByType {
+		switch {
+		case typ == "":
+			return nil, fmt.Errorf("%w: TopicsByType has an empty event type; every event has a type", ErrInvalidConfig)
+		case !known[t]:
+			return nil, fmt.Errorf("%w: TopicsByType routes event type %q to topic %q, which is neither Topic nor one of Topics (%s)",
+				ErrInvalidConfig, typ, t, strings.Join(topics, ", "))
+		}
+		if byType == nil {
+			byType = make(map[string]string, len(cfg.TopicsByType))
+		}
+		byType[typ] = t
 	}
 	timeout := cmp.Or(cfg.SendTimeout, sendTimeoutDefault)
 	attempts := cmp.Or(cfg.SendAttempts, sendAttemptsDefault)
@@ -269,13 +310,45 @@ func newRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RocketMQSender{topic: topic, timeout: timeout, maxBatch: maxBatch, ce: ce}, nil
+	return &RocketMQSender{topic: topic, topics: topics, known: known, byType: byType,
+		timeout: timeout, maxBatch: maxBatch, ce: ce}, nil
 }
 
-// Info implements [Sender]: the topic, and the send timeout the producer was built with
+// checkTopic checks a topic name by the broker's rule (its TopicValidator): 1 to 127
+// letters, digits, '_', '-', '%' or '|', and not one of its own topics.
+func checkTopic(topic string) error {
+	if !topicRE.MatchString(topic) {
+		return fmt.Errorf("%w: topic %q must be 1 to 127 letters, digits, '_', '-', '%%' or '|'", ErrInvalidConfig, topic)
+	}
+	if systemTopic(topic) {
+		return fmt.Errorf("%w: topic %q is one of RocketMQ's own, which the broker refuses to take messages for", ErrInvalidConfig, topic)
+	}
+	return nil
+}
+
+// Info implements [Sender]: the default topic, the whole set of topics (the default
+// first), the routes by event type, and the send timeout the producer was built with
 // ([RocketMQConfig.SendTimeout]), so the publisher bounds a send as the client does.
 func (s *RocketMQSender) Info() SenderInfo {
-	return SenderInfo{Topic: s.topic, System: "rocketmq", SendTimeout: s.timeout}
+	return SenderInfo{Topic: s.topic, Topics: slices.Clone(s.topics), TopicsByType: maps.Clone(s.byType),
+		System: "rocketmq", SendTimeout: s.timeout}
+}
+
+// topicOf returns the topic ev goes to: its own, else its event type's, else the default.
+func (s *RocketMQSender) topicOf(ev *Event) string {
+	if ev.Topic != "" {
+		return ev.Topic
+	}
+	if t, ok := s.byType[ev.EventType]; ok {
+		return t
+	}
+	return s.topic
+}
+
+// unknownTopic is the error of an event that names a topic outside the sender's set.
+func (s *RocketMQSender) unknownTopic(topic string) error {
+	return Permanent(fmt.Errorf("rocketmq: the event names topic %q, which is not one of the sender's topics (%s): add it to RocketMQConfig.Topics (and to the store's topics), or correct the event's topic",
+		topic, strings.Join(s.topics, ", ")))
 }
 
 // message returns the RocketMQ message for ev. Its eventId property is ev.EventID, the UUID
@@ -285,7 +358,7 @@ func (s *RocketMQSender) Info() SenderInfo {
 // properties. In key order the biz no is the sharding key. With CloudEvents on, it carries
 // the event's CloudEvents attributes too.
 func (s *RocketMQSender) message(ev Event, keyOrder bool) *primitive.Message {
-	msg := primitive.NewMessage(s.topic, ev.Payload)
+	msg := primitive.NewMessage(s.topicOf(&ev), ev.Payload)
 	msg.WithProperty(PropertyEventID, ev.EventID)
 	msg.WithProperty(PropertyEventType, ev.EventType)
 	msg.WithProperty(PropertyBizNo, ev.BizNo)
@@ -322,9 +395,13 @@ func (s *RocketMQSender) begin() error {
 // a NullPointerException), on every attempt.
 var errEmptyBody = Permanent(errors.New("rocketmq: the payload is empty; RocketMQ does not accept a message without a body"))
 
-// refuse returns why ev cannot be sent at all (a [Permanent] error), or nil: it has no
-// payload, or, with CloudEvents on, no event id or type.
+// refuse returns why ev cannot be sent at all (a [Permanent] error), or nil: it names a
+// topic outside the sender's set, it has no payload, or, with CloudEvents on, no event id
+// or type.
 func (s *RocketMQSender) refuse(ev *Event) error {
+	if ev.Topic != "" && !s.known[ev.Topic] {
+		return s.unknownTopic(ev.Topic)
+	}
 	if len(ev.Payload) == 0 {
 		return errEmptyBody
 	}
@@ -343,22 +420,29 @@ func (s *RocketMQSender) sendOne(ctx context.Context, ev Event, keyOrder bool) e
 	return sendOutcome("send", res, err)
 }
 
-// Send implements [Sender]. One event is sent alone; a batch goes in as few sends as fit
-// under MaxBatchBytes, each confirmed as a whole, all within one SendTimeout. If the broker refuses
-// a batch as illegal (one of its messages is), its events are sent one by one, so that only
-// the illegal one is dead-lettered. Events whose turn never comes (the deadline passed, or an
-// earlier send of the batch found the broker unavailable) are not sent, and their errors
-// say so: the publisher returns them to WAIT without counting an attempt. Messages of a
-// batch carry no client message id: consumers deduplicate on the eventId property, as they
-// should anyway.
+// Send implements [Sender]. Each event goes to its topic: the one it names
+// ([Event.Topic]), else its event type's ([RocketMQConfig.TopicsByType]), else the default
+// topic; one that names a topic outside the sender's set fails as [Permanent]. One event is
+// sent alone; a batch goes in as few sends as fit under MaxBatchBytes, each confirmed as a
+// whole, all within one SendTimeout. The client takes a batch of one topic only, so a batch
+// that spans topics goes in sends of each topic, the topics side by side. If the broker
+// refuses a batch as illegal (one of its messages is), its events are sent one by one, so
+// that only the illegal one is dead-lettered. Events whose turn never comes (the deadline
+// passed, or an earlier send to their topic found it unavailable: the broker down, or the
+// topic missing) are not sent, and their errors say so: the publisher returns them to WAIT
+// without counting an attempt. A topic's failure stops its own events, never another
+// topic's. Messages of a batch carry no client message id: consumers deduplicate on the
+// eventId property, as they should anyway.
 //
 // With keyOrder, every message carries its biz no as sharding key and goes to its key's
-// queue: the FNV-1a hash of the biz no modulo the number of the topic's queues, the choice
-// of the client's producer.NewHashQueueSelector, so that an orderly consumer
-// (consumer.WithConsumerOrder(true)) receives a key's events in order. A batch is sent
-// queue by queue (the queues in parallel), each biz no's events together and in the order
-// given, and a biz no is stopped at its first failure: for each biz no the answers are
-// successes, then at most one failure, then [ErrNotSent]. What it costs: one send per
+// queue of its topic: the FNV-1a hash of the biz no modulo the number of the topic's
+// queues, the choice of the client's producer.NewHashQueueSelector, so that an orderly
+// consumer (consumer.WithConsumerOrder(true)) receives a key's events of a topic in order.
+// A batch is sent queue by queue (the queues of every topic in parallel), each biz no's
+// events together and in the order given, and a biz no is stopped in a topic at its first
+// failure there: for each biz no and topic the answers are successes, then at most one
+// failure, then [ErrNotSent]. A biz no's events of two topics are two orders, as two
+// topics' consumers see them. What it costs: one send per
 // queue present in a batch, and no failover: the client's retries go to the same queue, so
 // a biz no whose queue's broker is down waits (Unavailable) until the broker is back or the
 // route drops it. A change in the number of the topic's queues moves biz nos to other
@@ -381,16 +465,45 @@ func (s *RocketMQSender) Send(ctx context.Context, evs []Event, keyOrder bool) [
 		return errs
 	}
 
-	// The positions of the events to send: an event refused (no payload) fails alone.
-	todo := make([]int, 0, len(evs))
+	// The positions of the events to send, by topic: an event refused (no payload, a topic
+	// outside the set) fails alone.
+	var order []string
+	byTopic := map[string][]int{}
 	for i := range evs {
 		if err := s.refuse(&evs[i]); err != nil {
 			errs[i] = err
-		} else {
-			todo = append(todo, i)
+			continue
 		}
+		t := s.topicOf(&evs[i])
+		if _, ok := byTopic[t]; !ok {
+			order = append(order, t)
+		}
+		byTopic[t] = append(byTopic[t], i)
 	}
-	var skip error // set once the rest of the batch is not to be sent
+	if len(order) == 1 {
+		s.sendTopic(ctx, evs, byTopic[order[0]], errs)
+		return errs
+	}
+	// The client takes a batch of one topic: each topic's events go in their own batches,
+	// the topics side by side, and a topic that fails fails its own events alone.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxParallelQueueSends)
+	for _, t := range order {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s.sendTopic(ctx, evs, byTopic[t], errs)
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// sendTopic sends the events of evs at positions todo, all of one topic, in as few batch
+// sends as fit under MaxBatchBytes, writing their errors to errs. It stops at a send that
+// finds the topic unavailable: the rest of todo is not sent.
+func (s *RocketMQSender) sendTopic(ctx context.Context, evs []Event, todo []int, errs []error) {
+	var skip error // set once the rest of the topic's events are not to be sent
 	for start := 0; start < len(todo); {
 		end, size := start, 0
 		for end < len(todo) && end-start < maxBatchMessages {
@@ -420,7 +533,6 @@ func (s *RocketMQSender) Send(ctx context.Context, evs []Event, keyOrder bool) [
 			skip = notSent(err)
 		}
 	}
-	return errs
 }
 
 // sendOneByOne sends the events of evs at positions chunk (a refused batch) one at a time,

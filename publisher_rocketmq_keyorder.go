@@ -116,60 +116,78 @@ func (e *keyNotSentError) Is(target error) bool { return target == ErrNotSent }
 
 // keyOrderedBatch is the state of one key-ordered Send.
 type keyOrderedBatch struct {
-	s    *RocketMQSender
-	evs  []Event
-	errs []error // each position is written by one goroutine only
+	s      *RocketMQSender
+	evs    []Event
+	keys   []string // per event: its topic and biz no, the key whose order is kept
+	topics []string // per event: its topic
+	errs   []error  // each position is written by one goroutine only
 
 	mu     sync.Mutex
-	failed map[string]error // biz no -> its first failure in the batch
-	stop   error            // once set, nothing more is sent: the broker is unavailable
+	failed map[string]error // key -> its first failure in the batch
+	stop   map[string]error // topic -> once set, nothing more is sent to it: it is unavailable
 }
 
-// sendInKeyOrder is Send of a batch in key order (see Send).
+// sendInKeyOrder is Send of a batch in key order (see Send). The order kept is each biz
+// no's within each topic: a biz no's events of two topics go to two queues, and the one
+// topic's failure does not hold back the other's.
 func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs []error) {
-	b := &keyOrderedBatch{s: s, evs: evs, errs: errs, failed: map[string]error{}}
-	// An event the sender refuses (no payload) fails at its turn: it and the rest of its biz
-	// no are held back, and answered once the biz no's earlier events are.
-	todo := make([]int, 0, len(evs))
+	b := &keyOrderedBatch{s: s, evs: evs, keys: make([]string, len(evs)), topics: make([]string, len(evs)), errs: errs,
+		failed: map[string]error{}, stop: map[string]error{}}
+	// An event the sender refuses (no payload, a topic outside the set) fails at its turn:
+	// it and the rest of its key are held back, and answered once the key's earlier events
+	// are.
+	var order []string            // topics, in the order of their first event
+	byTopic := map[string][]int{} // topic -> positions to send
 	var held []bool
 	refused := map[string]bool{}
-	for i, ev := range evs {
-		if refused[ev.BizNo] || s.refuse(&evs[i]) != nil {
-			refused[ev.BizNo] = true
+	for i := range evs {
+		topic := s.topicOf(&evs[i])
+		key := topic + "\x00" + evs[i].BizNo
+		b.keys[i], b.topics[i] = key, topic
+		if refused[key] || s.refuse(&evs[i]) != nil {
+			refused[key] = true
 			if held == nil {
 				held = make([]bool, len(evs))
 			}
 			held[i] = true
-		} else {
-			todo = append(todo, i)
+			continue
 		}
+		if _, ok := byTopic[topic]; !ok {
+			order = append(order, topic)
+		}
+		byTopic[topic] = append(byTopic[topic], i)
 	}
 	if held != nil {
 		defer b.answerHeld(held)
 	}
-	if len(todo) == 0 {
+	if len(order) == 0 {
 		return
 	}
 	if s.selector == nil {
 		// The caller's producer: its selector is the caller's, so batches could land
 		// anywhere. One message at a time, each to its key's queue by its sharding key.
-		b.oneByOne(ctx, todo, nil)
+		for _, topic := range order {
+			b.oneByOne(ctx, byTopic[topic], nil)
+		}
 		return
 	}
-	route := s.selector.route(s.topic)
-	if route == nil {
-		// No send has gone through the selector yet, so the route is not known: the first
-		// event goes alone (fetching it), the rest by the route.
-		b.oneByOne(ctx, todo[:1], nil)
-		todo = todo[1:]
-		route = s.selector.route(s.topic)
+	var lanes []*lane
+	for _, topic := range order {
+		todo := byTopic[topic]
+		route := s.selector.route(topic)
 		if route == nil {
-			b.oneByOne(ctx, todo, nil)
-			return
+			// No send to the topic has gone through the selector yet, so its route is not
+			// known: the first event goes alone (fetching it), the rest by the route.
+			b.oneByOne(ctx, todo[:1], nil)
+			todo = todo[1:]
+			route = s.selector.route(topic)
+			if route == nil {
+				b.oneByOne(ctx, todo, nil)
+				continue
+			}
 		}
+		lanes = append(lanes, b.lanes(todo, route)...)
 	}
-
-	lanes := b.lanes(todo, route)
 	if len(lanes) == 1 {
 		lanes[0].send(ctx, b)
 		return
@@ -190,9 +208,9 @@ func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs [
 // others are answered: the refused event fails (Permanent) if its biz no's earlier events
 // were all sent, and is not sent otherwise; its biz no's later events are not sent.
 func (b *keyOrderedBatch) answerHeld(held []bool) {
-	stopped := map[string]error{} // biz no -> its first error in the batch
-	for i, ev := range b.evs {
-		key := ev.BizNo
+	stopped := map[string]error{} // key -> its first error in the batch
+	for i := range b.evs {
+		key := b.keys[i]
 		cause := stopped[key]
 		switch {
 		case !held[i]:
@@ -207,7 +225,7 @@ func (b *keyOrderedBatch) answerHeld(held []bool) {
 		case errors.Is(cause, ErrNotSent):
 			b.errs[i] = cause
 		default:
-			b.errs[i] = &keyNotSentError{bizNo: key, cause: cause}
+			b.errs[i] = &keyNotSentError{bizNo: b.evs[i].BizNo, cause: cause}
 		}
 	}
 }
@@ -286,8 +304,8 @@ func (l *lane) send(ctx context.Context, b *keyOrderedBatch) {
 	for _, chunk := range l.chunks {
 		live := make([]int, 0, len(chunk))
 		for _, i := range chunk {
-			if key := b.evs[i].BizNo; b.failure(key) != nil {
-				b.errs[i] = b.notSentAfter(key)
+			if b.failure(b.keys[i]) != nil {
+				b.errs[i] = b.notSentAfter(i)
 			} else {
 				live = append(live, i)
 			}
@@ -295,7 +313,7 @@ func (l *lane) send(ctx context.Context, b *keyOrderedBatch) {
 		if len(live) == 0 {
 			continue
 		}
-		if stop := b.stopped(ctx); stop != nil {
+		if stop := b.stopped(ctx, b.topics[live[0]]); stop != nil {
 			fillAt(b.errs, live, stop)
 			continue
 		}
@@ -332,12 +350,12 @@ func (b *keyOrderedBatch) sendChunk(ctx context.Context, chunk []int, queue *pri
 // sendChunk), skipping the biz nos that failed.
 func (b *keyOrderedBatch) oneByOne(ctx context.Context, at []int, queue *primitive.MessageQueue) {
 	for _, i := range at {
-		key := b.evs[i].BizNo
+		key := b.keys[i]
 		if b.failure(key) != nil {
-			b.errs[i] = b.notSentAfter(key)
+			b.errs[i] = b.notSentAfter(i)
 			continue
 		}
-		if stop := b.stopped(ctx); stop != nil {
+		if stop := b.stopped(ctx, b.topics[i]); stop != nil {
 			b.errs[i] = stop
 			continue
 		}
@@ -349,12 +367,12 @@ func (b *keyOrderedBatch) oneByOne(ctx context.Context, at []int, queue *primiti
 
 // failChunk records that the send of the events at positions chunk failed with err: the
 // first event of each biz no gets err, its later ones are not sent. An unavailable broker
-// stops the whole batch.
+// stops the rest of the batch's sends to its topic.
 func (b *keyOrderedBatch) failChunk(chunk []int, err error) {
 	for _, i := range chunk {
-		key := b.evs[i].BizNo
+		key := b.keys[i]
 		if b.failure(key) != nil {
-			b.errs[i] = b.notSentAfter(key)
+			b.errs[i] = b.notSentAfter(i)
 		} else {
 			b.errs[i] = err
 			b.fail(key, err)
@@ -362,22 +380,22 @@ func (b *keyOrderedBatch) failChunk(chunk []int, err error) {
 	}
 	if IsUnavailable(err) {
 		b.mu.Lock()
-		if b.stop == nil {
-			b.stop = notSent(err)
+		if topic := b.topics[chunk[0]]; b.stop[topic] == nil {
+			b.stop[topic] = notSent(err)
 		}
 		b.mu.Unlock()
 	}
 }
 
-// stopped returns why nothing more is to be sent, if so: the deadline passed, or a send found
-// the broker unavailable.
-func (b *keyOrderedBatch) stopped(ctx context.Context) error {
+// stopped returns why nothing more is to be sent to topic, if so: the deadline passed, or a
+// send found the topic unavailable (its broker down, or the topic missing).
+func (b *keyOrderedBatch) stopped(ctx context.Context, topic string) error {
 	if ctx.Err() != nil {
 		return errNotSent
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.stop
+	return b.stop[topic]
 }
 
 func (b *keyOrderedBatch) fail(key string, err error) {
@@ -394,7 +412,8 @@ func (b *keyOrderedBatch) failure(key string) error {
 	return b.failed[key]
 }
 
-// notSentAfter is the error of an event of key left unsent after key's failure.
-func (b *keyOrderedBatch) notSentAfter(key string) error {
-	return &keyNotSentError{bizNo: key, cause: b.failure(key)}
+// notSentAfter is the error of the event at position i left unsent after its key's
+// failure.
+func (b *keyOrderedBatch) notSentAfter(i int) error {
+	return &keyNotSentError{bizNo: b.evs[i].BizNo, cause: b.failure(b.keys[i])}
 }

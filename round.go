@@ -258,9 +258,11 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	// Successes are recorded first: a failure to record a retry costs a later resend, a
 	// failure to record a success a duplicate.
 	sent := make([]Event, 0, len(evs))
+	sentTo := map[string]bool{} // the topics an event was sent to
 	for i, ev := range evs {
 		if errs[i] == nil {
 			sent = append(sent, ev)
+			sentTo[p.topics.of(&ev)] = true
 		}
 	}
 	switch {
@@ -274,7 +276,9 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	for i, ev := range evs {
 		if err := errs[i]; err != nil {
 			p.outcomeSafe(ctx, stats, ev, func() outcome {
-				o, down := p.failed(held, stats, ev, err, len(sent) > 0)
+				// Only a send to the same topic makes the failure the message's own: a topic
+				// that does not exist is unavailable for its events alone.
+				o, down := p.failed(held, stats, ev, err, sentTo[p.topics.of(&ev)])
 				if down && unavailable == nil {
 					unavailable = err
 				}
@@ -299,6 +303,7 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 	}
 	stats.Candidates = len(candidates)
 	var stopped map[string]bool // in key order: biz nos whose event failed in this round
+	sentTo := map[string]bool{} // the topics an event was sent to in this round
 	for _, ev := range candidates {
 		if ctx.Err() != nil {
 			break
@@ -306,7 +311,11 @@ func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe 
 		if stopped[ev.BizNo] {
 			continue // an earlier event of the key is still open: its claim would lose
 		}
-		o := p.claimAndPublishSafe(ctx, stats, ev, stats.Sent > 0)
+		topic := p.topics.of(&ev)
+		o := p.claimAndPublishSafe(ctx, stats, ev, sentTo[topic])
+		if o == outcomeSent {
+			sentTo[topic] = true
+		}
 		if o.claimed() {
 			stats.Claimed++
 		}

@@ -120,29 +120,68 @@ func traceProperties(ev *Event) (parent, state string) {
 	return ev.TraceParent, state
 }
 
+// unknownTopicLabel names, in metrics and spans, a topic outside the sender's set (the
+// sender refuses the event): parentheses are in no topic name, so it is no topic's.
+const unknownTopicLabel = "(unknown)"
+
+// topicNames names an event's topic as its sender routes it ([SenderInfo]): the event's
+// own topic, else its event type's, else the sender's default topic; a topic outside the
+// sender's set is unknownTopicLabel, so that the names stay within the set. "" when the
+// sender names no topic.
+type topicNames struct {
+	def    string
+	known  map[string]bool // nil: any (a sender that declares no set)
+	byType map[string]string
+}
+
+func newTopicNames(info SenderInfo) topicNames {
+	n := topicNames{def: info.Topic, byType: info.TopicsByType}
+	if info.Topics != nil {
+		n.known = make(map[string]bool, len(info.Topics)+1)
+		for _, t := range info.Topics {
+			n.known[t] = true
+		}
+		if info.Topic != "" {
+			n.known[info.Topic] = true
+		}
+	}
+	return n
+}
+
+// of returns the name of ev's topic.
+func (n topicNames) of(ev *Event) string {
+	t := ev.Topic
+	if t == "" {
+		t = n.byType[ev.EventType]
+	}
+	if t == "" {
+		t = n.def
+	}
+	if t != "" && n.known != nil && !n.known[t] {
+		return unknownTopicLabel
+	}
+	return t
+}
+
 // sendTracing makes the publisher's send spans. A nil *sendTracing (no
 // [Config.TracerProvider]) makes none and costs nothing.
 type sendTracing struct {
 	tracer trace.Tracer
-	name   string
+	topics topicNames
 	attrs  []attribute.KeyValue
 }
 
 // newSendTracing returns the send tracing for tp and the sender info says, or nil if tp is
-// nil. A span is named for the sender's topic if it names one, else "outbox send"; a named
-// store ([Config.StoreName]) is its attribute outbox.store.
+// nil. A span is named for its events' topic if the sender names one ("send ORDERS"), else
+// "outbox send"; a named store ([Config.StoreName]) is its attribute outbox.store.
 func newSendTracing(tp trace.TracerProvider, info SenderInfo, store string) *sendTracing {
 	if tp == nil {
 		return nil
 	}
 	t := &sendTracing{
 		tracer: tp.Tracer(tracerName),
-		name:   "outbox send",
+		topics: newTopicNames(info),
 		attrs:  []attribute.KeyValue{attribute.String("messaging.operation.type", "send")},
-	}
-	if info.Topic != "" {
-		t.name = "send " + info.Topic
-		t.attrs = append(t.attrs, attribute.String("messaging.destination.name", info.Topic))
 	}
 	if info.System != "" {
 		t.attrs = append(t.attrs, attribute.String("messaging.system", info.System))
@@ -153,46 +192,74 @@ func newSendTracing(tp trace.TracerProvider, info SenderInfo, store string) *sen
 	return t
 }
 
-// sendSpans are the spans of one send: a producer span for each run of at most
-// maxSendLinks of its events, in order, so that every event's stored trace context is
-// linked from one. A send of one event, or of a batch of up to maxSendLinks, has one span.
-// Nil when tracing is off.
-type sendSpans []trace.Span
+// sendSpans are the spans of one send: a producer span for each topic of its events, and
+// for each run of at most maxSendLinks of a topic's events, in order, so that every event's
+// stored trace context is linked from one. A send of one event, or of a batch of one topic
+// and up to maxSendLinks events, has one span. Nil when tracing is off.
+type sendSpans []sendSpan
+
+// sendSpan is one span of a send, and the positions of its events in the send.
+type sendSpan struct {
+	span trace.Span
+	at   []int
+}
 
 // start starts the spans of one send of evs (one event, or a batch), each a producer span
-// linked to the stored trace context of each of its events that has one. The spans of a
-// longer batch are siblings, timed alike, told apart by outbox.send.part (1 to
-// outbox.send.parts); messaging.batch.message_count is the events of the span. It returns
-// ctx with the first span, or ctx and nil when tracing is off.
+// named for its events' topic and linked to the stored trace context of each of its events
+// that has one. The spans of a longer batch, or of one that spans topics, are siblings,
+// timed alike; a topic's are told apart by outbox.send.part (1 to outbox.send.parts);
+// messaging.batch.message_count is the events of the span. It returns ctx with the first
+// span, or ctx and nil when tracing is off.
 func (t *sendTracing) start(ctx context.Context, evs ...Event) (context.Context, sendSpans) {
 	if t == nil {
 		return ctx, nil
 	}
-	parts := max(1, (len(evs)+maxSendLinks-1)/maxSendLinks)
-	spans := make(sendSpans, 0, parts)
+	var order []string
+	byTopic := map[string][]int{}
+	for i := range evs {
+		topic := t.topics.of(&evs[i])
+		if _, ok := byTopic[topic]; !ok {
+			order = append(order, topic)
+		}
+		byTopic[topic] = append(byTopic[topic], i)
+	}
+	if len(evs) == 0 {
+		order = []string{t.topics.def}
+	}
+	var spans sendSpans
 	sendCtx := ctx
-	for part := range parts {
-		chunk := evs[part*maxSendLinks : min((part+1)*maxSendLinks, len(evs))]
-		links := make([]trace.Link, 0, len(chunk))
-		for i := range chunk {
-			if sc := storedSpanContext(&chunk[i]); sc.IsValid() {
-				links = append(links, trace.Link{SpanContext: sc})
+	for _, topic := range order {
+		at := byTopic[topic]
+		name := "outbox send"
+		attrs := t.attrs[:len(t.attrs):len(t.attrs)]
+		if topic != "" {
+			name = "send " + topic
+			attrs = append(attrs, attribute.String("messaging.destination.name", topic))
+		}
+		parts := max(1, (len(at)+maxSendLinks-1)/maxSendLinks)
+		for part := range parts {
+			chunk := at[part*maxSendLinks : min((part+1)*maxSendLinks, len(at))]
+			links := make([]trace.Link, 0, len(chunk))
+			for _, i := range chunk {
+				if sc := storedSpanContext(&evs[i]); sc.IsValid() {
+					links = append(links, trace.Link{SpanContext: sc})
+				}
 			}
+			attrs := append(attrs[:len(attrs):len(attrs)], attribute.Int("messaging.batch.message_count", len(chunk)))
+			if len(evs) == 1 {
+				attrs = append(attrs, attribute.String("outbox.event.id", evs[0].EventID),
+					attribute.String("outbox.event.type", evs[0].EventType))
+			}
+			if parts > 1 {
+				attrs = append(attrs, attribute.Int("outbox.send.part", part+1), attribute.Int("outbox.send.parts", parts))
+			}
+			spanCtx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithLinks(links...), trace.WithAttributes(attrs...))
+			if len(spans) == 0 {
+				sendCtx = spanCtx
+			}
+			spans = append(spans, sendSpan{span: span, at: chunk})
 		}
-		attrs := append(t.attrs[:len(t.attrs):len(t.attrs)], attribute.Int("messaging.batch.message_count", len(chunk)))
-		if len(evs) == 1 {
-			attrs = append(attrs, attribute.String("outbox.event.id", evs[0].EventID),
-				attribute.String("outbox.event.type", evs[0].EventType))
-		}
-		if parts > 1 {
-			attrs = append(attrs, attribute.Int("outbox.send.part", part+1), attribute.Int("outbox.send.parts", parts))
-		}
-		spanCtx, span := t.tracer.Start(ctx, t.name, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithLinks(links...), trace.WithAttributes(attrs...))
-		if part == 0 {
-			sendCtx = spanCtx
-		}
-		spans = append(spans, span)
 	}
 	return sendCtx, spans
 }
@@ -201,9 +268,14 @@ func (t *sendTracing) start(ctx context.Context, evs ...Event) (context.Context,
 // the i-th event's: each span gets an error status if any of its events failed, saying how
 // many. Nil spans are ignored.
 func endSendSpan(spans sendSpans, errs ...error) {
-	for part, span := range spans {
-		lo, hi := min(part*maxSendLinks, len(errs)), min((part+1)*maxSendLinks, len(errs))
-		endSpan(span, errs[lo:hi])
+	for _, s := range spans {
+		own := make([]error, 0, len(s.at))
+		for _, i := range s.at {
+			if i < len(errs) {
+				own = append(own, errs[i])
+			}
+		}
+		endSpan(s.span, own)
 	}
 }
 

@@ -1,0 +1,120 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/testsvc"
+)
+
+// routedDrainEvents is how many events each drain of BenchmarkRoutedDrain sends.
+const routedDrainEvents = 20_000
+
+// BenchmarkRoutedDrain drains a backlog through one batch-mode publisher into the real
+// broker, the events spread over four event types: routed to one topic, and by type to four
+// topics (one batch send per topic of each claimed batch, the topics side by side). The two
+// run side by side in one process, on the same table layout and broker, three rounds of
+// each in turn. Reports events/s, the events per Send call (a claimed batch) and per send to
+// the broker.
+//
+//	go test -run '^$' -bench BenchmarkRoutedDrain -benchtime 2x .
+func BenchmarkRoutedDrain(b *testing.B) {
+	topics := make([]string, 4)
+	for i := range topics {
+		topics[i] = testsvc.NewTopic(b, fmt.Sprintf("OUTBOX_BENCH_RT%d", i))
+	}
+	// The rows alternate, three rounds of each, so that a change in the shared machine's
+	// load falls on both alike (-count would run one row's rounds, then the other's).
+	for _, n := range []int{1, 4, 1, 4, 1, 4} {
+		b.Run(fmt.Sprintf("topics=%d", n), func(b *testing.B) {
+			byType := map[string]string{}
+			for i := 1; i < n; i++ {
+				byType[fmt.Sprintf("EVENT_%d", i)] = topics[i]
+			}
+			var brokerSends atomic.Int64 // the producer's sends: one per topic of a batch, at the least
+			count := func(ctx context.Context, req, reply any, next primitive.Invoker) error {
+				brokerSends.Add(1)
+				return next(ctx, req, reply)
+			}
+			sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
+				NameServers: []string{testsvc.RocketMQNameServer(b)}, Topic: topics[0], Topics: topics[1:n],
+				TopicsByType: byType, GroupName: testsvc.UniqueTable("pg"), SendTimeout: 10 * time.Second,
+				ProducerOptions: []producer.Option{producer.WithInterceptor(count)},
+			})
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = sender.Close() })
+			counted := &sendCounter{Sender: sender}
+			db := testsvc.OpenDB(b)
+			ctx := context.Background()
+			var sent, sends, toBroker int
+			var took time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				store := testsvc.NewStore(b, db, outbox.MySQLConfig{})
+				insertSpread(b, store, routedDrainEvents)
+				cfg := outbox.Config{InstanceID: testsvc.UniqueTable("bench"), PollInterval: time.Millisecond}
+				cfg.Tuning.SendTimeout = 10 * time.Second
+				p, err := outbox.NewPublisher(store, counted, cfg)
+				require.NoError(b, err)
+				counted.calls.Store(0)
+				brokerSends.Store(0)
+				b.StartTimer()
+				start := time.Now()
+				drained := 0
+				for drained < routedDrainEvents {
+					stats, err := p.PublishPending(ctx)
+					require.NoError(b, err)
+					require.Zero(b, stats.Retried+stats.DeadLettered+stats.Unavailable, "a clean drain: %+v", stats)
+					drained += stats.Sent
+				}
+				took += time.Since(start)
+				sent += drained
+				sends += int(counted.calls.Load())
+				toBroker += int(brokerSends.Load())
+				b.StopTimer()
+				require.NoError(b, p.Close())
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(sent)/took.Seconds(), "events/s")
+			b.ReportMetric(float64(sent)/float64(sends), "events/Send")
+			b.ReportMetric(float64(sent)/float64(toBroker), "events/brokersend")
+		})
+	}
+}
+
+// insertSpread commits n events over four event types, EVENT_0 to EVENT_3 in turn, 500 per
+// transaction.
+func insertSpread(b *testing.B, store *outbox.MySQLStore, n int) {
+	ctx := context.Background()
+	for done := 0; done < n; {
+		tx, err := store.BeginTx(ctx, nil)
+		require.NoError(b, err)
+		for i := 0; i < 500 && done < n; i++ {
+			_, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: fmt.Sprintf("ORD-%d", done), EventType: fmt.Sprintf("EVENT_%d", done%4),
+				Payload: fmt.Appendf(nil, `{"order":%d,"amount":12.5,"currency":"EUR"}`, done)})
+			require.NoError(b, err)
+			done++
+		}
+		require.NoError(b, tx.Commit())
+	}
+}
+
+// sendCounter counts the Send calls its sender is given. Without a Close method of its own, the
+// publishers given it leave its sender open.
+type sendCounter struct {
+	outbox.Sender
+	calls atomic.Int64
+}
+
+func (c *sendCounter) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	c.calls.Add(1)
+	return c.Sender.Send(ctx, evs, keyOrder)
+}
