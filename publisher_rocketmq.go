@@ -22,6 +22,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
+
+	"github.com/go-outbox/outbox/internal/clientlog"
 )
 
 const (
@@ -733,7 +735,9 @@ var routeOnce sync.Once
 // package's senders, and the service's own producers and consumers) to l: the client's
 // errors and warnings at their level, its routine chatter (route updates, rebalances, and
 // the warning that a consumer's queue was dropped with a delivery in progress, which a
-// clean shutdown logs: that message comes again) at debug. A nil l discards them.
+// clean shutdown logs: that message comes again; and the end of the pull an inbox
+// consumer's shutdown leaves in flight, which times out up to 30 s after it) at debug. A
+// nil l discards them.
 //
 // The RocketMQ client has one logger for the whole process, so this is a process-wide
 // choice, and it is the caller's: importing this package leaves the client's logger alone
@@ -771,7 +775,7 @@ func (a rlogAdapter) Debug(msg string, fields map[string]any) { a.log(slog.Level
 func (a rlogAdapter) Info(msg string, fields map[string]any)  { a.log(slog.LevelDebug, msg, fields) }
 func (a rlogAdapter) Warning(msg string, fields map[string]any) {
 	level := slog.LevelWarn
-	if routineClientWarnings[msg] {
+	if routineClientWarnings[msg] || clientlog.OrphanedPull(msg, fields, time.Now()) {
 		level = slog.LevelDebug
 	}
 	a.log(level, msg, fields)
@@ -791,3 +795,9 @@ var routineClientWarnings = map[string]bool{
 	// queue next (an inbox suppresses the duplicate).
 	"processQueue is dropped without process consume result.": true,
 }
+
+// Besides those, the end of a pull that an inbox consumer's shutdown left in flight: the
+// client shuts down with a long-polling pull outstanding, which then times out (up to 30 s
+// later) or finds its connection closed, and warns "pull message from broker error". Within
+// 35 s of such a shutdown in this process, that warning with that cause goes to debug
+// (internal/clientlog); at any other time, or with any other cause, it stays a warning.

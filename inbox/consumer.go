@@ -17,6 +17,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/clientlog"
 	"github.com/go-outbox/outbox/internal/every"
 	"github.com/go-outbox/outbox/internal/goid"
 )
@@ -387,6 +388,7 @@ func (c *Consumer) shutdown(r *run, bound <-chan time.Time) {
 			_ = p.PersistConsumerOffset()
 		}
 	}
+	clientlog.ConsumerShutDown() // the pull it leaves in flight ends quietly
 	_ = r.push.Shutdown()
 	if r.keeper != nil {
 		r.keeper.releaseAll()

@@ -90,4 +90,10 @@ func TestConsumerCloseIsQuiet(t *testing.T) {
 			t.Fatalf("close %d (of %d) logged at warn or above: %q", i, closes, loud)
 		}
 	}
+	// The client shuts a consumer down with a long-polling pull in flight, which ends by its
+	// own timeout 30 s later with a warning: that end of a clean close is quiet too.
+	time.Sleep(32 * time.Second)
+	if loud := logs.get(); len(loud) > 0 {
+		t.Fatalf("after the closes, the client logged at warn or above: %q", loud)
+	}
 }

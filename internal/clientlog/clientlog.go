@@ -1,0 +1,38 @@
+// Package clientlog tells routine log records of the RocketMQ client from faults, for the
+// root package's route of the client's logs (outbox.RouteRocketMQClientLogs), with what
+// only the packages that drive the client know: when one of their consumers was shut down.
+package clientlog
+
+import (
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// orphanedPull is how long after a push consumer's shutdown its last pull may still end:
+// the client leaves a long-polling pull in flight when it shuts down, and that pull ends by
+// its own timeout (30 s in the client), with a "request timeout" warning, or at once with a
+// closed connection.
+const orphanedPull = 35 * time.Second
+
+// lastShutdown is when a push consumer of this process was last shut down (Unix ns; 0: never).
+var lastShutdown atomic.Int64
+
+// ConsumerShutDown records that a push consumer of this process is being shut down now.
+func ConsumerShutDown() { lastShutdown.Store(time.Now().UnixNano()) }
+
+// OrphanedPull reports whether a warning of the client is the end of a pull that a push
+// consumer's shutdown left in flight: a pull that timed out or found its connection closed,
+// within the time such a pull may take after a shutdown of this process. A pull that fails
+// so with no consumer shut down, or with any other error, is a fault.
+func OrphanedPull(msg string, fields map[string]any, now time.Time) bool {
+	if msg != "pull message from broker error" {
+		return false
+	}
+	at := lastShutdown.Load()
+	if at == 0 || now.Sub(time.Unix(0, at)) > orphanedPull {
+		return false
+	}
+	cause, _ := fields["underlayError"].(string)
+	return cause == "request timeout" || strings.Contains(cause, "use of closed network connection")
+}
