@@ -68,7 +68,28 @@ type childConfig struct {
 	// instead of the consumer's, and renew its locks at the client's default interval: none
 	// of the consumer's handing over of queues.
 	ClientStrategy bool
+	// Loud has the process announce every record at warn or above, of the inbox and of
+	// the RocketMQ client (routed by outbox.RouteRocketMQClientLogs): "LOUD <message>".
+	Loud bool
+	// Linger keeps the process that long after its consumer has closed, still announcing
+	// what it logs, before it exits.
+	Linger time.Duration
 }
+
+// loudHandler announces, through say, every record at warn or above with its attributes.
+type loudHandler struct {
+	say func(format string, args ...any)
+}
+
+func (h loudHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h loudHandler) Handle(_ context.Context, r slog.Record) error {
+	s := r.Message
+	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+	h.say("LOUD %s", strings.ReplaceAll(s, "\n", " "))
+	return nil
+}
+func (h loudHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h loudHandler) WithGroup(string) slog.Handler      { return h }
 
 // TestConsumerChildProcess is the consumer process; it skips unless run as one.
 func TestConsumerChildProcess(t *testing.T) {
@@ -93,16 +114,21 @@ func runConsumerChild(raw string) int {
 		return fail(err)
 	}
 	defer db.Close()
-	in, err := inbox.New(db, inbox.Config{Group: cfg.Group, Table: cfg.InboxTable, MaxDeliveries: cfg.MaxDeliveries,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return fail(err)
-	}
 	var mu sync.Mutex
 	say := func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(os.Stdout, format+"\n", args...)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if cfg.Loud {
+		logger = slog.New(loudHandler{say: say})
+		outbox.RouteRocketMQClientLogs(logger)
+	}
+	in, err := inbox.New(db, inbox.Config{Group: cfg.Group, Table: cfg.InboxTable, MaxDeliveries: cfg.MaxDeliveries,
+		Logger: logger})
+	if err != nil {
+		return fail(err)
 	}
 	q := "INSERT INTO `" + cfg.Effects + "` (event_id, biz_no, deliveries, handled_by) VALUES (?, ?, ?, ?)"
 	h := func(ctx context.Context, tx *sql.Tx, msg *inbox.Message) error {
@@ -146,6 +172,7 @@ func runConsumerChild(raw string) int {
 		return fail(err)
 	}
 	say("CLOSED")
+	time.Sleep(cfg.Linger)
 	return 0
 }
 
@@ -164,7 +191,8 @@ type consumerProc struct {
 
 	mu    sync.Mutex
 	calls []call
-	err   error // Wait's
+	loud  []string // what the process logged at warn or above (childConfig.Loud)
+	err   error    // Wait's
 }
 
 // startConsumer starts a consumer process of cfg (the rig's topic, group and tables filled
@@ -198,6 +226,10 @@ func (r *consRig) startConsumer(t *testing.T, bin string, cfg childConfig) *cons
 				close(running)
 			case "BLOCKED":
 				p.blocked <- rest
+			case "LOUD":
+				p.mu.Lock()
+				p.loud = append(p.loud, rest)
+				p.mu.Unlock()
 			case "CALL":
 				id, n, _ := strings.Cut(rest, " ")
 				deliveries, _ := strconv.Atoi(n)
@@ -263,6 +295,13 @@ func (p *consumerProc) kill(t *testing.T) {
 	var exitErr *exec.ExitError
 	require.ErrorAs(t, p.waitErr(), &exitErr)
 	require.Equal(t, syscall.SIGKILL, exitErr.Sys().(syscall.WaitStatus).Signal())
+}
+
+// loudRecords is every record at warn or above the process announced, in order.
+func (p *consumerProc) loudRecords() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.loud...)
 }
 
 // handlerCalls is every handler call the process announced, in order.
