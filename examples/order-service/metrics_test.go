@@ -133,15 +133,17 @@ func TestMetricsEndpoint(t *testing.T) {
 	require.NotNil(t, got, "the page was scraped")
 	t.Logf("/metrics:\n%s", page)
 
+	// The event counters name the event's topic, the sender's one (docs/routing.md).
 	created := "event_type=ORDER_CREATED"
+	routed := created + ",topic=" + o.topic
 	want := map[string]map[string]float64{
-		"outbox_events_sent_total":                     {created: 21},
-		"outbox_events_retried_total":                  {created: 2},
-		"outbox_events_dead_lettered_total":            {created + ",reason=reclaims": 1},
+		"outbox_events_sent_total":                     {routed: 21},
+		"outbox_events_retried_total":                  {routed: 2},
+		"outbox_events_dead_lettered_total":            {created + ",reason=reclaims,topic=" + o.topic: 1},
 		"outbox_events_reclaimed_total":                {"": 1},
 		"outbox_broker_unavailable":                    {"": 0},
 		"outbox_store_lock_retries_total":              {"": 0},
-		"outbox_commit_to_send_duration_seconds_count": {created: 21},
+		"outbox_commit_to_send_duration_seconds_count": {routed: 21},
 		"outbox_table_backlog":                         {"": 0},
 		"outbox_table_oldest_due_age_seconds":          {"": 0},
 		"outbox_table_sending":                         {"": 0},
