@@ -736,8 +736,8 @@ var routeOnce sync.Once
 // errors and warnings at their level, its routine chatter (route updates, rebalances, and
 // the warning that a consumer's queue was dropped with a delivery in progress, which a
 // clean shutdown logs: that message comes again; and the end of the pull an inbox
-// consumer's shutdown leaves in flight, which times out up to 30 s after it) at debug. A
-// nil l discards them.
+// consumer's shutdown leaves in flight, which times out up to 30 s after it, and a
+// rebalance that shutdown cuts short) at debug. A nil l discards them.
 //
 // The RocketMQ client has one logger for the whole process, so this is a process-wide
 // choice, and it is the caller's: importing this package leaves the client's logger alone
@@ -775,7 +775,8 @@ func (a rlogAdapter) Debug(msg string, fields map[string]any) { a.log(slog.Level
 func (a rlogAdapter) Info(msg string, fields map[string]any)  { a.log(slog.LevelDebug, msg, fields) }
 func (a rlogAdapter) Warning(msg string, fields map[string]any) {
 	level := slog.LevelWarn
-	if routineClientWarnings[msg] || clientlog.OrphanedPull(msg, fields, time.Now()) {
+	if now := time.Now(); routineClientWarnings[msg] || clientlog.OrphanedPull(msg, fields, now) ||
+		clientlog.InterruptedRebalance(msg, fields, now) {
 		level = slog.LevelDebug
 	}
 	a.log(level, msg, fields)
@@ -800,4 +801,7 @@ var routineClientWarnings = map[string]bool{
 // client shuts down with a long-polling pull outstanding, which then times out (up to 30 s
 // later) or finds its connection closed, and warns "pull message from broker error". Within
 // 35 s of such a shutdown in this process, that warning with that cause goes to debug
-// (internal/clientlog); at any other time, or with any other cause, it stays a warning.
+// (internal/clientlog); at any other time, or with any other cause, it stays a warning. So
+// does a rebalance the shutdown cuts short: a call it makes on the client shut down under it
+// (its error: "service close is not running"), and, within 10 s of a shutdown, the queue it
+// then could not add.

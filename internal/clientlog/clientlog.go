@@ -36,3 +36,27 @@ func OrphanedPull(msg string, fields map[string]any, now time.Time) bool {
 	cause, _ := fields["underlayError"].(string)
 	return cause == "request timeout" || strings.Contains(cause, "use of closed network connection")
 }
+
+// stoppedClient is the client's error for a call on a client already shut down.
+const stoppedClient = "service close is not running"
+
+// rebalanceAtShutdown is how long after a push consumer's shutdown began a rebalance of its
+// may still be under way.
+const rebalanceAtShutdown = 10 * time.Second
+
+// InterruptedRebalance reports whether a warning of the client is a rebalance cut short by
+// a push consumer's shutdown: a call the rebalance made on the client shut down under it
+// (its error says the client is not running), or the queue that rebalance then could not
+// add, within rebalanceAtShutdown of a shutdown of this process. The same warnings at any
+// other time, or with any other cause, are faults.
+func InterruptedRebalance(msg string, fields map[string]any, now time.Time) bool {
+	cause, _ := fields["underlayError"].(string)
+	if strings.Contains(cause, stoppedClient) {
+		return true
+	}
+	if msg != "do defaultConsumer, add a new mq failed" {
+		return false
+	}
+	at := lastShutdown.Load()
+	return at != 0 && now.Sub(time.Unix(0, at)) <= rebalanceAtShutdown
+}

@@ -37,3 +37,30 @@ func TestOrphanedPull(t *testing.T) {
 		}
 	}
 }
+
+func TestInterruptedRebalance(t *testing.T) {
+	const addFailed = "do defaultConsumer, add a new mq failed"
+	stopped := map[string]any{"underlayError": "service close is not running, please check"}
+	lastShutdown.Store(0)
+	now := time.Now()
+	if !InterruptedRebalance("fetch offset of mq from broker error", stopped, now) {
+		t.Error("a call on a client shut down is its shutdown's")
+	}
+	if InterruptedRebalance(addFailed, nil, now) {
+		t.Error("a queue not added with no consumer shut down is a fault")
+	}
+	if InterruptedRebalance("fetch offset of mq from broker error", map[string]any{"underlayError": "request timeout"}, now) {
+		t.Error("another cause is a fault")
+	}
+	ConsumerShutDown()
+	now = time.Now()
+	if !InterruptedRebalance(addFailed, nil, now.Add(time.Second)) {
+		t.Error("a queue not added just after a shutdown is the shutdown's")
+	}
+	if InterruptedRebalance(addFailed, nil, now.Add(time.Minute)) {
+		t.Error("a queue not added long after a shutdown is a fault")
+	}
+	if InterruptedRebalance("do defaultConsumer, add a new mq failed, because lock failed", nil, now) {
+		t.Error("a lock refused is not the shutdown's")
+	}
+}
