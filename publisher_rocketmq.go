@@ -775,8 +775,7 @@ func (a rlogAdapter) Debug(msg string, fields map[string]any) { a.log(slog.Level
 func (a rlogAdapter) Info(msg string, fields map[string]any)  { a.log(slog.LevelDebug, msg, fields) }
 func (a rlogAdapter) Warning(msg string, fields map[string]any) {
 	level := slog.LevelWarn
-	if now := time.Now(); routineClientWarnings[msg] || clientlog.OrphanedPull(msg, fields, now) ||
-		clientlog.InterruptedRebalance(msg, fields, now) {
+	if routineClientWarnings[msg] || clientlog.ShutdownNoise(msg, fields, time.Now()) {
 		level = slog.LevelDebug
 	}
 	a.log(level, msg, fields)

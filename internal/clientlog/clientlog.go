@@ -21,16 +21,26 @@ var lastShutdown atomic.Int64
 // ConsumerShutDown records that a push consumer of this process is being shut down now.
 func ConsumerShutDown() { lastShutdown.Store(time.Now().UnixNano()) }
 
+// ShutdownNoise reports whether a warning of the client, logged at now, is a push
+// consumer's shutdown at work rather than a fault: an orphaned pull ([OrphanedPull]) or an
+// interrupted rebalance ([InterruptedRebalance]).
+func ShutdownNoise(msg string, fields map[string]any, now time.Time) bool {
+	return OrphanedPull(msg, fields, now) || InterruptedRebalance(msg, fields, now)
+}
+
+// sinceShutdown reports whether a push consumer of this process was shut down at most d
+// before now.
+func sinceShutdown(now time.Time, d time.Duration) bool {
+	at := lastShutdown.Load()
+	return at != 0 && now.Sub(time.Unix(0, at)) <= d
+}
+
 // OrphanedPull reports whether a warning of the client is the end of a pull that a push
 // consumer's shutdown left in flight: a pull that timed out or found its connection closed,
 // within the time such a pull may take after a shutdown of this process. A pull that fails
 // so with no consumer shut down, or with any other error, is a fault.
 func OrphanedPull(msg string, fields map[string]any, now time.Time) bool {
-	if msg != "pull message from broker error" {
-		return false
-	}
-	at := lastShutdown.Load()
-	if at == 0 || now.Sub(time.Unix(0, at)) > orphanedPull {
+	if msg != "pull message from broker error" || !sinceShutdown(now, orphanedPull) {
 		return false
 	}
 	cause, _ := fields["underlayError"].(string)
@@ -54,9 +64,5 @@ func InterruptedRebalance(msg string, fields map[string]any, now time.Time) bool
 	if strings.Contains(cause, stoppedClient) {
 		return true
 	}
-	if msg != "do defaultConsumer, add a new mq failed" {
-		return false
-	}
-	at := lastShutdown.Load()
-	return at != 0 && now.Sub(time.Unix(0, at)) <= rebalanceAtShutdown
+	return msg == "do defaultConsumer, add a new mq failed" && sinceShutdown(now, rebalanceAtShutdown)
 }

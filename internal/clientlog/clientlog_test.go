@@ -64,3 +64,18 @@ func TestInterruptedRebalance(t *testing.T) {
 		t.Error("a lock refused is not the shutdown's")
 	}
 }
+
+// ShutdownNoise is either rule.
+func TestShutdownNoise(t *testing.T) {
+	ConsumerShutDown()
+	now := time.Now()
+	if !ShutdownNoise("pull message from broker error", map[string]any{"underlayError": "request timeout"}, now) {
+		t.Error("an orphaned pull is shutdown noise")
+	}
+	if !ShutdownNoise("do defaultConsumer, add a new mq failed", nil, now) {
+		t.Error("an interrupted rebalance is shutdown noise")
+	}
+	if ShutdownNoise("send message error", map[string]any{"underlayError": "request timeout"}, now) {
+		t.Error("a send's timeout is a fault")
+	}
+}
