@@ -255,3 +255,24 @@ func (p page) rowIDs(table string) []string {
 	}
 	return ids
 }
+
+// requireUser is a service's authentication middleware: basic auth, one user.
+func requireUser(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "alice" || p != "secret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="ops"`)
+			http.Error(w, "who are you?", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// basicAuth is a client transport that sends credentials with every request.
+type basicAuth struct{ user, password string }
+
+func (a basicAuth) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.SetBasicAuth(a.user, a.password)
+	return http.DefaultTransport.RoundTrip(r)
+}
