@@ -239,3 +239,28 @@ func TestInboxActionsNotOffered(t *testing.T) {
 	}
 	assert.Len(t, b.get("/inboxes/console-none/rejected").rowIDs("rejected"), 1)
 }
+
+// A replay whose handler fails changes nothing: the error is shown, the rejected row stays,
+// and the audit record has the error.
+func TestReplayThatFailsKeepsTheMessage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, outbox.MySQLConfig{})
+	in := newInbox(t, f.db, "console-replay-fails")
+	reject(t, in, "PAID", "F-1", []byte(`{}`), "no such order")
+	b, log := writable(t, f, console.Inbox{Inbox: in, Replay: func(context.Context, *sql.Tx, *inbox.Message) error {
+		return fmt.Errorf("still no such order")
+	}})
+	id := b.get("/inboxes/console-replay-fails/rejected").rowIDs("rejected")[0]
+	path := "/inboxes/console-replay-fails/rejected/" + id
+	m := b.get(path)
+	p := b.post(path+"/replay", url.Values{"csrf": {m.csrf(t)}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusInternalServerError, p.status)
+	assert.Contains(t, p.body, `id="error"`)
+	assert.Contains(t, p.body, "still no such order")
+	assert.Equal(t, []string{id}, b.get("/inboxes/console-replay-fails/rejected").rowIDs("rejected"))
+	recs := log.all()
+	require.Len(t, recs, 1)
+	assert.Equal(t, "error", recs[0]["outcome"])
+	assert.Contains(t, recs[0]["error"], "still no such order")
+	assert.Equal(t, "0", recs[0]["rows"])
+}
