@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -263,4 +264,35 @@ func TestReplayThatFailsKeepsTheMessage(t *testing.T) {
 	assert.Equal(t, "error", recs[0]["outcome"])
 	assert.Contains(t, recs[0]["error"], "still no such order")
 	assert.Equal(t, "0", recs[0]["rows"])
+}
+
+// The rejected messages page by id, oldest first, without overlap.
+func TestRejectedPageByID(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, outbox.MySQLConfig{})
+	in := newInbox(t, f.db, "console-paged")
+	var want []string
+	for i := range 5 {
+		want = append(want, reject(t, in, "T", fmt.Sprintf("P-%d", i), []byte(`{}`), "nope"))
+	}
+	b, _ := newConsole(t, console.Config{Inboxes: []console.Inbox{{Inbox: in}}, PageSize: 2})
+	var got []string
+	path, pages := "/inboxes/console-paged/rejected", 0
+	for path != "" && pages < 5 {
+		p := b.get(path)
+		require.Equal(t, http.StatusOK, p.status, p.body)
+		for _, id := range p.rowIDs("rejected") {
+			m := b.get("/inboxes/console-paged/rejected/" + id)
+			require.Equal(t, http.StatusOK, m.status)
+			for _, eventID := range want {
+				if strings.Contains(m.body, eventID) {
+					got = append(got, eventID)
+				}
+			}
+		}
+		path = p.next()
+		pages++
+	}
+	assert.Equal(t, 3, pages)
+	assert.Equal(t, want, got, "every message once, oldest first")
 }

@@ -45,6 +45,14 @@ func TestWritesNeedTheCSRFToken(t *testing.T) {
 			req.Header.Set("Sec-Fetch-Site", "cross-site")
 			return b.do(req)
 		},
+		"foreign origin": func() page {
+			req, err := http.NewRequest(http.MethodPost, b.srv.URL+path+"/requeue",
+				strings.NewReader(url.Values{"confirm": {"yes"}, "csrf": {token}}.Encode()))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", "https://evil.example")
+			return b.do(req)
+		},
 		"bulk, no token": func() page {
 			return b.post("/stores/s/dead-letters/requeue", url.Values{"confirm": {"yes"}, "count": {"1"}, "max_id": {"999"}})
 		},
@@ -55,7 +63,7 @@ func TestWritesNeedTheCSRFToken(t *testing.T) {
 		assert.Equal(t, outbox.StatusFail, f.status(t, id), name)
 	}
 	recs := log.all()
-	require.Len(t, recs, 7)
+	require.Len(t, recs, 8)
 	for _, r := range recs {
 		assert.True(t, strings.HasPrefix(r["outcome"], "refused"), "%v", r)
 		assert.Equal(t, "0", r["rows"])
