@@ -92,7 +92,8 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 		return err
 	}
 
-	cfg := console.Config{Prefix: *prefix, AllowWrites: *allowWrites, Logger: slog.New(slog.NewJSONHandler(a.stderr, nil))}
+	logger := slog.New(slog.NewJSONHandler(a.stderr, nil))
+	cfg := console.Config{Prefix: *prefix, AllowWrites: *allowWrites, Logger: logger}
 	if auth != nil {
 		cfg.User = auth.user
 	}
@@ -137,7 +138,7 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 		}
 		entry := console.Inbox{Inbox: in}
 		if ib.topic != "" {
-			sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: strings.Split(*namesrv, ","), Topic: ib.topic})
+			sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: strings.Split(*namesrv, ","), Topic: ib.topic, Logger: logger})
 			if err != nil {
 				return err
 			}

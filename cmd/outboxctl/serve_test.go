@@ -298,3 +298,41 @@ func TestServeInboxRejected(t *testing.T) {
 	res.Body.Close()
 	assert.Equal(t, http.StatusNotFound, res.StatusCode, "a group not given")
 }
+
+// --inbox GROUP=TOPIC with --namesrv and --allow-writes: a rejected message resent from the
+// console reaches the real broker as the same event, and its row is gone.
+func TestServeInboxResend(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	table := testsvc.UniqueTable("t_inbox")
+	in, err := inbox.New(f.db, inbox.Config{Group: "cg_points", Table: table})
+	require.NoError(t, err)
+	require.NoError(t, in.CreateSchema(context.Background()))
+	t.Cleanup(func() { _, _ = f.db.Exec("DROP TABLE IF EXISTS `" + table + "`, `" + table + "_rejected`") })
+	eventID := uuid.Must(uuid.NewV7()).String()
+	id := rejectOne(t, in, eventID)
+	topic := testsvc.NewTopic(t, "CONSOLE_RESEND")
+	consumer := testsvc.Consume(t, topic)
+	ns := testsvc.RocketMQNameServer(t)
+
+	s := startServe(t, f.env, "serve", "--listen", "127.0.0.1:0", "--allow-writes", "--inbox", "cg_points="+topic,
+		"--inbox-table", table, "--namesrv", ns)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	page := get(t, c, s.url+fmt.Sprintf("inboxes/cg_points/rejected/%d", id))
+	require.Contains(t, page, `id="resend"`)
+	m := csrfInput.FindStringSubmatch(page)
+	require.NotNil(t, m)
+	res, err := c.PostForm(s.url+fmt.Sprintf("inboxes/cg_points/rejected/%d/resend", id), url.Values{"csrf": {m[1]}, "confirm": {"yes"}})
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusSeeOther, res.StatusCode)
+	consumer.WaitDistinct(t, 1, 30*time.Second)
+	assert.Equal(t, eventID, consumer.Messages()[0].GetProperty(outbox.PropertyEventID), "the same event")
+	left, err := in.Rejected(context.Background(), 0, 10)
+	require.NoError(t, err)
+	assert.Empty(t, left)
+	rec := s.audit(t)
+	assert.Equal(t, "resend", rec["action"])
+}
