@@ -154,7 +154,10 @@ func TestServeWritesWithBasicAuth(t *testing.T) {
 	f := newFixture(t)
 	dead := f.insert(t, "ORDER_CREATED", "ORD-9", []byte(`{}`))
 	f.set(t, dead, outbox.StatusFail, time.Hour)
-	s := startServe(t, append(f.env, "OUTBOX_CONSOLE_BASIC_AUTH=ops:correct-horse"), "serve", "--listen", "127.0.0.1:0", "--allow-writes", "--prefix", "/ops/outbox/")
+	paid := f.insert(t, "ORDER_PAID", "ORD-9", []byte(`{}`))
+	f.set(t, paid, outbox.StatusSending, time.Hour)
+	s := startServe(t, append(f.env, "OUTBOX_CONSOLE_BASIC_AUTH=ops:correct-horse"), "serve", "--listen", "127.0.0.1:0", "--allow-writes", "--prefix", "/ops/outbox/",
+		"--default-topic", "ORDERS_T", "--route", "ORDER_PAID=PAY_T", "--lease", "1m")
 	require.True(t, strings.HasSuffix(s.url, "/ops/outbox/"), s.url)
 
 	res, err := http.Get(s.url)
@@ -178,6 +181,9 @@ func TestServeWritesWithBasicAuth(t *testing.T) {
 	store := mc.DBName // a -dsn store is named after its database
 	page := get(t, c, s.url+fmt.Sprintf("stores/%s/events/%d", store, dead))
 	require.Contains(t, page, `id="requeue"`)
+	assert.Contains(t, page, "ORDERS_T", "the properties shown are those of --default-topic")
+	assert.Contains(t, get(t, c, s.url+fmt.Sprintf("stores/%s/events/%d", store, paid)), "PAY_T", "and of --route")
+	assert.Regexp(t, `id="stale-claims">1 SENDING claim`, get(t, c, s.url+"stores/"+store), "--lease judges the claims")
 	m := csrfInput.FindStringSubmatch(page)
 	require.NotNil(t, m)
 	res, err = c.PostForm(s.url+fmt.Sprintf("stores/%s/events/%d/requeue", store, dead), url.Values{"csrf": {m[1]}, "confirm": {"yes"}})
@@ -223,6 +229,12 @@ func TestServeTokenFile(t *testing.T) {
 		res.Body.Close()
 		assert.Equal(t, tc.want, res.StatusCode, tc.name)
 	}
+	req, _ := http.NewRequest(http.MethodPost, s.url+"stores/x/events/1/requeue", strings.NewReader(""))
+	req.Header.Set("Authorization", "Bearer s3cret-token-0123456789")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, "token", s.audit(t)["user"], "the audit names the token as who")
 }
 
 // Bad flags and bad credentials exit 2 before anything listens: another address than
@@ -246,6 +258,8 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{[]string{"serve", "--inbox", "g=T"}, nil, "needs --namesrv"},
 		{[]string{"serve", "--prefix", "ops"}, nil, "Prefix"},
 		{[]string{"-on", "x", "serve"}, nil, "leave out -on"},
+		{[]string{"serve", "--inbox", "nosuch/g"}, nil, `unknown store "nosuch"`},
+		{[]string{"serve", "--relay-table", f.table + "_relay"}, nil, "relay.CreateSchema"},
 	} {
 		r := runEnv(t, append(append([]string{}, f.env...), tc.env...), tc.args...)
 		assert.Equal(t, exitUsage, r.code, "%v: %s", tc.args, r.stderr)
@@ -322,6 +336,7 @@ func TestServeInboxResend(t *testing.T) {
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	page := get(t, c, s.url+fmt.Sprintf("inboxes/cg_points/rejected/%d", id))
 	require.Contains(t, page, `id="resend"`)
+	assert.NotContains(t, page, `id="replay"`, "replay needs the service's handler")
 	m := csrfInput.FindStringSubmatch(page)
 	require.NotNil(t, m)
 	res, err := c.PostForm(s.url+fmt.Sprintf("inboxes/cg_points/rejected/%d/resend", id), url.Values{"csrf": {m[1]}, "confirm": {"yes"}})
