@@ -146,6 +146,7 @@ Commands:
   skip ID...     dead letters (FAIL) to SKIPPED: never sent, their biz no's later events go on
   inbox rejected a consumer group's rejected messages (package inbox), oldest first
   inbox resend ID...  rejected messages published again for the group's consumers, then deleted
+  serve          the operator console in a browser, over every store given (docs/console.md)
 
 ID is the row's id (a positive integer) or its event_id (the UUID consumers see).
 
@@ -209,6 +210,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
+	if fs.Arg(0) == "serve" {
+		return a.runServe(ctx, dsnSet, fs.Args()[1:])
+	}
 	stores, err := a.targets(dsnSet)
 	if err != nil {
 		fmt.Fprintf(stderr, "outboxctl: %v\n", err)
@@ -227,7 +231,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	cmd, ok := cmds[name]
 	if !ok {
-		fmt.Fprintf(stderr, "outboxctl: unknown command %q (want stats, list, show, requeue, purge, blocked, skip or inbox)\n", name)
+		fmt.Fprintf(stderr, "outboxctl: unknown command %q (want stats, list, show, requeue, purge, blocked, skip, inbox or serve)\n", name)
 		return exitUsage
 	}
 	if a.on == onAll {
