@@ -27,6 +27,7 @@ var docPackages = map[string]string{
 	"github.com/go-outbox/outbox/outboxtest":         "outboxtest",
 	"github.com/go-outbox/outbox/relay":              "relay",
 	"github.com/go-outbox/outbox/cmd/outboxctl":      "cmd/outboxctl",
+	"github.com/go-outbox/outbox/console":            "console",
 	"github.com/go-outbox/outbox/internal/storename": "internal/storename",
 	"github.com/go-outbox/outbox/internal/testsvc":   "internal/testsvc",
 }

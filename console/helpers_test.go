@@ -276,3 +276,12 @@ func (a basicAuth) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.SetBasicAuth(a.user, a.password)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// another is a second browser (cookies of its own) on the same server.
+func (b *browser) another() *browser {
+	jar, err := cookiejar.New(nil)
+	require.NoError(b.t, err)
+	o := &browser{t: b.t, srv: b.srv, client: &http.Client{Jar: jar}}
+	b.t.Cleanup(o.client.CloseIdleConnections)
+	return o
+}

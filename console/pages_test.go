@@ -49,6 +49,8 @@ func TestPagesRenderRealData(t *testing.T) {
 	}
 	assert.Contains(t, home.header.Get("Content-Security-Policy"), "default-src 'self'")
 	assert.NotContains(t, home.header.Get("Content-Security-Policy"), "unsafe-inline")
+	assert.Contains(t, home.header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+	assert.Contains(t, home.body, `<a href="/inboxes/console-pages/rejected">1</a>`, "the inbox's rejected messages counted")
 
 	st := b.get("/stores/orders")
 	require.Equal(t, http.StatusOK, st.status, st.body)
@@ -193,6 +195,11 @@ func TestMountedUnderAPrefix(t *testing.T) {
 	evPath := fmt.Sprintf("/ops/outbox/stores/main/events/%d", id)
 	assert.Contains(t, dl.body, `href="`+evPath+`"`)
 	ev := b.get(evPath)
+	cookie := dl.header.Get("Set-Cookie") // the first page with a form sets it
+	assert.Contains(t, cookie, "outbox_console_csrf=")
+	assert.Contains(t, cookie, "Path=/ops/outbox/")
+	assert.Contains(t, cookie, "HttpOnly")
+	assert.Contains(t, cookie, "SameSite=Strict")
 	conf := b.post(evPath+"/requeue", url.Values{"csrf": {ev.csrf(t)}})
 	require.Equal(t, http.StatusOK, conf.status, conf.body)
 	assert.Contains(t, conf.body, `action="`+evPath+`/requeue"`)

@@ -145,7 +145,7 @@ func (c *console) writeAudit(r *http.Request, a *audit) {
 	attrs = append(attrs, a.attrs...)
 	attrs = append(attrs, slog.Int64("rows", a.rows), slog.String("outcome", a.outcome))
 	if a.err != nil {
-		attrs = append(attrs, slog.String("error", a.err.Error()))
+		attrs = append(attrs, slog.Any("error", a.err))
 	}
 	c.logger().LogAttrs(r.Context(), slog.LevelInfo, "outbox console: "+a.action, attrs...)
 }
