@@ -258,13 +258,31 @@ func TestConsoleReadOnlyAndForgedPosts(t *testing.T) {
 	id := f.insert(t, outbox.EventInput{BizNo: "ORD-3001", EventType: "ORDER_CREATED", Payload: []byte(`{"order":"ORD-3001"}`)})[0]
 	f.start(t)
 	dead := f.waitStatus(t, id, outbox.StatusFail)
-	ro := f.serve(t, console.Config{Stores: []console.Store{f.storeConfig("orders")}})
-	rw := f.serve(t, console.Config{Stores: []console.Store{f.storeConfig("orders")}, AllowWrites: true})
+	// An inbox with a rejected message, replay and resend offered, to a writable console.
+	in := f.newInbox(t, "points-service")
+	msg := &inbox.Message{EventID: dead.EventID, EventType: dead.EventType, BizNo: dead.BizNo, Body: dead.Payload, Deliveries: 1}
+	if o, err := in.Handle(context.Background(), msg, func(context.Context, *sql.Tx, *inbox.Message) error {
+		return outbox.Permanent(errors.New("refused"))
+	}); err != nil || o != inbox.Rejected {
+		t.Fatalf("the inbox's handler refused the message: outcome %v, %v; want rejected", o, err)
+	}
+	rej, err := in.RejectedByEventID(context.Background(), dead.EventID)
+	if err != nil {
+		t.Fatalf("the inbox's rejected message: %v", err)
+	}
+	offered := console.Inbox{Inbox: in, Replay: func(context.Context, *sql.Tx, *inbox.Message) error { return nil }, Sender: f.faulty}
+	ro := f.serve(t, console.Config{Stores: []console.Store{f.storeConfig("orders")}, Inboxes: []console.Inbox{offered}})
+	rw := f.serve(t, console.Config{Stores: []console.Store{f.storeConfig("orders")}, Inboxes: []console.Inbox{offered}, AllowWrites: true})
 	buttons := `#requeue, #skip, #requeue-all, #skip-all, #replay, #resend, #confirm, form[method="post"]`
 
 	b := newBrowser(t, 5*time.Minute)
 	event := fmt.Sprintf("stores/orders/events/%d", dead.ID)
-	for _, page := range []string{"", "stores/orders", "stores/orders/dead-letters", event, "stores/orders/blocked"} {
+	rejected := fmt.Sprintf("inboxes/points-service/rejected/%d", rej.ID)
+	b.open(rw + rejected)
+	if !b.has("#replay") || !b.has("#resend") {
+		t.Fatal("the writable console's rejected message offers no replay or resend")
+	}
+	for _, page := range []string{"", "stores/orders", "stores/orders/dead-letters", event, "stores/orders/blocked", "inboxes/points-service/rejected", rejected} {
 		b.open(ro + page)
 		if b.has(buttons) {
 			t.Fatalf("the read-only page %s shows a button or a form that posts", ro+page)
@@ -281,6 +299,14 @@ func TestConsoleReadOnlyAndForgedPosts(t *testing.T) {
 	}
 	if code := b.post(ro+"stores/orders/dead-letters/requeue", "confirm=yes"); code != 403 {
 		t.Fatalf("the read-only console answered a forged bulk requeue with %d, want 403", code)
+	}
+	for _, action := range []string{"replay", "resend"} {
+		if code := b.post(ro+rejected+"/"+action, "confirm=yes"); code != 403 {
+			t.Fatalf("the read-only console answered a forged POST %s with %d, want 403", action, code)
+		}
+	}
+	if _, err := in.RejectedByEventID(context.Background(), dead.EventID); err != nil {
+		t.Fatalf("after the forged POSTs the rejected message is gone: %v", err)
 	}
 
 	b.open(rw + event)
