@@ -21,6 +21,11 @@ const (
 	actResend
 )
 
+// segment is the last segment of the action's path.
+func segment(kind act) string {
+	return [...]string{actRequeue: "requeue", actSkip: "skip", actReplay: "replay", actResend: "resend"}[kind]
+}
+
 // confirmData is the confirmation page's.
 type confirmData struct {
 	Question   string
@@ -91,7 +96,7 @@ func (c *console) single(kind act) func(http.ResponseWriter, *http.Request, *aud
 				Question: fmt.Sprintf("%s dead letter %d of %s?", verb, id, s.Name),
 				Details: []kv{{"Event type", ev.EventType}, {"Biz no", ev.BizNo}, {"Event id", ev.EventID},
 					{"Last error", clip(ev.LastError, 300)}},
-				CanConfirm: true, Action: r.URL.Path, Verb: verb, Cancel: eventHref,
+				CanConfirm: true, Action: c.href(nil, "stores", s.Name, "events", sid, segment(kind)), Verb: verb, Cancel: eventHref,
 			}
 			if kind == actSkip {
 				d.Class, d.Note = "danger", "A skipped event is never sent. Under key order, the events of its biz no behind it go on without it."
@@ -156,7 +161,7 @@ func (c *console) bulk(kind act) func(http.ResponseWriter, *http.Request, *audit
 				c.failAction(w, r, a, err)
 				return
 			}
-			d := confirmData{Action: r.URL.Path, Verb: fmt.Sprintf("%s them", verb), Cancel: listHref,
+			d := confirmData{Action: c.href(nil, "stores", s.Name, "dead-letters", segment(kind)), Verb: fmt.Sprintf("%s them", verb), Cancel: listHref,
 				Details: filterDetails(ff)}
 			if kind == actSkip {
 				d.Class = "danger"
@@ -255,7 +260,7 @@ func (c *console) inboxAction(kind act) func(http.ResponseWriter, *http.Request,
 				Question: fmt.Sprintf("%s rejected message %d of %s?", verb, id, in.group),
 				Details: []kv{{"Event id", m.Message.EventID}, {"Event type", m.Message.EventType}, {"Biz no", m.Message.BizNo},
 					{"Reason", m.ReasonClass + ": " + clip(m.Reason, 300)}},
-				CanConfirm: true, Action: r.URL.Path, Verb: verb, Cancel: msgHref,
+				CanConfirm: true, Action: c.href(nil, "inboxes", in.group, "rejected", sid, segment(kind)), Verb: verb, Cancel: msgHref,
 			}
 			if kind == actReplay {
 				d.Note = "The group's handler runs it once more here, in one transaction with the removal of the rejected row."

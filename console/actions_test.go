@@ -167,7 +167,7 @@ func TestBulkRequeueIsBoundedByTheConfirmedCount(t *testing.T) {
 func TestInboxReplayAndResend(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, outbox.MySQLConfig{})
-	in := newInbox(t, f.db, "console-replay")
+	in := newInbox(t, f.db, "console%replay") // a group name may hold %
 	replayed := reject(t, in, "PAID", "R-1", []byte(`{"n":1}`), "no such order yet")
 	resent := reject(t, in, "PAID", "R-2", []byte(`{"n":2}`), "no such order yet")
 	var handled []string
@@ -180,12 +180,12 @@ func TestInboxReplayAndResend(t *testing.T) {
 		},
 		Sender: sender,
 	})
-	list := b.get("/inboxes/console-replay/rejected")
+	list := b.get("/inboxes/console%25replay/rejected")
 	ids := list.rowIDs("rejected")
 	require.Len(t, ids, 2)
 
 	for i, c := range []struct{ action, id string }{{"replay", ids[0]}, {"resend", ids[1]}} {
-		path := "/inboxes/console-replay/rejected/" + c.id
+		path := "/inboxes/console%25replay/rejected/" + c.id
 		m := b.get(path)
 		require.Equal(t, http.StatusOK, m.status, m.body)
 		assert.Contains(t, m.body, `id="replay"`)
@@ -193,10 +193,11 @@ func TestInboxReplayAndResend(t *testing.T) {
 		conf := b.post(path+"/"+c.action, url.Values{"csrf": {m.csrf(t)}})
 		require.Equal(t, http.StatusOK, conf.status, conf.body)
 		assert.Contains(t, conf.body, `id="confirm"`)
-		assert.Len(t, b.get("/inboxes/console-replay/rejected").rowIDs("rejected"), 2-i, "asking changes nothing")
+		assert.Contains(t, conf.body, `action="`+path+"/"+c.action+`"`, "the form posts to the escaped path")
+		assert.Len(t, b.get("/inboxes/console%25replay/rejected").rowIDs("rejected"), 2-i, "asking changes nothing")
 		done := b.post(path+"/"+c.action, url.Values{"csrf": {conf.csrf(t)}, "confirm": {"yes"}})
 		require.Equal(t, http.StatusOK, done.status, done.body)
-		assert.Equal(t, "/inboxes/console-replay/rejected", done.url)
+		assert.Equal(t, "/inboxes/console%25replay/rejected", done.url)
 		assert.Contains(t, done.body, `id="flash"`)
 		assert.NotContains(t, done.rowIDs("rejected"), c.id, "the row is gone")
 		assert.Equal(t, http.StatusNotFound, b.get(path).status)
@@ -209,7 +210,7 @@ func TestInboxReplayAndResend(t *testing.T) {
 
 	recs := log.all()
 	require.Len(t, recs, 4)
-	assert.Equal(t, "console-replay", recs[1]["group"])
+	assert.Equal(t, "console%replay", recs[1]["group"])
 	assert.Equal(t, "replay", recs[1]["action"])
 	assert.Equal(t, "handled", recs[1]["replay_outcome"])
 	assert.Equal(t, "1", recs[1]["rows"])
@@ -237,4 +238,29 @@ func TestInboxActionsNotOffered(t *testing.T) {
 		assert.Equal(t, http.StatusNotFound, p.status, a)
 	}
 	assert.Len(t, b.get("/inboxes/console-none/rejected").rowIDs("rejected"), 1)
+}
+
+// A replay whose handler fails changes nothing: the error is shown, the rejected row stays,
+// and the audit record has the error.
+func TestReplayThatFailsKeepsTheMessage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, outbox.MySQLConfig{})
+	in := newInbox(t, f.db, "console-replay-fails")
+	reject(t, in, "PAID", "F-1", []byte(`{}`), "no such order")
+	b, log := writable(t, f, console.Inbox{Inbox: in, Replay: func(context.Context, *sql.Tx, *inbox.Message) error {
+		return fmt.Errorf("still no such order")
+	}})
+	id := b.get("/inboxes/console-replay-fails/rejected").rowIDs("rejected")[0]
+	path := "/inboxes/console-replay-fails/rejected/" + id
+	m := b.get(path)
+	p := b.post(path+"/replay", url.Values{"csrf": {m.csrf(t)}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusInternalServerError, p.status)
+	assert.Contains(t, p.body, `id="error"`)
+	assert.Contains(t, p.body, "still no such order")
+	assert.Equal(t, []string{id}, b.get("/inboxes/console-replay-fails/rejected").rowIDs("rejected"))
+	recs := log.all()
+	require.Len(t, recs, 1)
+	assert.Equal(t, "error", recs[0]["outcome"])
+	assert.Contains(t, recs[0]["error"], "still no such order")
+	assert.Equal(t, "0", recs[0]["rows"])
 }

@@ -142,6 +142,7 @@ type bar struct {
 
 type chart struct {
 	Width, Height int
+	AxisY         int // the baseline's top
 	Bars          []bar
 	Total, Peak   int64
 }
@@ -153,7 +154,7 @@ func sentChart(perMinute []int64, now time.Time) *chart {
 		return nil
 	}
 	const barW, height = 10, 100
-	ch := &chart{Width: barW * len(perMinute), Height: height}
+	ch := &chart{Width: barW * len(perMinute), Height: height, AxisY: height - 1}
 	for _, n := range perMinute {
 		ch.Total += n
 		ch.Peak = max(ch.Peak, n)

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -246,4 +248,33 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		CSRFKey: make([]byte, console.CSRFKeyMinLen), Prefix: "/x/"})
 	require.NoError(t, err, "an inbox alone is enough")
 	assert.NotNil(t, h)
+}
+
+// The time filter: since inclusive, until exclusive, in RFC 3339, a UTC date and time, or
+// a UTC date.
+func TestDeadLettersFilterByTime(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, outbox.MySQLConfig{})
+	id := f.dead(t, "T", "B")
+	ev, err := f.admin.Get(context.Background(), id)
+	require.NoError(t, err)
+	created := ev.CreateTime.UTC()
+	b, _ := newConsole(t, console.Config{Stores: []console.Store{{Name: "s", Store: f.store}}})
+	for q, want := range map[string]bool{
+		"since=" + created.Add(-time.Hour).Format(time.RFC3339):                                                                           true,
+		"since=" + url.QueryEscape(created.Add(time.Hour).Format(time.RFC3339)):                                                           false,
+		"since=" + created.Add(-24*time.Hour).Format("2006-01-02"):                                                                        true,
+		"until=" + created.Add(-24*time.Hour).Format("2006-01-02"):                                                                        false,
+		"until=" + url.QueryEscape(created.Add(time.Minute).Format("2006-01-02 15:04")):                                                   true,
+		"since=" + created.Add(-time.Minute).Format("2006-01-02T15:04") + "&until=" + created.Add(time.Minute).Format("2006-01-02T15:04"): true,
+		"since=" + url.QueryEscape(created.In(time.FixedZone("UTC+8", 8*3600)).Add(-time.Second).Format(time.RFC3339)):                    true,
+	} {
+		p := b.get("/stores/s/dead-letters?" + q)
+		require.Equal(t, http.StatusOK, p.status, q)
+		if want {
+			assert.Equal(t, []string{strconv.FormatInt(id, 10)}, p.rowIDs("events"), q)
+		} else {
+			assert.Empty(t, p.rowIDs("events"), q)
+		}
+	}
 }
