@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/apache/rocketmq-client-go/v2 v2.1.3-0.20251226070945-2173d070fd1b
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/go-mysql-org/go-mysql v1.16.0
 	github.com/go-outbox/outbox v0.0.0
 	github.com/go-sql-driver/mysql v1.10.1
@@ -17,6 +19,7 @@ require (
 
 require (
 	github.com/coreos/go-semver v0.3.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/goccy/go-json v0.10.6 // indirect
 	github.com/pingcap/errors v0.11.5-0.20260310054046-9c8b3586e4b2 // indirect
 	github.com/pingcap/log v1.1.1-0.20260227082333-572e590d08f1 // indirect
