@@ -193,7 +193,7 @@ func (c *console) storePage(w http.ResponseWriter, r *http.Request) {
 		FailByType []failType
 	}
 	data.DeadHref, data.Lease = c.href(nil, "stores", s.Name, "dead-letters"), s.Lease
-	st, err := s.Store.Store.Stats(r.Context(), outbox.StatsOptions{Lease: s.Lease, SentPerMinute: true})
+	st, err := s.Store.Store.Stats(r.Context(), outbox.StatsOptions{Lease: s.Lease, SentPerMinute: true, CountSkipped: true})
 	if err != nil {
 		data.Err = err.Error()
 	}

@@ -58,6 +58,7 @@ func TestPagesRenderRealData(t *testing.T) {
 	require.Equal(t, http.StatusOK, st.status, st.body)
 	assert.Contains(t, st.body, `id="count-fail"><a href="/stores/orders/dead-letters">2</a>`)
 	assert.Contains(t, st.body, `id="count-wait">2<`, "two WAIT events: %d and %d", wait, behind)
+	assert.Contains(t, st.body, `id="count-skipped">0<`, "SKIPPED counted")
 	assert.Contains(t, st.body, `<svg id="sent-per-minute"`)
 	assert.Contains(t, st.body, `href="/stores/orders/dead-letters?type=ORDER_PAID"`, "FAIL by type links the filtered list")
 	assert.Contains(t, st.body, `id="nav-dead-letters"`)
