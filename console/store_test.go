@@ -61,6 +61,7 @@ func TestStorePageShowsRelaySendsAndStaleClaims(t *testing.T) {
 	assert.Contains(t, p.body, "<tr><th>Epoch</th><td>7</td></tr>")
 	assert.Contains(t, p.body, "<code>0-1-42</code>")
 	assert.Contains(t, p.body, `<td id="relay-live">yes</td>`)
+	assert.Contains(t, p.body, `id="relay-lag"`)
 	assert.Contains(t, p.body, `<tr><td><a href="/stores/s/dead-letters?type=PAY">PAY</a></td><td class="n">2</td></tr>`+
 		`<tr><td><a href="/stores/s/dead-letters?type=SHIP">SHIP</a></td><td class="n">1</td></tr>`, "most first")
 
