@@ -495,13 +495,33 @@ func failedOnly(f Filter) (Filter, error) {
 // opts.DryRun how many it would requeue, changing nothing. A filter or batch size that
 // cannot be run is an error wrapping [ErrInvalidInput], DryRun or not.
 func (a *Admin) RequeueFailed(ctx context.Context, f Filter, opts RequeueOptions) (int64, error) {
+	return a.changeFailed(ctx, "requeue dead letters", a.s.q.requeueIDs, f, opts)
+}
+
+// SkipFailed marks every FAIL event f selects SKIPPED, as [Admin.Skip] does one: never to be
+// sent, and done for per-key ordering, so the events of their biz nos behind them go on. It
+// runs as [Admin.RequeueFailed] does, in batches of opts.BatchRows in id order, each batch
+// whole or not at all, opts.OnBatch told of each, the publishers woken; with opts.DryRun it
+// only counts. Rows that are not FAIL are never touched (f.Status must be "" or FAIL). A
+// table whose status column does not allow SKIPPED yet is refused with the ALTER TABLE to
+// run, DryRun or not.
+func (a *Admin) SkipFailed(ctx context.Context, f Filter, opts RequeueOptions) (int64, error) {
+	if err := a.s.checkSkipped(ctx); err != nil {
+		return 0, err
+	}
+	return a.changeFailed(ctx, "skip dead letters", a.s.oq.skipIDs, f, opts)
+}
+
+// changeFailed runs stmt (an UPDATE of the ids in its %s, guarded by status = 'FAIL') over
+// the FAIL events f selects, batch by batch: RequeueFailed and SkipFailed.
+func (a *Admin) changeFailed(ctx context.Context, op, stmt string, f Filter, opts RequeueOptions) (int64, error) {
 	f, err := failedOnly(f)
 	if err != nil {
 		return 0, err
 	}
 	batch := cmp.Or(opts.BatchRows, requeueBatchDefault)
 	if batch < 0 || batch > maxAdminBatch {
-		return 0, fmt.Errorf("%w: requeue batch must be between 1 and %d rows, got %d", ErrInvalidInput, maxAdminBatch, batch)
+		return 0, fmt.Errorf("%w: batch must be between 1 and %d rows, got %d", ErrInvalidInput, maxAdminBatch, batch)
 	}
 	s := a.s
 	if opts.DryRun {
@@ -516,12 +536,12 @@ func (a *Admin) RequeueFailed(ctx context.Context, f Filter, opts RequeueOptions
 		if f.Limit > 0 {
 			n = min(n, f.Limit-int(total))
 		}
-		ids, err := s.selectIDs(ctx, "requeue dead letters", sel, append(append([]any{}, args...), after, n)...)
+		ids, err := s.selectIDs(ctx, op, sel, append(append([]any{}, args...), after, n)...)
 		if err != nil || len(ids) == 0 {
 			return total, err
 		}
 		after = ids[len(ids)-1]
-		changed, err := s.exec(ctx, "requeue dead letters", fmt.Sprintf(s.q.requeueIDs, idList(ids)))
+		changed, err := s.exec(ctx, op, fmt.Sprintf(stmt, idList(ids)))
 		if err != nil {
 			return total, err
 		}
@@ -551,13 +571,8 @@ func (a *Admin) Skip(ctx context.Context, id int64) error {
 		return fmt.Errorf("%w: ids are positive, got %d", ErrInvalidInput, id)
 	}
 	s := a.s
-	ok, err := s.hasSkipped(ctx)
-	if err != nil {
+	if err := s.checkSkipped(ctx); err != nil {
 		return err
-	}
-	if !ok {
-		return fmt.Errorf("outbox: skip: table %s's status column does not allow 'SKIPPED'; run: %s; (see docs/ordering.md)",
-			s.table, strings.ReplaceAll(alterSkipped, "t_event_record", mysqldialect.Quote(s.table)))
 	}
 	if err := a.deadLetterOnly(ctx, "skip", s.oq.skip, id); err != nil {
 		return err
@@ -579,16 +594,20 @@ type BlockedKey struct {
 // Blocked lists dead letters (FAIL) that have WAIT events of the same biz no after them,
 // oldest id first, with how many wait behind each: under [KeyOrder], the keys that stand
 // still until a person requeues ([Admin.Requeue]) or skips ([Admin.Skip]) their dead
-// letter. At most limit of them: 0 means 100, and limit is at most 10000.
+// letter. It pages by the dead letter's id: the ones with an id above after, at most limit
+// of them (0 means 100, at most 10000); the next page starts after the last id returned.
 // It reads every FAIL row and, for each, on an ordered table, one range of
 // idx_biz_no_status that holds only the key's WAIT events, never a SUCCESS row; on an
 // unordered table (idx_biz_no) it reads every event of each dead letter's biz no.
-func (a *Admin) Blocked(ctx context.Context, limit int) ([]BlockedKey, error) {
+func (a *Admin) Blocked(ctx context.Context, after int64, limit int) ([]BlockedKey, error) {
 	if limit < 0 || limit > listLimitMax {
 		return nil, fmt.Errorf("%w: limit must be between 0 and %d, got %d", ErrInvalidInput, listLimitMax, limit)
 	}
+	if after < 0 {
+		return nil, fmt.Errorf("%w: after is an id (0 for the first page), got %d", ErrInvalidInput, after)
+	}
 	s := a.s
-	rows, err := s.db.QueryContext(ctx, s.oq.blocked, cmp.Or(limit, listLimitDefault))
+	rows, err := s.db.QueryContext(ctx, s.oq.blocked, after, cmp.Or(limit, listLimitDefault))
 	if err != nil {
 		return nil, s.wrap("list blocked keys", err)
 	}

@@ -719,3 +719,50 @@ func TestAdminByEventIDSharedByTwoRows(t *testing.T) {
 	assert.ErrorContains(t, err, fmt.Sprintf("is held by more than one row (ids %d and %d", first, first+1))
 	assert.Equal(t, snapshot, b.snapshot(t))
 }
+
+// SkipFailed marks the FAIL events a filter selects SKIPPED, in batches, and nothing else;
+// its dry run counts them and changes nothing.
+func TestAdminSkipFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var failedA, others []int64
+	for i := range 5 {
+		id := b.insertTyped(t, "A", fmt.Sprint("ORD-", i))
+		b.setState(t, id, outbox.StatusFail, time.Hour)
+		failedA = append(failedA, id)
+	}
+	failedB := b.insertTyped(t, "B", "ORD-B")
+	b.setState(t, failedB, outbox.StatusFail, time.Hour)
+	for _, st := range []outbox.Status{outbox.StatusWait, outbox.StatusSending, outbox.StatusSuccess} {
+		id := b.insertTyped(t, "A", "ORD-X")
+		b.setState(t, id, st, time.Hour)
+		others = append(others, id)
+	}
+	admin := b.admin()
+	snapshot := b.snapshot(t)
+	n, err := admin.SkipFailed(ctx, outbox.Filter{EventType: "A"}, outbox.RequeueOptions{DryRun: true})
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, n)
+	_, err = admin.SkipFailed(ctx, outbox.Filter{Status: outbox.StatusWait}, outbox.RequeueOptions{})
+	require.ErrorIs(t, err, outbox.ErrInvalidInput, "only FAIL rows are skipped")
+	assert.Equal(t, snapshot, b.snapshot(t), "a dry run and a refused filter change nothing")
+
+	var batches [][]int64
+	n, err = admin.SkipFailed(ctx, outbox.Filter{EventType: "A", MaxID: failedA[3], Limit: 3}, outbox.RequeueOptions{
+		BatchRows: 2, OnBatch: func(ids []int64, _ int64) { batches = append(batches, ids) }})
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, n, "at most Limit")
+	assert.Equal(t, [][]int64{failedA[:2], failedA[2:3]}, batches)
+	for i, id := range failedA {
+		want := outbox.StatusSkipped
+		if i >= 3 {
+			want = outbox.StatusFail
+		}
+		assert.Equal(t, want, b.get(t, id).Status, "event %d", id)
+	}
+	assert.Equal(t, outbox.StatusFail, b.get(t, failedB).Status, "another type")
+	for _, id := range others {
+		assert.NotEqual(t, outbox.StatusSkipped, b.get(t, id).Status, "not a dead letter")
+	}
+}

@@ -66,8 +66,9 @@ func TestAPISurface(t *testing.T) {
 	}
 	// 102: the lifecycle's Start and Stop, the verbs the relay and the inbox's consumer share,
 	// and Admin.GetByEventID, the lookup by the id consumers log; ConstantBackoff, a one-line
-	// closure, went to make room.
-	assert.LessOrEqual(t, len(names), 103, "exported identifiers:\n%s", strings.Join(names, "\n"))
+	// closure, went to make room. 105: the operator console's two calls, Admin.SkipFailed
+	// (RequeueFailed's twin) and RocketMQMessage (what a dead letter will be sent as).
+	assert.LessOrEqual(t, len(names), 105, "exported identifiers:\n%s", strings.Join(names, "\n"))
 	assert.LessOrEqual(t, methods["MySQLStore"], 16, "MySQLStore's methods")
 	assert.NotZero(t, methods["MySQLStore"], "the count found the store's methods")
 }

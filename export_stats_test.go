@@ -2,6 +2,6 @@ package outbox
 
 // StatsQueryForTest returns the statement [MySQLStore.Stats] runs, so that the tests EXPLAIN
 // the real text.
-func StatsQueryForTest(s *MySQLStore, countSucceeded bool) string {
-	return s.statsQuery(countSucceeded)
+func StatsQueryForTest(s *MySQLStore, countSucceeded, sentPerMinute bool) string {
+	return s.statsQuery(countSucceeded, sentPerMinute)
 }

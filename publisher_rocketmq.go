@@ -381,6 +381,26 @@ func (s *RocketMQSender) message(ev Event, keyOrder bool) *primitive.Message {
 	return msg
 }
 
+// RocketMQMessage returns the topic and the properties a sender built from cfg sends ev
+// with ([NewRocketMQSender]): what a consumer of the event will see, for a person to look at
+// before requeueing a dead letter. keyOrder is the store's ordering (an ordered store's
+// events carry their biz no as the sharding key). It connects to nothing: cfg's NameServers
+// are not needed. An event the sender would refuse (a topic outside cfg's topics, an empty
+// payload) is the [Permanent] error its send fails with ([IsPermanent] reports it); a cfg
+// NewRocketMQSender would refuse, an error wrapping [ErrInvalidConfig]. The properties include the client's own: KEYS (the
+// biz no), TAGS (the event type) and, in key order, SHARDING_KEY.
+func RocketMQMessage(cfg RocketMQConfig, ev Event, keyOrder bool) (topic string, properties map[string]string, err error) {
+	s, err := newRocketMQSender(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := s.refuse(&ev); err != nil {
+		return "", nil, err
+	}
+	msg := s.message(ev, keyOrder)
+	return msg.Topic, msg.GetProperties(), nil
+}
+
 // begin registers a send in flight, unless the sender is closed.
 func (s *RocketMQSender) begin() error {
 	s.mu.Lock()

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -171,7 +172,7 @@ func TestStatsQueryUsesTheIndexes(t *testing.T) {
 	}
 
 	parts := 0
-	for _, p := range explain(outbox.StatsQueryForTest(b.store, false)) {
+	for _, p := range explain(outbox.StatsQueryForTest(b.store, false, false)) {
 		t.Logf("stats part on %d rows: table=%s type=%s key=%s rows=%d", total, p.table, p.typ, p.key, p.rows)
 		if strings.HasPrefix(p.table, "<union") {
 			continue // the UNION's result, not a read
@@ -185,7 +186,7 @@ func TestStatsQueryUsesTheIndexes(t *testing.T) {
 
 	parts = 0
 	var successRows int64
-	for _, p := range explain(outbox.StatsQueryForTest(b.store, true)) {
+	for _, p := range explain(outbox.StatsQueryForTest(b.store, true, false)) {
 		t.Logf("stats part with CountSucceeded: table=%s type=%s key=%s rows=%d", p.table, p.typ, p.key, p.rows)
 		if strings.HasPrefix(p.table, "<union") {
 			continue
@@ -202,4 +203,62 @@ func TestStatsQueryUsesTheIndexes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, outbox.TableStats{Wait: 200, Due: 150, Sending: 100, Fail: 100, Success: total - 400, Skipped: 0,
 		OldestDueAge: st.OldestDueAge, OldestClaimAge: st.OldestClaimAge, FailByType: map[string]int64{"B": 100}}, st)
+}
+
+// SentPerMinute counts the SUCCESS events by the minute their send began, over the last
+// hour, newest minute last, from a range of idx_status_claimed_at that holds the last hour's
+// sends only: the older history and the dead letters are not counted, nor read.
+func TestStatsSentPerMinute(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const history = 5000
+	var rows []rawRow
+	rows = append(rows, repeatRow(rawRow{status: "SUCCESS", eventType: "A", dueIn: -7200, claimedIn: -7200}, history)...)
+	rows = append(rows, repeatRow(rawRow{status: "SUCCESS", eventType: "A", dueIn: -30, claimedIn: -20}, 100)...)
+	rows = append(rows, repeatRow(rawRow{status: "SUCCESS", eventType: "A", dueIn: -700, claimedIn: -10*60 - 20}, 200)...)
+	rows = append(rows, repeatRow(rawRow{status: "SUCCESS", eventType: "A", dueIn: -3580, claimedIn: -59*60 - 20}, 7)...)
+	rows = append(rows, repeatRow(rawRow{status: "FAIL", eventType: "B", dueIn: -30, claimedIn: -20}, 5)...)
+	b.insertRaw(t, rows)
+	b.exec(t, "ANALYZE TABLE {t}")
+
+	st, err := b.store.Stats(context.Background(), outbox.StatsOptions{SentPerMinute: true})
+	require.NoError(t, err)
+	require.Len(t, st.SentPerMinute, 60)
+	want := make([]int64, 60)
+	want[59], want[49], want[0] = 100, 200, 7
+	assert.Equal(t, want, st.SentPerMinute)
+	assert.Equal(t, int64(-1), st.Success, "SentPerMinute counts no history")
+
+	st, err = b.store.Stats(context.Background(), outbox.StatsOptions{})
+	require.NoError(t, err)
+	assert.Nil(t, st.SentPerMinute, "not asked for")
+
+	rs, err := b.db.Query("EXPLAIN "+outbox.StatsQueryForTest(b.store, false, true), 0)
+	require.NoError(t, err)
+	defer rs.Close()
+	cols, err := rs.Columns()
+	require.NoError(t, err)
+	found := false
+	for rs.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rs.Scan(ptrs...))
+		row := map[string]string{}
+		for i, c := range cols {
+			row[strings.ToLower(c)] = vals[i].String
+		}
+		if row["key"] != "idx_status_claimed_at" || !strings.Contains(row["extra"], "index") {
+			continue
+		}
+		var n int64
+		_, _ = fmt.Sscan(row["rows"], &n)
+		if n < history/4 && row["type"] == "range" {
+			found = true
+		}
+	}
+	require.NoError(t, rs.Err())
+	assert.True(t, found, "the sent-per-minute part is a range of idx_status_claimed_at, read from the index, short of the history")
 }

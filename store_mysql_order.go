@@ -343,3 +343,17 @@ func (s *MySQLStore) hasSkipped(ctx context.Context) (bool, error) {
 	}
 	return strings.Contains(typ, "'SKIPPED'"), nil
 }
+
+// checkSkipped refuses a table whose status column does not allow SKIPPED, with the ALTER
+// TABLE that adds it.
+func (s *MySQLStore) checkSkipped(ctx context.Context) error {
+	ok, err := s.hasSkipped(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("outbox: skip: table %s's status column does not allow 'SKIPPED'; run: %s; (see docs/ordering.md)",
+			s.table, strings.ReplaceAll(alterSkipped, "t_event_record", mysqldialect.Quote(s.table)))
+	}
+	return nil
+}

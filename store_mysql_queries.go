@@ -281,7 +281,8 @@ type orderQueries struct {
 	claim      [2]string // the per-row claim with its atomic re-check
 	gap        string    // the gap rule's lock-free read; %s: the keys' ranges
 	skip       string
-	blocked    string
+	skipIDs    string // %s: the ids
+	blocked    string // ?: after id, limit
 }
 
 // orderIndex is the index ordered claims need: the key's entries by status, then id.
@@ -351,15 +352,19 @@ func newOrderQueries(table string) orderQueries {
 	ORDER BY biz_no, id`)
 	q.skip = r.Replace(`UPDATE t_event_record SET status = 'SKIPPED', update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'FAIL'`)
+	q.skipIDs = r.Replace(`UPDATE t_event_record SET status = 'SKIPPED', update_time = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'FAIL'`)
 	// Dead letters with WAIT events of their biz no behind them, each with how many: one
-	// range count per FAIL row. No FORCE INDEX: the statement also serves a table without
+	// range count per FAIL row after the page's last id (the FAIL entries of
+	// idx_status_next_retry are read, and the id filters them; a range count is run for
+	// each one kept, until the page is full). No FORCE INDEX: the statement also serves a table without
 	// idx_biz_no_status (an unordered one, where a FAIL blocks nothing but a person may
 	// still ask), and with it the range (biz_no, status, id > ?) is the obvious plan.
 	q.blocked = r.Replace(`SELECT * FROM (
 	SELECT f.id, f.event_id, f.biz_no, f.event_type, OCTET_LENGTH(f.payload), f.status, f.retry_count, f.reclaim_count,
 	       f.next_retry_time, f.claim_owner, f.claimed_at, f.last_error, f.create_time, f.update_time, f.topic, f.failures,
 	       (SELECT COUNT(*) FROM t_event_record w WHERE w.biz_no = f.biz_no AND w.status = 'WAIT' AND w.id > f.id) AS behind
-	FROM t_event_record f WHERE f.status = 'FAIL') AS d
+	FROM t_event_record f WHERE f.status = 'FAIL' AND f.id > ?) AS d
 	WHERE behind > 0 ORDER BY id LIMIT ?`)
 	return q
 }

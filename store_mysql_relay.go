@@ -27,6 +27,8 @@ import (
 type relayGate struct {
 	table              string
 	read, take, create string
+	// stats reads the row for MySQLStore.Stats, without a lock.
+	stats string
 	// claim and orderedClaim are the per-row claims (MySQLStore.Claim) fenced on the row:
 	// they change nothing unless it says the publishers poll.
 	claim        string
@@ -59,6 +61,9 @@ func newRelayGate(outboxTable, relayTable string, q mysqlQueries, oq orderQuerie
 			" WHERE outbox_table = ? LOCK IN SHARE MODE",
 		take: "UPDATE " + relayTable + " SET mode = 'polling', epoch = epoch + 1, leader = ?, updated_at = UTC_TIMESTAMP(3) " +
 			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
+		stats: "SELECT mode, leader, epoch, gtid, TIMESTAMPDIFF(MICROSECOND, heartbeat_at, UTC_TIMESTAMP(3)), " +
+			"mode = 'relay' AND heartbeat_at >= UTC_TIMESTAMP(3) - INTERVAL fallback_after_ms * 1000 MICROSECOND FROM " + relayTable +
+			" WHERE outbox_table = ?",
 		create: "INSERT IGNORE INTO " + relayTable + " (outbox_table, epoch, mode, leader, fallback_after_ms, heartbeat_at, updated_at) " +
 			"VALUES (?, 0, 'polling', ?, 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
 	}

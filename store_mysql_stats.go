@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -34,6 +36,31 @@ type TableStats struct {
 	SendingPastHalfLease int64
 	// FailByType counts the FAIL rows (dead letters) by event type. Never nil.
 	FailByType map[string]int64
+	// SentPerMinute counts the events sent in each of the last 60 minutes, oldest first: the
+	// last entry is the minute up to now, the first the one that began an hour ago. An event
+	// counts in the minute its send began (its claim, or the binlog relay's mark), by the
+	// database clock, once it is SUCCESS. nil unless [StatsOptions.SentPerMinute] is set.
+	SentPerMinute []int64
+
+	// RelayMode says who publishes the table, as the binlog relay's checkpoint row says:
+	// "relay" (a relay leads) or "polling" (the publishers poll). "" when the store has no
+	// [MySQLConfig.RelayTable], or no relay and no publisher has written the row yet. The
+	// other Relay fields are zero then.
+	RelayMode string
+	// RelayLeader is the instance that took the table last: the leading relay, or in mode
+	// polling the publisher that took it over from one.
+	RelayLeader string
+	// RelayEpoch is the fencing epoch: each takeover adds one.
+	RelayEpoch int64
+	// RelayPosition is the binlog position (a GTID set) up to which the relay has sent and
+	// marked everything ("" before its first checkpoint).
+	RelayPosition string
+	// RelayHeartbeatAge is how long ago the relay last wrote its heartbeat, by the database
+	// clock; RelayLive says a relay leads and its heartbeat is within its FallbackAfter,
+	// past which the publishers take the table over. A relay's lag behind the commits is OldestDueAge: its
+	// events stay WAIT until it has sent them.
+	RelayHeartbeatAge time.Duration
+	RelayLive         bool
 }
 
 // StatsOptions says what [MySQLStore.Stats] reads.
@@ -45,6 +72,10 @@ type StatsOptions struct {
 	// all, however large the history; with it, it reads every one of them (from an index,
 	// but still one entry per event ever sent and not purged).
 	CountSucceeded bool
+	// SentPerMinute fills [TableStats.SentPerMinute]: it reads the idx_status_claimed_at
+	// entries of the events sent in the last hour (one per event, none of the older
+	// history).
+	SentPerMinute bool
 }
 
 // Stats reads a snapshot of the table in one statement, each part of which is served by
@@ -57,7 +88,10 @@ func (s *MySQLStore) Stats(ctx context.Context, opts StatsOptions) (TableStats, 
 		return TableStats{}, fmt.Errorf("outbox: stats: Lease must not be negative, got %s", opts.Lease)
 	}
 	st := TableStats{Success: -1, Skipped: -1, FailByType: map[string]int64{}}
-	rows, err := s.db.QueryContext(ctx, s.statsQuery(opts.CountSucceeded), (opts.Lease / 2).Microseconds())
+	if opts.SentPerMinute {
+		st.SentPerMinute = make([]int64, sentMinutes)
+	}
+	rows, err := s.db.QueryContext(ctx, s.statsQuery(opts.CountSucceeded, opts.SentPerMinute), (opts.Lease / 2).Microseconds())
 	if err != nil {
 		return TableStats{}, s.wrap("stats", err)
 	}
@@ -87,18 +121,46 @@ func (s *MySQLStore) Stats(ctx context.Context, opts StatsOptions) (TableStats, 
 			st.Success = n
 		case "skipped":
 			st.Skipped = n
+		case "sent": // us: whole minutes ago, 0 to 59
+			st.SentPerMinute[sentMinutes-1-min(max(us, 0), sentMinutes-1)] += n
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return TableStats{}, s.wrap("stats", err)
 	}
+	if err := s.relayStats(ctx, &st); err != nil {
+		return TableStats{}, err
+	}
 	return st, nil
+}
+
+// sentMinutes is how many minutes TableStats.SentPerMinute covers.
+const sentMinutes = 60
+
+// relayStats reads the relay's checkpoint row into st, when the store has a RelayTable.
+func (s *MySQLStore) relayStats(ctx context.Context, st *TableStats) error {
+	if s.relay == nil {
+		return nil
+	}
+	var us int64
+	err := s.db.QueryRowContext(ctx, s.relay.stats, s.table).Scan(&st.RelayMode, &st.RelayLeader, &st.RelayEpoch,
+		&st.RelayPosition, &us, &st.RelayLive)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case mysqldialect.Is(err, mysqldialect.ErrNoSuchTable):
+		return fmt.Errorf("%w: MySQLConfig.RelayTable: %w (create it with relay.CreateSchema)", ErrInvalidConfig, err)
+	case err != nil:
+		return s.wrap("stats: read the relay's checkpoint row", err)
+	}
+	st.RelayHeartbeatAge = time.Duration(max(us, 0)) * time.Microsecond
+	return nil
 }
 
 // statsQuery is the statement Stats runs: one SELECT per part, each a range of one status
 // in an index whose first column is status, joined by UNION ALL so that they take one round
 // trip and one consistent read. Its one parameter is half the lease, in microseconds.
-func (s *MySQLStore) statsQuery(countSucceeded bool) string {
+func (s *MySQLStore) statsQuery(countSucceeded, sentPerMinute bool) string {
 	q := `SELECT 'wait', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'WAIT'
 UNION ALL
 SELECT 'due', '', COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(next_retry_time), UTC_TIMESTAMP(3)), 0), 0
@@ -115,6 +177,15 @@ UNION ALL
 SELECT 'success', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SUCCESS'
 UNION ALL
 SELECT 'skipped', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SKIPPED'`
+	}
+	if sentPerMinute {
+		// A range of idx_status_claimed_at: the SUCCESS entries claimed in the last hour,
+		// read from the index alone, grouped by how many whole minutes ago.
+		q += `
+UNION ALL
+SELECT 'sent', '', COUNT(*), TIMESTAMPDIFF(MINUTE, claimed_at, UTC_TIMESTAMP(3)), 0 FROM t_event_record
+	WHERE status = 'SUCCESS' AND claimed_at > UTC_TIMESTAMP(3) - INTERVAL 60 MINUTE
+	GROUP BY TIMESTAMPDIFF(MINUTE, claimed_at, UTC_TIMESTAMP(3))`
 	}
 	return strings.ReplaceAll(q, "t_event_record", mysqldialect.Quote(s.table))
 }

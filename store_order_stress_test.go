@@ -185,7 +185,7 @@ func orderedStress(t *testing.T, mode string, o outbox.Ordering) {
 		for id := range blockedBehind {
 			assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "KeyOrder: behind the dead letter, nothing moves")
 		}
-		blocked, err := b.admin().Blocked(ctx, 0)
+		blocked, err := b.admin().Blocked(ctx, 0, 0)
 		require.NoError(t, err)
 		require.Len(t, blocked, 1)
 		assert.Equal(t, dead, blocked[0].ID)

@@ -316,7 +316,7 @@ func TestOrderedDeadLetter(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, ok)
 
-			blocked, err := b.admin().Blocked(ctx, 0)
+			blocked, err := b.admin().Blocked(ctx, 0, 0)
 			require.NoError(t, err)
 			require.Len(t, blocked, 1)
 			assert.Equal(t, ids["K"][0], blocked[0].ID)
@@ -341,13 +341,48 @@ func TestOrderedDeadLetter(t *testing.T) {
 			require.NoError(t, b.admin().Skip(ctx, ids["K"][0]))
 			require.ErrorIs(t, b.admin().Skip(ctx, ids["K"][0]), outbox.ErrNotDeadLetter, "only once")
 			assert.Equal(t, outbox.StatusSkipped, b.get(t, ids["K"][0]).Status)
-			blocked, err = b.admin().Blocked(ctx, 0)
+			blocked, err = b.admin().Blocked(ctx, 0, 0)
 			require.NoError(t, err)
 			assert.Empty(t, blocked)
 			res = orderedClaim(t, b.store, "one", o, 100, ids["L"]...)
 			assert.Equal(t, map[string][]int64{"K": ids["K"][1:]}, byKey(res.Events), "SKIPPED is done")
 		})
 	}
+}
+
+// Blocked pages by the dead letter's id: each page starts after the last id of the one
+// before, and the pages together list each blocked key once.
+func TestBlockedPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := orderedSetup(t)
+	keys := []string{"K1", "K2", "K3", "K4", "K5"}
+	ids := b.insertKeys(t, keys, 2)
+	var heads []int64
+	for _, k := range keys {
+		b.setState(t, ids[k][0], outbox.StatusFail, time.Hour)
+		heads = append(heads, ids[k][0])
+	}
+	var got []int64
+	after := int64(0)
+	for page := 0; ; page++ {
+		require.Less(t, page, 5, "the pages end")
+		keys, err := b.admin().Blocked(ctx, after, 2)
+		require.NoError(t, err)
+		if len(keys) == 0 {
+			break
+		}
+		assert.LessOrEqual(t, len(keys), 2)
+		for _, k := range keys {
+			assert.Greater(t, k.ID, after)
+			assert.Equal(t, int64(1), k.Waiting)
+			got = append(got, k.ID)
+		}
+		after = keys[len(keys)-1].ID
+	}
+	assert.Equal(t, heads, got)
+	_, err := b.admin().Blocked(ctx, -1, 0)
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
 }
 
 // A requeued dead letter goes first, before the events that waited behind it.

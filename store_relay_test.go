@@ -18,7 +18,7 @@ import (
 // writes (module relay's CreateSchema makes the whole table).
 const relayRowDDL = `CREATE TABLE %s (
     outbox_table VARCHAR(64) NOT NULL PRIMARY KEY, epoch BIGINT NOT NULL,
-    mode ENUM('relay', 'polling') NOT NULL, leader VARCHAR(64) NOT NULL,
+    mode ENUM('relay', 'polling') NOT NULL, leader VARCHAR(64) NOT NULL, gtid VARCHAR(4096) NOT NULL DEFAULT '',
     fallback_after_ms BIGINT NOT NULL, heartbeat_at DATETIME(3) NOT NULL, updated_at DATETIME(3) NOT NULL)`
 
 func TestRelayTableIsValidated(t *testing.T) {
@@ -93,6 +93,59 @@ func TestClaimsStandByWhileARelayLeads(t *testing.T) {
 	assert.Equal(t, int64(8), epoch, "the takeover fences the silent relay")
 	assert.Equal(t, "polling", mode)
 	assert.Equal(t, "p1", leader)
+}
+
+// Stats reports who publishes a relayed table, from the checkpoint row: nothing before the
+// row exists, then the publishers' mode, then the leading relay with its position and
+// heartbeat, and a relay whose heartbeat is older than its fallback as not live.
+func TestStatsReportsTheRelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testsvc.OpenDB(t)
+	table := testsvc.UniqueTable("t_relayed")
+	cp := table + "_cp"
+	_, err := db.Exec(fmt.Sprintf(relayRowDDL, cp))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE " + cp) })
+	store := testsvc.NewStore(t, db, outbox.MySQLConfig{Table: table, RelayTable: cp})
+
+	st, err := store.Stats(ctx, outbox.StatsOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, st.RelayMode, "no row yet")
+
+	_, err = store.ClaimDue(ctx, outbox.ClaimRequest{Owner: "p1", Limit: 10, MaxBytes: 1 << 20}) // makes the row
+	require.NoError(t, err)
+	st, err = store.Stats(ctx, outbox.StatsOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "polling", st.RelayMode)
+	assert.False(t, st.RelayLive, "no relay leads")
+
+	_, err = db.Exec("UPDATE "+cp+" SET epoch = 7, mode = 'relay', leader = 'relay-1', gtid = '0-1-42', fallback_after_ms = 60000, "+
+		"heartbeat_at = UTC_TIMESTAMP(3) - INTERVAL 5 SECOND WHERE outbox_table = ?", table)
+	require.NoError(t, err)
+	st, err = store.Stats(ctx, outbox.StatsOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "relay", st.RelayMode)
+	assert.Equal(t, "relay-1", st.RelayLeader)
+	assert.Equal(t, int64(7), st.RelayEpoch)
+	assert.Equal(t, "0-1-42", st.RelayPosition)
+	assert.True(t, st.RelayLive)
+	assert.GreaterOrEqual(t, st.RelayHeartbeatAge, 5*time.Second)
+	assert.Less(t, st.RelayHeartbeatAge, 60*time.Second)
+
+	_, err = db.Exec("UPDATE "+cp+" SET heartbeat_at = UTC_TIMESTAMP(3) - INTERVAL 61 SECOND WHERE outbox_table = ?", table)
+	require.NoError(t, err)
+	st, err = store.Stats(ctx, outbox.StatsOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "relay", st.RelayMode)
+	assert.False(t, st.RelayLive, "its heartbeat is older than its fallback")
+	assert.GreaterOrEqual(t, st.RelayHeartbeatAge, 61*time.Second)
+
+	// A store without a RelayTable reports none.
+	plain := testsvc.NewStoreOn(t, db, table)
+	st, err = plain.Stats(ctx, outbox.StatsOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, st.RelayMode)
 }
 
 // A per-row claim is fenced like a batch claim: one that starts after a relay took the table

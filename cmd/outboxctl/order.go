@@ -23,6 +23,7 @@ func (a *app) blocked(ctx context.Context, args []string) error {
 			"never sent). Nothing blocked is success: it says so (--json: []) and exits 0, as when\n"+
 			"something is; with --check a blocked key exits 5, for an alert (a failure stays 1).")
 	limit := fs.Int("limit", 0, "most rows to print (default 100, at most 10000)")
+	after := fs.Int64("after", 0, "only dead letters with an id above this: the next page starts after the last id printed")
 	check := fs.Bool("check", false, "exit 5 when some key is blocked (0 when none)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
@@ -35,10 +36,13 @@ func (a *app) blocked(ctx context.Context, args []string) error {
 	if *limit < 0 || *limit > 10000 {
 		return usagef("--limit must be between 0 and 10000, got %d", *limit)
 	}
+	if *after < 0 {
+		return usagef("--after is an id (0 for the first page), got %d", *after)
+	}
 	if err := a.open(ctx); err != nil {
 		return err
 	}
-	keys, err := a.admin.Blocked(ctx, *limit)
+	keys, err := a.admin.Blocked(ctx, *after, *limit)
 	if err != nil {
 		return err
 	}

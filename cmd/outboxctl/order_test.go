@@ -36,6 +36,11 @@ func TestBlockedAndSkip(t *testing.T) {
 	assert.Regexp(t, `(?m)^ID\s+BIZ_NO\s+EVENT_TYPE\s+WAITING BEHIND\s+RETRIES\s+FAILED \(UTC\)\s+EVENT_ID\s+LAST_ERROR$`, r.stdout)
 	assert.Regexp(t, fmt.Sprintf(`(?m)^%d\s+ORD-1\s+ORDER_CREATED\s+2\s+4\s+.*\s%s\s+broker said no$`, dead, f.eventID(t, dead)), r.stdout)
 	assert.NotContains(t, r.stdout, "ORD-2")
+	r = f.run(t, "blocked", "--after", fmt.Sprint(dead))
+	require.Zero(t, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "no dead letter has events of its biz no waiting behind it", "the next page is empty")
+	r = f.run(t, "blocked", "--after", fmt.Sprint(dead-1))
+	assert.Contains(t, r.stdout, "ORD-1", "the page after the id before it")
 
 	r = f.run(t, "blocked", "--json")
 	require.Zero(t, r.code, r.stderr)
@@ -105,6 +110,7 @@ func TestBlockedAndSkipBadInput(t *testing.T) {
 		{[]string{"skip", "0"}, exitUsage, `"0" is neither an id`},
 		{[]string{"blocked", "--limit", "-1"}, exitUsage, "--limit must be between 0 and 10000"},
 		{[]string{"blocked", "extra"}, exitUsage, `unexpected argument "extra"`},
+		{[]string{"blocked", "--after", "-5"}, exitUsage, "--after is an id"},
 	} {
 		r := f.run(t, c.args...)
 		assert.Equal(t, c.code, r.code, "%v: stderr %s", c.args, r.stderr)
