@@ -262,11 +262,7 @@ func WriteExplained(w io.Writer, es []Explained) {
 // letter and of every one of a type; a skip of one, and of every one of another type; and a
 // requeue of the first 500 of those left.
 func (t *ConsoleTable) mutations(db *sql.DB) []ConsoleCall {
-	cfg := outbox.MySQLConfig{Table: t.Name}
-	if t.Ordered {
-		cfg.Ordering = outbox.KeyOrder
-	}
-	store, err := outbox.NewMySQLStore(db, cfg)
+	store, err := outbox.NewMySQLStore(db, t.storeConfig())
 	if err != nil {
 		return []ConsoleCall{{Name: "store", run: func(context.Context) (int, error) { return 0, err }}}
 	}

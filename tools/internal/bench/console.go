@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/inbox"
+	"github.com/go-outbox/outbox/relay"
 )
 
 // ConsoleGroup is the consumer group of the console table's inbox: the group whose rejected
@@ -32,12 +33,14 @@ type ConsoleMix struct {
 }
 
 // ConsoleTable is an outbox table of many rows with the mix of a service's week, and an
-// inbox whose rejected table holds the rejections of three consumer groups: what the
-// console's pages read. Drop removes its tables.
+// inbox whose rejected table holds the rejections of three consumer groups, and the
+// checkpoint row of a binlog relay leading the table: what the console's pages read. Drop
+// removes its tables.
 type ConsoleTable struct {
 	db    *sql.DB
 	Name  string // the outbox table
 	Inbox string // the inbox table; its rejected messages are in Inbox + "_rejected"
+	Relay string // the binlog relay's checkpoint table (MySQLConfig.RelayTable), one row
 	Mix   ConsoleMix
 	// Load is how long loading took (the outbox table and the rejected messages).
 	Load time.Duration
@@ -77,7 +80,8 @@ func LoadConsole(ctx context.Context, env Env, rows int) (*ConsoleTable, error) 
 		return nil, err
 	}
 	stamp := time.Now().UnixNano() % 1e9
-	t := &ConsoleTable{db: db, Name: fmt.Sprintf("t_bench_console_%d", stamp), Inbox: fmt.Sprintf("t_bench_console_%d_inbox", stamp)}
+	t := &ConsoleTable{db: db, Name: fmt.Sprintf("t_bench_console_%d", stamp), Inbox: fmt.Sprintf("t_bench_console_%d_inbox", stamp),
+		Relay: fmt.Sprintf("t_bench_console_%d_relay", stamp)}
 	m := ConsoleMix{Rows: rows, Recent: rows * 6 / 100, Wait: rows * 3 / 1000, Sending: rows * 3 / 10_000,
 		EventTypes: 7, FailTypes: 4}
 	m.History = rows - m.Recent - m.Wait - m.Sending
@@ -101,6 +105,15 @@ func LoadConsole(ctx context.Context, env Env, rows int) (*ConsoleTable, error) 
 		err = in.CreateSchema(ctx)
 	}
 	if err != nil {
+		return nil, err
+	}
+	// The binlog relay's checkpoint row, as a relay leading the table writes it: what the
+	// overview's relay state reads.
+	if err := relay.CreateSchema(ctx, db, relay.Config{Table: t.Name, CheckpointTable: t.Relay}); err != nil {
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO `"+t.Relay+"` (outbox_table, epoch, mode, leader, gtid, fallback_after_ms, heartbeat_at, updated_at) "+
+		"VALUES (?, 3, 'relay', 'orders-1', '0-1-48213377', 15000, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))", t.Name); err != nil {
 		return nil, err
 	}
 	var now time.Time
@@ -238,10 +251,19 @@ func (t *ConsoleTable) KeyOrder(ctx context.Context) (time.Duration, error) {
 
 // Drop removes the console table's tables and closes its pool.
 func (t *ConsoleTable) Drop() {
-	for _, name := range []string{t.Name, t.Inbox, t.Inbox + "_rejected"} {
+	for _, name := range []string{t.Name, t.Inbox, t.Inbox + "_rejected", t.Relay} {
 		_, _ = t.db.Exec("DROP TABLE IF EXISTS `" + name + "`")
 	}
 	_ = t.db.Close()
+}
+
+// storeConfig is the configuration of the console's store of t.
+func (t *ConsoleTable) storeConfig() outbox.MySQLConfig {
+	cfg := outbox.MySQLConfig{Table: t.Name, RelayTable: t.Relay}
+	if t.Ordered {
+		cfg.Ordering = outbox.KeyOrder
+	}
+	return cfg
 }
 
 // ConsoleLease is the publishers' lease the overview judges SENDING rows against (the
@@ -274,10 +296,7 @@ func (c ConsoleTiming) Quantile(q float64) time.Duration {
 // consoleCalls are what the console's pages run on t, through the library's calls on db,
 // then the baseline's statements.
 func (t *ConsoleTable) consoleCalls(db *sql.DB) ([]ConsoleCall, error) {
-	cfg := outbox.MySQLConfig{Table: t.Name}
-	if t.Ordered {
-		cfg.Ordering = outbox.KeyOrder
-	}
+	cfg := t.storeConfig()
 	store, err := outbox.NewMySQLStore(db, cfg)
 	if err != nil {
 		return nil, err
@@ -290,7 +309,10 @@ func (t *ConsoleTable) consoleCalls(db *sql.DB) ([]ConsoleCall, error) {
 	// A dead letter in the middle of the history: the biz no, id and time the filtered
 	// pages use.
 	// It is read on the table's own pool: not a console call.
-	var mid outbox.ListedEvent
+	var (
+		mid         outbox.ListedEvent
+		secondAfter int64 // the last dead letter of the first page of blocked keys
+	)
 	{
 		setup, err := outbox.NewMySQLStore(t.db, cfg)
 		if err != nil {
@@ -305,6 +327,11 @@ func (t *ConsoleTable) consoleCalls(db *sql.DB) ([]ConsoleCall, error) {
 			return nil, fmt.Errorf("console table: the dead letter %d: %v", id, err)
 		}
 		mid = l[0]
+		if first, err := outbox.NewAdmin(setup).Blocked(context.Background(), 0, 51); err != nil {
+			return nil, err
+		} else if len(first) > 0 {
+			secondAfter = first[len(first)-1].ID
+		}
 	}
 	fail := outbox.Filter{Status: outbox.StatusFail, Limit: 51}
 	list := func(f outbox.Filter) func(ctx context.Context) (int, error) {
@@ -370,7 +397,7 @@ func (t *ConsoleTable) consoleCalls(db *sql.DB) ([]ConsoleCall, error) {
 			return 1, err
 		}},
 		{Name: "Blocked(after, 51), 2nd page", run: func(ctx context.Context) (int, error) {
-			b, err := admin.Blocked(ctx, mid.ID, 51)
+			b, err := admin.Blocked(ctx, secondAfter, 51)
 			return len(b), err
 		}},
 		{Name: "RequeueFailed dry run (FAIL)", run: count(fail)},

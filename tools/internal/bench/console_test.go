@@ -36,7 +36,7 @@ func TestConsoleTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: ct.Name})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: ct.Name, RelayTable: ct.Relay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +47,9 @@ func TestConsoleTable(t *testing.T) {
 	if st.Wait != int64(m.Wait) || st.Sending != int64(m.Sending) || st.Fail != int64(m.Fail) || st.Skipped != int64(m.Skipped) ||
 		st.Success != int64(m.History+m.Recent) || len(st.FailByType) != m.FailTypes {
 		t.Fatalf("Stats %+v, want the mix %+v", st, m)
+	}
+	if st.RelayMode != "relay" || st.RelayLeader != "orders-1" || st.RelayEpoch != 3 {
+		t.Fatalf("Stats: relay %q, leader %q, epoch %d; want the checkpoint row's relay, orders-1, 3", st.RelayMode, st.RelayLeader, st.RelayEpoch)
 	}
 	if st.Due == 0 || st.Due >= st.Wait || st.SendingPastHalfLease != 0 {
 		t.Fatalf("Stats: %d due of %d WAIT, %d SENDING past half the lease; want some due, not all, and no claim past it", st.Due, st.Wait, st.SendingPastHalfLease)
