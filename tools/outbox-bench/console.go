@@ -22,6 +22,13 @@ func consoleTable(ctx context.Context, env bench.Env, rows, rounds int, explain,
 	if err != nil {
 		log.Fatalf("console: %v", err)
 	}
+	// log.Fatalf runs no deferred call: fatal drops the tables first.
+	fatal := func(format string, args ...any) {
+		if !keep {
+			t.Drop()
+		}
+		log.Fatalf(format, args...)
+	}
 	if keep {
 		defer fmt.Printf("\nconsole: tables %s, %s and %s_rejected kept (-console-keep): drop them when done\n", t.Name, t.Inbox, t.Inbox)
 	} else {
@@ -36,23 +43,23 @@ func consoleTable(ctx context.Context, env bench.Env, rows, rounds int, explain,
 	startLoad := loadAverage()
 	unordered, err := t.MeasureConsole(ctx, env, rounds)
 	if err != nil {
-		log.Fatalf("console, unordered table: %v", err)
+		fatal("console, unordered table: %v", err)
 	}
 	var explained [][]bench.Explained
 	if explain {
 		e, err := t.ExplainConsole(ctx, env, false)
 		if err != nil {
-			log.Fatalf("console, explain: %v", err)
+			fatal("console, explain: %v", err)
 		}
 		explained = append(explained, e)
 	}
 	took, err := t.KeyOrder(ctx)
 	if err != nil {
-		log.Fatalf("console: make the table ordered: %v", err)
+		fatal("console: make the table ordered: %v", err)
 	}
 	ordered, err := t.MeasureConsole(ctx, env, rounds)
 	if err != nil {
-		log.Fatalf("console, ordered table: %v", err)
+		fatal("console, ordered table: %v", err)
 	}
 	fmt.Printf("%d rounds, each call once per round, in turn (after one untimed round); the ALTER to idx_biz_no_status took %.1f s; "+
 		"overview: the four calls the overview runs, one after the other, summed per round; baseline: a hand-written console's status counts and sent per minute; "+
@@ -81,7 +88,7 @@ func consoleTable(ctx context.Context, env bench.Env, rows, rounds int, explain,
 	if explain {
 		e, err := t.ExplainConsole(ctx, env, true)
 		if err != nil {
-			log.Fatalf("console, explain: %v", err)
+			fatal("console, explain: %v", err)
 		}
 		explained = append(explained, e)
 		for i, es := range explained {
