@@ -33,6 +33,15 @@
 // database path alone (messages made beforehand), then, with -namesrv, through RocketMQ (a
 // topic published beforehand, consumed by a plain push consumer and by inbox.NewConsumer).
 // Its counts come from the same global counters: a private server, as above.
+//
+// With -console N it loads an outbox table of N events with a week's mix (history, the last
+// hour's sends, dead letters, blocked keys, a backlog), an inbox's rejected messages and a
+// relay's checkpoint row, and times what the operator console's overview and pages run on
+// it, unordered and in key order, beside a hand-written console's statements that read the
+// whole table; -console-explain also prints the plan of every statement the calls ran:
+//
+//	go -C tools run ./outbox-bench -modes= -slow-events=0 -steady-rates= -writepath=false \
+//	  -service-writers=0 -latency-events=0 -console 1000000 -console-explain
 package main
 
 import (
