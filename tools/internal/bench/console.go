@@ -323,8 +323,11 @@ func (t *ConsoleTable) consoleCalls(db *sql.DB) ([]ConsoleCall, error) {
 			return nil, err
 		}
 		l, err := outbox.NewAdmin(setup).List(context.Background(), outbox.Filter{IDs: []int64{id}})
-		if err != nil || len(l) != 1 {
-			return nil, fmt.Errorf("console table: the dead letter %d: %v", id, err)
+		if err != nil {
+			return nil, fmt.Errorf("console table: the dead letter %d: %w", id, err)
+		}
+		if len(l) != 1 {
+			return nil, fmt.Errorf("console table: the dead letter %d: %d rows listed", id, len(l))
 		}
 		mid = l[0]
 		if first, err := outbox.NewAdmin(setup).Blocked(context.Background(), 0, 51); err != nil {
