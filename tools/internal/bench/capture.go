@@ -4,9 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -147,6 +150,75 @@ type Explained struct {
 	Call, Query string
 	Plans       []Plan
 	Analyzed    bool // ANALYZE (the statement ran); false: EXPLAIN only (it changes rows)
+	// Timed is what ANALYZE FORMAT=JSON says of each table it read (when Analyzed): the
+	// rows it read per loop, the loops, and the time in the engine and beside it.
+	Timed   []TableTime
+	TotalMS float64 // the statement's r_total_time_ms by ANALYZE FORMAT=JSON (when Analyzed)
+}
+
+// TableTime is one table access of ANALYZE FORMAT=JSON.
+type TableTime struct {
+	Table                string
+	Loops, Rows          float64 // r_loops, r_rows (per loop)
+	TableMS, OtherMS     float64 // r_table_time_ms (the engine), r_other_time_ms (conditions, grouping)
+	UsedPriorityQueueFor int     // the filesort's r_limit when it kept a priority queue, else 0
+}
+
+// timed runs ANALYZE FORMAT=JSON of q and reads the time of each table access.
+func timed(ctx context.Context, db *sql.DB, q string, args []any) ([]TableTime, float64, error) {
+	var doc string
+	if err := db.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+q, args...).Scan(&doc); err != nil {
+		return nil, 0, err
+	}
+	var root any
+	if err := json.Unmarshal([]byte(doc), &root); err != nil {
+		return nil, 0, err
+	}
+	// num reads a number of m (a missing map or value: 0).
+	num := func(m map[string]any, k string) float64 {
+		f, _ := m[k].(float64)
+		return f
+	}
+	var (
+		out   []TableTime
+		total float64
+		walk  func(v any, limit int)
+	)
+	walk = func(v any, limit int) {
+		switch v := v.(type) {
+		case map[string]any:
+			if fs, ok := v["filesort"].(map[string]any); ok && fs["r_used_priority_queue"] == true {
+				limit = int(num(fs, "r_limit"))
+			}
+			if name, ok := v["table_name"].(string); ok {
+				out = append(out, TableTime{Table: name, Loops: num(v, "r_loops"), Rows: num(v, "r_rows"),
+					TableMS: num(v, "r_table_time_ms"), OtherMS: num(v, "r_other_time_ms"), UsedPriorityQueueFor: limit})
+			}
+			for _, k := range slices.Sorted(maps.Keys(v)) {
+				walk(v[k], limit)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e, limit)
+			}
+		}
+	}
+	walk(root, 0)
+	// The statement's time: its query block's, or for a UNION the sum of its parts'.
+	if top, ok := root.(map[string]any); ok {
+		qb, _ := top["query_block"].(map[string]any)
+		total = num(qb, "r_total_time_ms")
+		if u, ok := qb["union_result"].(map[string]any); ok {
+			specs, _ := u["query_specifications"].([]any)
+			for _, sp := range specs {
+				if m, ok := sp.(map[string]any); ok {
+					part, _ := m["query_block"].(map[string]any)
+					total += num(part, "r_total_time_ms")
+				}
+			}
+		}
+	}
+	return out, total, nil
 }
 
 // ExplainConsole runs every console call once on a capturing pool, then ANALYZEs each
@@ -177,6 +249,11 @@ func (t *ConsoleTable) ExplainConsole(ctx context.Context, env Env, mutate bool)
 		var err error
 		if e.Plans, err = plans(ctx, plain, how+q, s.args); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %s: %w", s.call, q, err))
+		}
+		if e.Analyzed && err == nil {
+			if e.Timed, e.TotalMS, err = timed(ctx, plain, q, s.args); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s: ANALYZE FORMAT=JSON: %w", s.call, q, err))
+			}
 		}
 		out = append(out, e)
 	}}
@@ -254,6 +331,16 @@ func WriteExplained(w io.Writer, es []Explained) {
 		for _, p := range e.Plans {
 			fmt.Fprintf(w, "  id=%s %s table=%s type=%s key=%s rows=%s r_rows=%s extra=%s\n",
 				p.ID, p.SelectType, p.Table, p.Type, p.Key, p.Rows, p.RRows, p.Extra)
+		}
+		if e.Analyzed {
+			fmt.Fprintf(w, "  FORMAT=JSON: %.1f ms in all", e.TotalMS)
+			for _, tt := range e.Timed {
+				fmt.Fprintf(w, "; %s: %.0f loops x %.2f rows read, %.1f ms in the engine + %.1f ms beside", tt.Table, tt.Loops, tt.Rows, tt.TableMS, tt.OtherMS)
+				if tt.UsedPriorityQueueFor > 0 {
+					fmt.Fprintf(w, " (sorted into a priority queue of %d)", tt.UsedPriorityQueueFor)
+				}
+			}
+			fmt.Fprintln(w)
 		}
 	}
 }
