@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/inbox"
 )
 
 // capturedStmt is a statement a pool ran, with its arguments, and the call that ran it.
@@ -345,7 +346,8 @@ func WriteExplained(w io.Writer, es []Explained) {
 	}
 }
 
-// mutations are the console's writes, run for real by ExplainConsole: a requeue of one dead
+// mutations are the console's writes, run for real by ExplainConsole: the rejected page's
+// lookup by event id, a replay and a resend of a rejected message; a requeue of one dead
 // letter and of every one of a type; a skip of one, and of every one of another type; and a
 // requeue of the first 500 of those left.
 func (t *ConsoleTable) mutations(db *sql.DB) []ConsoleCall {
@@ -376,8 +378,41 @@ func (t *ConsoleTable) mutations(db *sql.DB) []ConsoleCall {
 			return int(n), err
 		}
 	}
+	in, err := inbox.New(db, inbox.Config{Group: ConsoleGroup, Table: t.Inbox})
+	if err != nil {
+		return []ConsoleCall{{Name: "inbox", run: func(context.Context) (int, error) { return 0, err }}}
+	}
+	// The group's oldest rejected messages, read on the table's own pool (not a console
+	// call): the first is found by its event id, the second replayed, the third resent.
+	rejected := func(i int, f func(context.Context, inbox.RejectedMessage) error) func(ctx context.Context) (int, error) {
+		return func(ctx context.Context) (int, error) {
+			setup, err := inbox.New(t.db, inbox.Config{Group: ConsoleGroup, Table: t.Inbox})
+			if err != nil {
+				return 0, err
+			}
+			page, err := setup.Rejected(ctx, 0, i+1)
+			if err != nil {
+				return 0, err
+			}
+			if len(page) <= i {
+				return 0, fmt.Errorf("console table: %d rejected messages, want %d", len(page), i+1)
+			}
+			return 1, f(ctx, page[i])
+		}
+	}
 	fail := outbox.StatusFail
 	return []ConsoleCall{
+		{Name: "RejectedByEventID", run: rejected(0, func(ctx context.Context, r inbox.RejectedMessage) error {
+			_, err := in.RejectedByEventID(ctx, r.Message.EventID)
+			return err
+		})},
+		{Name: "Replay(id)", run: rejected(0, func(ctx context.Context, r inbox.RejectedMessage) error {
+			_, err := in.Replay(ctx, r.ID, func(context.Context, *sql.Tx, *inbox.Message) error { return nil })
+			return err
+		})},
+		{Name: "Resend(id)", run: rejected(0, func(ctx context.Context, r inbox.RejectedMessage) error {
+			return in.Resend(ctx, r.ID, outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil }))
+		})},
 		{Name: "Requeue(id)", run: one(admin.Requeue)},
 		{Name: "Skip(id)", run: one(admin.Skip)},
 		{Name: "RequeueFailed(FAIL, type)", run: all(admin.RequeueFailed, outbox.Filter{Status: fail, EventType: "RefundRequested"})},
