@@ -153,7 +153,7 @@ const eventIDExpr = `CONCAT(SUBSTR(LPAD(HEX(TIMESTAMPDIFF(MICROSECOND, '1970-01-
 	SUBSTR(LPAD(HEX(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', ts) DIV 1000), 12, '0'), 9, 4), '-7',
 	SUBSTR(LPAD(HEX(g), 15, '0'), 1, 3), '-8', SUBSTR(LPAD(HEX(g), 15, '0'), 4, 3), '-', SUBSTR(LPAD(HEX(g), 15, '0'), 7, 9), LPAD(HEX(g % 4096), 3, '0'))`
 
-// payloadExpr is an order event's JSON body, about 230 bytes.
+// payloadExpr is an order event's JSON body, about 220 bytes.
 const payloadExpr = `CONCAT('{"orderNo":"', biz, '","userId":', g % 50000, ',"amount":"', g % 100000 / 100, '","currency":"EUR",',
 	'"lines":[{"sku":"SKU-', g % 997, '","qty":', 1 + g % 5, '}],"channel":"web","note":"', REPEAT('x', 80), '"}')`
 
