@@ -232,6 +232,14 @@ func TestStatsSentPerMinute(t *testing.T) {
 	st, err = b.store.Stats(context.Background(), outbox.StatsOptions{})
 	require.NoError(t, err)
 	assert.Nil(t, st.SentPerMinute, "not asked for")
+	assert.Equal(t, int64(-1), st.Skipped, "not asked for")
+
+	b.exec(t, "UPDATE {t} SET status = 'SKIPPED' WHERE status = 'FAIL' LIMIT 2")
+	st, err = b.store.Stats(context.Background(), outbox.StatsOptions{CountSkipped: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), st.Skipped, "CountSkipped counts the SKIPPED rows")
+	assert.Equal(t, int64(-1), st.Success, "and not the SUCCESS ones")
+	assert.Equal(t, int64(3), st.Fail)
 
 	rs, err := b.db.Query("EXPLAIN "+outbox.StatsQueryForTest(b.store, false, true), 0)
 	require.NoError(t, err)

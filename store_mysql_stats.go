@@ -20,7 +20,8 @@ type TableStats struct {
 	// counting it reads the whole history of the table, which only grows.
 	Success int64
 	// Skipped counts the SKIPPED rows (dead letters a person chose not to send). Like
-	// Success, it is history: -1 unless [StatsOptions.CountSucceeded] is set.
+	// Success, it is history: -1 unless [StatsOptions.CountSucceeded] or
+	// [StatsOptions.CountSkipped] is set.
 	Skipped int64
 	// Due counts the WAIT rows whose next_retry_time has passed: the backlog.
 	Due int64
@@ -72,6 +73,10 @@ type StatsOptions struct {
 	// all, however large the history; with it, it reads every one of them (from an index,
 	// but still one entry per event ever sent and not purged).
 	CountSucceeded bool
+	// CountSkipped counts the SKIPPED rows without the SUCCESS ones: a range of
+	// idx_status_next_retry of one entry per dead letter ever skipped and not purged, few
+	// where the history is large.
+	CountSkipped bool
 	// SentPerMinute fills [TableStats.SentPerMinute]: it reads the idx_status_claimed_at
 	// entries of the events sent in the last hour (one per event, none of the older
 	// history).
@@ -91,7 +96,7 @@ func (s *MySQLStore) Stats(ctx context.Context, opts StatsOptions) (TableStats, 
 	if opts.SentPerMinute {
 		st.SentPerMinute = make([]int64, sentMinutes)
 	}
-	rows, err := s.db.QueryContext(ctx, s.statsQuery(opts.CountSucceeded, opts.SentPerMinute), (opts.Lease / 2).Microseconds())
+	rows, err := s.db.QueryContext(ctx, s.statsQuery(opts.CountSucceeded, opts.CountSucceeded || opts.CountSkipped, opts.SentPerMinute), (opts.Lease / 2).Microseconds())
 	if err != nil {
 		return TableStats{}, s.wrap("stats", err)
 	}
@@ -160,7 +165,7 @@ func (s *MySQLStore) relayStats(ctx context.Context, st *TableStats) error {
 // statsQuery is the statement Stats runs: one SELECT per part, each a range of one status
 // in an index whose first column is status, joined by UNION ALL so that they take one round
 // trip and one consistent read. Its one parameter is half the lease, in microseconds.
-func (s *MySQLStore) statsQuery(countSucceeded, sentPerMinute bool) string {
+func (s *MySQLStore) statsQuery(countSucceeded, countSkipped, sentPerMinute bool) string {
 	q := `SELECT 'wait', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'WAIT'
 UNION ALL
 SELECT 'due', '', COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(next_retry_time), UTC_TIMESTAMP(3)), 0), 0
@@ -174,7 +179,10 @@ SELECT 'fail', event_type, COUNT(*), 0, 0 FROM t_event_record WHERE status = 'FA
 	if countSucceeded {
 		q += `
 UNION ALL
-SELECT 'success', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SUCCESS'
+SELECT 'success', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SUCCESS'`
+	}
+	if countSkipped {
+		q += `
 UNION ALL
 SELECT 'skipped', '', COUNT(*), 0, 0 FROM t_event_record WHERE status = 'SKIPPED'`
 	}
