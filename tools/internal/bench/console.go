@@ -370,8 +370,8 @@ func (t *ConsoleTable) consoleCalls(db *sql.DB) ([]ConsoleCall, error) {
 		}
 	}
 	return []ConsoleCall{
-		{Name: "Stats(Lease, SentPerMinute)", Overview: true, run: func(ctx context.Context) (int, error) {
-			st, err := store.Stats(ctx, outbox.StatsOptions{Lease: ConsoleLease, SentPerMinute: true})
+		{Name: "Stats(Lease, SentPerMinute, CountSkipped)", Overview: true, run: func(ctx context.Context) (int, error) {
+			st, err := store.Stats(ctx, outbox.StatsOptions{Lease: ConsoleLease, SentPerMinute: true, CountSkipped: true})
 			var sent int64
 			for _, n := range st.SentPerMinute {
 				sent += n
@@ -485,9 +485,10 @@ func (t *ConsoleTable) MeasureConsole(ctx context.Context, env Env, rounds int) 
 	return append(res, baseline), nil
 }
 
-// Overview returns the overview's calls on t (Stats with sent per minute, the first page of
-// dead letters, of blocked keys and of the group's rejected messages) as one function, on a
-// pool of its own that close closes: what BenchmarkConsoleOverview runs per op.
+// Overview returns the overview's calls on t (Stats with sent per minute and the SKIPPED
+// count, the first pages of dead letters, of blocked keys and of the group's rejected
+// messages) as one function, on a pool of its own that close closes: what
+// BenchmarkConsoleOverview runs per op.
 func (t *ConsoleTable) Overview(env Env) (run func(context.Context) error, close func(), err error) {
 	db, err := env.open()
 	if err != nil {

@@ -103,7 +103,7 @@ func TestConsoleTable(t *testing.T) {
 }
 
 // BenchmarkConsoleOverview times what the console's overview runs (Stats with sent per
-// minute, the first pages of dead letters, blocked keys and rejected messages) on a console
+// minute and the SKIPPED count, the first pages of dead letters, blocked keys and rejected messages) on a console
 // table of OUTBOX_BENCH_CONSOLE_ROWS events (100,000 unless set; the benchmark program's
 // -console runs it on 1,000,000), loaded once:
 //
