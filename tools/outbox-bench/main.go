@@ -33,6 +33,15 @@
 // database path alone (messages made beforehand), then, with -namesrv, through RocketMQ (a
 // topic published beforehand, consumed by a plain push consumer and by inbox.NewConsumer).
 // Its counts come from the same global counters: a private server, as above.
+//
+// With -console N it loads an outbox table of N events with a week's mix (history, the last
+// hour's sends, dead letters, blocked keys, a backlog), an inbox's rejected messages and a
+// relay's checkpoint row, and times what the operator console's overview and pages run on
+// it, unordered and in key order, beside a hand-written console's statements that read the
+// whole table; -console-explain also prints the plan of every statement the calls ran:
+//
+//	go -C tools run ./outbox-bench -modes= -slow-events=0 -steady-rates= -writepath=false \
+//	  -service-writers=0 -latency-events=0 -console 1000000 -console-explain
 package main
 
 import (
@@ -106,6 +115,10 @@ func main() {
 	rollingRate := flag.Int("rolling-rate", 200, "rolling deploy: commits per second")
 	rollingSettle := flag.Duration("rolling-settle", 3*time.Second, "rolling deploy: steady load before the first restart, between restarts and after the last")
 	rollingLease := flag.Duration("rolling-lease", 3*time.Second, "rolling deploy: the publishers' Tuning.Lease (the reclaim interval is a quarter of it)")
+	console := flag.Int("console", 0, "console overview: load an outbox table of this many events (e.g. 1000000) and time what the console's overview and pages run on it, beside a hand-written console's statements; 0 skips it")
+	consoleRounds := flag.Int("console-rounds", 50, "console overview: rounds, each running every call once")
+	consoleExplain := flag.Bool("console-explain", false, "console overview: also print the plan (ANALYZE) of every statement the console's calls run, on the loaded table")
+	consoleKeep := flag.Bool("console-keep", false, "console overview: leave the loaded tables in place (their names are printed) to read plans by hand; drop them when done")
 	flag.Parse()
 	if *runs < 1 {
 		log.Fatalf("-runs must be at least 1, got %d", *runs)
@@ -239,6 +252,10 @@ func main() {
 
 	if *rolling > 0 {
 		rollingTable(ctx, env, bench.Rolling{Instances: *rolling, Rate: *rollingRate, Settle: *rollingSettle, Lease: *rollingLease})
+	}
+
+	if *console > 0 {
+		consoleTable(ctx, env, *console, max(*consoleRounds, 1), *consoleExplain, *consoleKeep)
 	}
 
 	if *backlog > 0 {
