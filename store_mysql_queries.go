@@ -355,9 +355,10 @@ func newOrderQueries(table string) orderQueries {
 	q.skipIDs = r.Replace(`UPDATE t_event_record SET status = 'SKIPPED', update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'FAIL'`)
 	// Dead letters with WAIT events of their biz no behind them, each with how many: one
-	// range count per FAIL row after the page's last id (the FAIL entries of
-	// idx_status_next_retry are read, and the id filters them; a range count is run for
-	// each one kept, until the page is full). No FORCE INDEX: the statement also serves a table without
+	// range count per FAIL row after the page's last id. Every such FAIL row is read (the
+	// FAIL range of idx_status_next_retry, then the row for its biz no) and counted before
+	// the page's lowest ids are kept: the cost grows with the dead letters, never with the
+	// sent history (docs/console.md, "The plans"). No FORCE INDEX: the statement also serves a table without
 	// idx_biz_no_status (an unordered one, where a FAIL blocks nothing but a person may
 	// still ask), and with it the range (biz_no, status, id > ?) is the obvious plan.
 	q.blocked = r.Replace(`SELECT * FROM (

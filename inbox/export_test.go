@@ -10,3 +10,6 @@ func RecordForTest(in *Inbox, eventID string) string { return in.q.record(eventI
 // RejectedByEventIDQueryForTest is the statement RejectedByEventID runs, for a test that
 // EXPLAINs it.
 func RejectedByEventIDQueryForTest(in *Inbox) string { return in.q.getRejectedByEvent }
+
+// RejectedQueryForTest is the statement Rejected runs, for a test that EXPLAINs it.
+func RejectedQueryForTest(in *Inbox) string { return in.q.rejected }

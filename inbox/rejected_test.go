@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,6 +71,17 @@ func TestRejectedPagesByID(t *testing.T) {
 	others, err := other.Rejected(ctx, 0, 1000)
 	require.NoError(t, err)
 	assert.Len(t, others, 3, "each group sees its own")
+
+	// A page is a range of idx_group_id: the group's own rows, from after on.
+	for range 40 {
+		f.reject(t, other, newMessage())
+	}
+	_, err = f.db.Exec("ANALYZE TABLE " + f.table + "_rejected")
+	require.NoError(t, err)
+	q := strings.NewReplacer("id > ?", fmt.Sprintf("id > %d", want[1]), "LIMIT ?", "LIMIT 2").Replace(inbox.RejectedQueryForTest(f.in))
+	plan := explain(t, f.db, q)
+	assert.Equal(t, "idx_group_id", plan["key"], "%v", plan)
+	assert.Equal(t, "range", plan["type"], "%v", plan)
 
 	for _, limit := range []int{0, -1, 1001} {
 		_, err := f.in.Rejected(ctx, 0, limit)
@@ -364,4 +376,35 @@ func explain(t *testing.T, db *sql.DB, q string) map[string]string {
 		got[c] = vals[i].String
 	}
 	return got
+}
+
+// A rejected table made before idx_group_id pages as well (reading the other groups' rows of
+// its range); the ALTER of docs/upgrading.md adds the index online, and the page uses it.
+func TestRejectedTableWithoutTheGroupIndex(t *testing.T) {
+	t.Parallel()
+	f := setup(t, inbox.Config{})
+	ctx := context.Background()
+	rejected := "`" + f.table + "_rejected`"
+	_, err := f.db.Exec("ALTER TABLE " + rejected + " DROP INDEX idx_group_id") // as made before it
+	require.NoError(t, err)
+	first := f.reject(t, f.in, newMessage())
+	page, err := f.in.Rejected(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	assert.Equal(t, first.ID, page[0].ID)
+
+	other := f.other(t, f.db, "other_group")
+	for range 40 {
+		f.reject(t, other, newMessage())
+		f.reject(t, f.in, newMessage())
+	}
+	_, err = f.db.Exec("ALTER TABLE " + rejected + " ADD INDEX idx_group_id (consumer_group, id), ALGORITHM=INPLACE, LOCK=NONE")
+	require.NoError(t, err, "the upgrade's ALTER, online")
+	_, err = f.db.Exec("ANALYZE TABLE " + rejected)
+	require.NoError(t, err)
+	plan := explain(t, f.db, strings.NewReplacer("id > ?", fmt.Sprintf("id > %d", first.ID), "LIMIT ?", "LIMIT 10").Replace(inbox.RejectedQueryForTest(f.in)))
+	assert.Equal(t, "idx_group_id", plan["key"], "%v", plan)
+	page, err = f.in.Rejected(ctx, first.ID, 10)
+	require.NoError(t, err)
+	assert.Len(t, page, 10)
 }

@@ -28,6 +28,10 @@ CREATE TABLE IF NOT EXISTS t_inbox (
 -- finds (Inbox.RejectedByEventID) and replays them (Inbox.Replay). msg_key is the event id,
 -- or 'msgId:' and the broker's message id for a message without one: a message rejected
 -- again adds a delivery, and uk_group_msg_key finds a message by its event id.
+-- idx_group_id serves Inbox.Rejected's pages: a group's rows in id order from the page's
+-- last id, so that a page reads its own rows only, never another group's (a table made
+-- before it works without it, reading the others' rows of the range as well; see
+-- docs/upgrading.md).
 CREATE TABLE IF NOT EXISTS t_inbox_rejected (
     id             BIGINT        NOT NULL AUTO_INCREMENT,
     consumer_group VARCHAR(255)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -46,5 +50,6 @@ CREATE TABLE IF NOT EXISTS t_inbox_rejected (
     first_rejected DATETIME(3)   NOT NULL,
     last_rejected  DATETIME(3)   NOT NULL,
     PRIMARY KEY (id),
-    UNIQUE KEY uk_group_msg_key (consumer_group, msg_key)
+    UNIQUE KEY uk_group_msg_key (consumer_group, msg_key),
+    KEY idx_group_id (consumer_group, id)
 ) ENGINE = InnoDB;
