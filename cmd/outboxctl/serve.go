@@ -153,6 +153,8 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 	}
 	if auth != nil {
 		h = auth.wrap(h)
+	} else {
+		h = loopbackOnly(h)
 	}
 
 	ln, err := net.Listen("tcp", *listen)
@@ -188,6 +190,23 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackOnly refuses a request whose Host is not a loopback name: a console without
+// credentials answers only pages of this machine's own addresses, so that a web page whose
+// name an attacker points at 127.0.0.1 (DNS rebinding) reads nothing of it.
+func loopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		if !loopback(strings.Trim(host, "[]")) {
+			http.Error(w, "outbox console: without credentials it answers only to a loopback host name (localhost, 127.0.0.1, [::1])", http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // inboxFlag is one --inbox: the store whose database holds the inbox, the group, and the

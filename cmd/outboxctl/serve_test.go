@@ -124,6 +124,14 @@ func TestServeReadOnlyOverEveryStore(t *testing.T) {
 	c := &http.Client{}
 	body := get(t, c, s.url)
 	assert.Contains(t, body, "east")
+	for host, want := range map[string]int{"rebound.example:8080": http.StatusMisdirectedRequest, "localhost:8080": http.StatusOK, "[::1]:8080": http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, s.url, nil)
+		req.Host = host
+		res, err := c.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		assert.Equal(t, want, res.StatusCode, "Host %s: a console without credentials answers loopback names only", host)
+	}
 	assert.Contains(t, body, "west")
 	page := get(t, c, s.url+fmt.Sprintf("stores/east/events/%d", dead))
 	assert.Contains(t, page, "ORD-&lt;b&gt;1&lt;/b&gt;", "markup shown as text")
