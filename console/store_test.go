@@ -54,7 +54,7 @@ func TestStorePageShowsRelaySendsAndStaleClaims(t *testing.T) {
 	assert.Contains(t, p.body, `id="count-sending">1<`)
 	assert.Contains(t, p.body, `id="count-fail"><a href="/stores/s/dead-letters">3</a>`)
 	assert.Contains(t, p.body, "3 sent in the last 60 minutes, at most 3 a minute")
-	assert.Contains(t, p.body, `<rect x="590" y="0" width="8" height="100"><title>`, "the current minute's bar, full height")
+	assert.Contains(t, p.body, `<rect x="590" y="0" width="8" height="100"><title>`, "the last minute's bar, full height")
 	assert.Contains(t, p.body, "1 SENDING claim(s) older than half the lease (10m0s)")
 	assert.Contains(t, p.body, "<tr><th>Mode</th><td>relay</td></tr>")
 	assert.Contains(t, p.body, "<tr><th>Leader</th><td>relay-&lt;1&gt;</td></tr>")
