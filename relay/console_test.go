@@ -45,7 +45,7 @@ func TestConsoleOverARelayedTable(t *testing.T) {
 		return st["SUCCESS"] == 20 && st["FAIL"] == 1
 	})
 
-	h, err := console.New(console.Config{Stores: []console.Store{{Name: "orders", Store: e.store}}, AllowWrites: true})
+	h, err := console.New(console.Config{Stores: []console.Store{{Name: "orders", Store: e.store}}, AllowWrites: true, Logger: testLogger()})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
