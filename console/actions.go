@@ -60,6 +60,18 @@ func (c *console) done(w http.ResponseWriter, r *http.Request, a *audit, rows in
 
 func confirmed(r *http.Request) bool { return r.PostFormValue("confirm") == "yes" }
 
+// actionID reads the {id} of an action's path and names it in the audit record; an id that
+// is not one is answered (400), and false returned.
+func (c *console) actionID(w http.ResponseWriter, r *http.Request, a *audit) (int64, bool) {
+	id, err := positiveID("id", r.PathValue("id"))
+	if err != nil {
+		c.failAction(w, r, a, err)
+		return 0, false
+	}
+	a.with(slog.Int64("id", id))
+	return id, true
+}
+
 // single requeues or skips one dead letter: without confirm=yes it answers the
 // confirmation page, with it it acts.
 func (c *console) single(kind act) func(http.ResponseWriter, *http.Request, *audit) {
@@ -73,12 +85,10 @@ func (c *console) single(kind act) func(http.ResponseWriter, *http.Request, *aud
 			a.outcome = "refused: no such store"
 			return
 		}
-		id, err := positiveID("id", r.PathValue("id"))
-		if err != nil {
-			c.failAction(w, r, a, err)
+		id, ok := c.actionID(w, r, a)
+		if !ok {
 			return
 		}
-		a.with(slog.Int64("id", id))
 		sid := strconv.FormatInt(id, 10)
 		eventHref := c.href(nil, "stores", s.Name, "events", sid)
 		if !confirmed(r) {
@@ -106,12 +116,11 @@ func (c *console) single(kind act) func(http.ResponseWriter, *http.Request, *aud
 			c.confirm(w, r, verb+" event", c.storeNav(s, ""), d)
 			return
 		}
+		act := s.admin.Requeue
 		if kind == actSkip {
-			err = s.admin.Skip(r.Context(), id)
-		} else {
-			err = s.admin.Requeue(r.Context(), id)
+			act = s.admin.Skip
 		}
-		if err != nil {
+		if err := act(r.Context(), id); err != nil {
 			c.failAction(w, r, a, err)
 			return
 		}
@@ -236,12 +245,10 @@ func (c *console) inboxAction(kind act) func(http.ResponseWriter, *http.Request,
 			a.outcome = "refused: no such inbox"
 			return
 		}
-		id, err := positiveID("id", r.PathValue("id"))
-		if err != nil {
-			c.failAction(w, r, a, err)
+		id, ok := c.actionID(w, r, a)
+		if !ok {
 			return
 		}
-		a.with(slog.Int64("id", id))
 		if kind == actReplay && in.Replay == nil || kind == actResend && in.Sender == nil {
 			a.outcome = "refused: not offered"
 			c.refuse(w, r, http.StatusNotFound, fmt.Sprintf("%s is not offered for the inbox of group %s.", verb, in.group))

@@ -16,6 +16,7 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/console"
 	"github.com/go-outbox/outbox/inbox"
+	"github.com/go-outbox/outbox/internal/testsvc"
 	"github.com/go-outbox/outbox/outboxtest"
 )
 
@@ -295,4 +296,40 @@ func TestRejectedPageByID(t *testing.T) {
 	}
 	assert.Equal(t, 3, pages)
 	assert.Equal(t, want, got, "every message once, oldest first")
+}
+
+// A database that stops answering: the store's pages answer 500 with the error, the
+// overview shows it in the store's row (one store down hides no other), and an action
+// changes nothing, its audit record saying so.
+func TestDatabaseDownChangesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, outbox.MySQLConfig{})
+	id := f.dead(t, "PAID", "DOWN-1")
+	down := testsvc.OpenDB(t) // a pool of its own, closed below: a database gone for the console
+	store, err := outbox.NewMySQLStore(down, outbox.MySQLConfig{Table: f.table})
+	require.NoError(t, err)
+	b, log := newConsole(t, console.Config{Stores: []console.Store{{Name: "s", Store: store}}, AllowWrites: true})
+	path := fmt.Sprintf("/stores/s/events/%d", id)
+	ev := b.get(path)
+	require.Equal(t, http.StatusOK, ev.status, ev.body)
+	csrf := ev.csrf(t)
+
+	require.NoError(t, down.Close())
+	home := b.get("/")
+	assert.Equal(t, http.StatusOK, home.status)
+	assert.Contains(t, home.body, "database is closed", "the store's row says why")
+	for _, p := range []string{"/stores/s", "/stores/s/dead-letters", path, "/stores/s/blocked"} {
+		pg := b.get(p)
+		assert.Equal(t, http.StatusInternalServerError, pg.status, p)
+		assert.Contains(t, pg.body, `id="error"`, p)
+	}
+	p := b.post(path+"/requeue", url.Values{"csrf": {csrf}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusInternalServerError, p.status)
+	assert.Equal(t, outbox.StatusFail, f.status(t, id), "nothing changed")
+	recs := log.all()
+	require.NotEmpty(t, recs)
+	last := recs[len(recs)-1]
+	assert.Equal(t, "error", last["outcome"])
+	assert.Equal(t, "0", last["rows"])
+	assert.NotEmpty(t, last["error"])
 }

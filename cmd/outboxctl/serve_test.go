@@ -36,11 +36,12 @@ type server struct {
 	mu    sync.Mutex
 	after []string // the stderr lines after the start line: the audit records
 	lines chan struct{}
+	stop  os.Signal // what stops it at the test's end: SIGINT unless a test says otherwise
 }
 
 // startServe runs the binary's serve with args and env, on a free loopback port unless args
 // say otherwise, and returns once it listens. It is stopped with SIGINT at the test's end,
-// and must exit 0.
+// and must exit 0 (SIGTERM where a test sets stop).
 func startServe(t *testing.T, env []string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
@@ -48,7 +49,7 @@ func startServe(t *testing.T, env []string, args ...string) *server {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	s := &server{cmd: cmd, lines: make(chan struct{}, 1)}
+	s := &server{cmd: cmd, lines: make(chan struct{}, 1), stop: syscall.SIGINT}
 	started := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -81,8 +82,8 @@ func startServe(t *testing.T, env []string, args ...string) *server {
 	require.NotNil(t, m, "the start line: %q", line)
 	s.url = m[1]
 	t.Cleanup(func() {
-		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-		assert.NoError(t, cmd.Wait(), "serve exits 0 on SIGINT")
+		require.NoError(t, cmd.Process.Signal(s.stop))
+		assert.NoError(t, cmd.Wait(), "serve exits 0 on %v", s.stop)
 	})
 	return s
 }
@@ -220,6 +221,7 @@ func TestServeTokenFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(file, []byte("s3cret-token-0123456789\n"), 0o600))
 	s := startServe(t, f.env, "serve", "--listen", "127.0.0.1:0", "--token-file", file)
+	s.stop = syscall.SIGTERM
 	for _, tc := range []struct {
 		name string
 		set  func(*http.Request)
