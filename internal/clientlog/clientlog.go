@@ -22,10 +22,27 @@ var lastShutdown atomic.Int64
 func ConsumerShutDown() { lastShutdown.Store(time.Now().UnixNano()) }
 
 // ShutdownNoise reports whether a warning of the client, logged at now, is a push
-// consumer's shutdown at work rather than a fault: an orphaned pull ([OrphanedPull]) or an
-// interrupted rebalance ([InterruptedRebalance]).
+// consumer's shutdown at work rather than a fault: an orphaned pull ([OrphanedPull]), an
+// interrupted rebalance ([InterruptedRebalance]) or an orphaned heartbeat
+// ([OrphanedHeartbeat]).
 func ShutdownNoise(msg string, fields map[string]any, now time.Time) bool {
-	return OrphanedPull(msg, fields, now) || InterruptedRebalance(msg, fields, now)
+	return OrphanedPull(msg, fields, now) || InterruptedRebalance(msg, fields, now) || OrphanedHeartbeat(msg, fields, now)
+}
+
+// heartbeatAtShutdown is how long after a push consumer's shutdown a heartbeat the client
+// had in flight may still end: each waits 3 s for the broker's answer.
+const heartbeatAtShutdown = 10 * time.Second
+
+// OrphanedHeartbeat reports whether a warning of the client is a heartbeat the client sent
+// just before a push consumer's shutdown closed its connections: one that timed out or
+// found its connection closed, within heartbeatAtShutdown of a shutdown of this process. A
+// heartbeat that fails so at any other time, or with any other error, is a fault.
+func OrphanedHeartbeat(msg string, fields map[string]any, now time.Time) bool {
+	if msg != "send heart beat to broker error" || !sinceShutdown(now, heartbeatAtShutdown) {
+		return false
+	}
+	cause, _ := fields["underlayError"].(string)
+	return cause == "request timeout" || strings.Contains(cause, "use of closed network connection")
 }
 
 // sinceShutdown reports whether a push consumer of this process was shut down at most d

@@ -65,6 +65,33 @@ func TestInterruptedRebalance(t *testing.T) {
 	}
 }
 
+func TestOrphanedHeartbeat(t *testing.T) {
+	const heartbeat = "send heart beat to broker error"
+	timeout := map[string]any{"underlayError": "request timeout"}
+	lastShutdown.Store(0)
+	now := time.Now()
+	if OrphanedHeartbeat(heartbeat, timeout, now) {
+		t.Error("a heartbeat timed out with no consumer shut down is a fault")
+	}
+	ConsumerShutDown()
+	now = time.Now()
+	if !OrphanedHeartbeat(heartbeat, timeout, now.Add(3*time.Second)) {
+		t.Error("a heartbeat timed out just after a shutdown is the shutdown's")
+	}
+	if OrphanedHeartbeat(heartbeat, timeout, now.Add(time.Minute)) {
+		t.Error("a heartbeat timed out long after a shutdown is a fault")
+	}
+	if OrphanedHeartbeat(heartbeat, map[string]any{"underlayError": "connection refused"}, now) {
+		t.Error("another cause is a fault")
+	}
+	if OrphanedHeartbeat("pull message from broker error", timeout, now) {
+		t.Error("another warning is not a heartbeat")
+	}
+	if !ShutdownNoise(heartbeat, timeout, now) {
+		t.Error("ShutdownNoise takes the orphaned heartbeat")
+	}
+}
+
 // ShutdownNoise is either rule.
 func TestShutdownNoise(t *testing.T) {
 	ConsumerShutDown()
