@@ -85,7 +85,7 @@ type Filter struct {
 	EventType string
 	BizNo     string
 	// Topics keeps the events with one of these topics ([Event.Topic]) only, when not empty
-	// (at most 10000); "" is the sender's default topic.
+	// (at most 10000): a row written without a topic by the topic its routes give it.
 	Topics []string
 	// MinID and MaxID bound the row id, both inclusive; 0 means no bound.
 	MinID, MaxID int64
@@ -138,7 +138,7 @@ func (f Filter) validate() error {
 		return fmt.Errorf("%w: at most %d topics at once, got %d", ErrInvalidInput, maxAdminBatch, len(f.Topics))
 	}
 	for _, topic := range f.Topics {
-		if topic != "" && !topicRE.MatchString(topic) {
+		if !topicRE.MatchString(topic) {
 			return fmt.Errorf("%w: topic %.140q is not a topic name (1 to 127 letters, digits, '_', '-', '%%' or '|')", ErrInvalidInput, topic)
 		}
 	}
@@ -168,6 +168,10 @@ type RequeueOptions struct {
 	// many of them it returned to WAIT (fewer when a row stopped being FAIL meanwhile),
 	// e.g. to log it.
 	OnBatch func(ids []int64, requeued int64)
+	// Topic, if set, sends the requeued events to this topic, one of the store's, in place
+	// of the ones on their rows (see [Admin.RequeueTo]); a topic outside the store's set is
+	// refused with an error wrapping [ErrInvalidInput]. Not for [Admin.SkipFailed].
+	Topic string
 }
 
 // PurgeOptions tunes [MySQLStore.Purge]. A purge deletes in small batches with a pause
@@ -246,6 +250,7 @@ func (s *MySQLStore) get(ctx context.Context, id int64) (Event, error) {
 	}
 	ev.Payload, ev.Status, ev.NextRetryTime, ev.ClaimedAt = payload, Status(status), nextRetry, claimed
 	ev.ClaimOwner, ev.LastError, ev.Failures = owner.String, lastErr.String, parseFailures(failures.String)
+	ev.Topic = s.routes.resolve(ev.Topic, ev.EventType)
 	return ev, nil
 }
 
@@ -325,10 +330,31 @@ func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, "
 // other status is refused with an error wrapping [ErrNotDeadLetter], a missing id with
 // [ErrNotFound], and nothing changes.
 func (a *Admin) Requeue(ctx context.Context, id int64) error {
-	if err := a.deadLetterOnly(ctx, "requeue", a.s.q.requeue, id); err != nil {
+	return a.RequeueTo(ctx, id, "")
+}
+
+// RequeueTo is [Admin.Requeue] that also sends the event to topic, one of the store's
+// ([MySQLConfig.Routes]) in place of the one on its row: for a dead letter whose topic was
+// wrong (a typo in a plain INSERT, a topic the broker refused). It keeps its id, so in key
+// order it stays where it was among its biz no's events: their head, sent before those
+// behind it. "" keeps the row's topic. A topic outside the store's set is refused with an
+// error wrapping [ErrInvalidInput] that names the set, and nothing changes.
+func (a *Admin) RequeueTo(ctx context.Context, id int64, topic string) error {
+	if err := a.s.requeueTopic(topic); err != nil {
+		return err
+	}
+	if err := a.deadLetterOnly(ctx, "requeue", a.s.q.requeue, id, topic); err != nil {
 		return err
 	}
 	a.s.Notify()
+	return nil
+}
+
+// requeueTopic refuses a topic a requeue may not send to: one outside the store's set.
+func (s *MySQLStore) requeueTopic(topic string) error {
+	if topic != "" && !s.routes.known[topic] {
+		return fmt.Errorf("%w: topic %.140q is not one of the store's topics (%s)", ErrInvalidInput, topic, strings.Join(s.routes.set, ", "))
+	}
 	return nil
 }
 
@@ -337,12 +363,12 @@ func (a *Admin) Requeue(ctx context.Context, id int64) error {
 // ([ErrNotDeadLetter]). The guard is the statement's, so a row that is not FAIL is never
 // changed, whatever happens between the statement and the read; a row that became FAIL in
 // between (a publisher dead-lettered it) is tried again.
-func (a *Admin) deadLetterOnly(ctx context.Context, op, query string, id int64) error {
+func (a *Admin) deadLetterOnly(ctx context.Context, op, query string, id int64, before ...any) error {
 	if id <= 0 {
 		return fmt.Errorf("%w: ids are positive, got %d", ErrInvalidInput, id)
 	}
 	for range 3 {
-		changed, err := a.s.execOne(ctx, op, query, id)
+		changed, err := a.s.execOne(ctx, op, query, append(before, id)...)
 		if err != nil || changed {
 			return err
 		}
@@ -362,7 +388,7 @@ const adminColumns = `id, event_id, biz_no, event_type, OCTET_LENGTH(payload), s
 	next_retry_time, claim_owner, claimed_at, last_error, create_time, update_time, topic, failures`
 
 // where writes f as an SQL condition (never empty) and its arguments.
-func (f Filter) where() (string, []any) {
+func (f Filter) where(s *MySQLStore) (string, []any) {
 	var (
 		conds []string
 		args  []any
@@ -388,7 +414,9 @@ func (f Filter) where() (string, []any) {
 		conds, args = append(conds, "biz_no = ?"), append(args, f.BizNo)
 	}
 	if len(f.Topics) > 0 {
-		conds = append(conds, "topic IN ("+placeholders(len(f.Topics))+")")
+		// A row a plain INSERT wrote without a topic goes where the routes say: its claim
+		// writes that topic on it, and until then the filter resolves it alike.
+		conds, args = append(conds, s.q.routeTopic+" IN ("+placeholders(len(f.Topics))+")"), append(args, s.routeArgs...)
 		for _, topic := range f.Topics {
 			args = append(args, topic)
 		}
@@ -423,7 +451,7 @@ func (a *Admin) List(ctx context.Context, f Filter) ([]ListedEvent, error) {
 		return nil, err
 	}
 	s := a.s
-	cond, args := f.where()
+	cond, args := f.where(s)
 	q := "SELECT " + adminColumns + " FROM " + mysqldialect.Quote(s.table) + " WHERE " + cond + " ORDER BY id DESC LIMIT ?"
 	rows, err := s.db.QueryContext(ctx, q, append(args, cmp.Or(f.Limit, listLimitDefault))...)
 	if err != nil {
@@ -433,7 +461,7 @@ func (a *Admin) List(ctx context.Context, f Filter) ([]ListedEvent, error) {
 	var out []ListedEvent
 	for rows.Next() {
 		var le ListedEvent
-		if err := scanListed(rows, &le); err != nil {
+		if err := scanListed(rows, s.routes, &le); err != nil {
 			return nil, s.wrap("list events", err)
 		}
 		out = append(out, le)
@@ -443,7 +471,7 @@ func (a *Admin) List(ctx context.Context, f Filter) ([]ListedEvent, error) {
 
 // scanListed reads a row of adminColumns into le, then the row's further columns into
 // extra.
-func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
+func scanListed(rows *sql.Rows, routes routing, le *ListedEvent, extra ...any) error {
 	var (
 		lastErr, failures  sql.NullString
 		status             string
@@ -455,6 +483,7 @@ func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
 	if err := rows.Scan(append(dest, extra...)...); err != nil {
 		return err
 	}
+	le.Topic = routes.resolve(le.Topic, le.EventType)
 	if noLease(claimed) {
 		claimed = time.Time{}
 	}
@@ -466,7 +495,7 @@ func scanListed(rows *sql.Rows, le *ListedEvent, extra ...any) error {
 // countFailed reports how many FAIL events f (already through failedOnly) selects, at most
 // f.Limit when set.
 func (s *MySQLStore) countFailed(ctx context.Context, f Filter) (int64, error) {
-	cond, args := f.where()
+	cond, args := f.where(s)
 	var n int64
 	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+mysqldialect.Quote(s.table)+" WHERE "+cond, args...).Scan(&n)
 	if err != nil {
@@ -495,7 +524,10 @@ func failedOnly(f Filter) (Filter, error) {
 // opts.DryRun how many it would requeue, changing nothing. A filter or batch size that
 // cannot be run is an error wrapping [ErrInvalidInput], DryRun or not.
 func (a *Admin) RequeueFailed(ctx context.Context, f Filter, opts RequeueOptions) (int64, error) {
-	return a.changeFailed(ctx, "requeue dead letters", a.s.q.requeueIDs, f, opts)
+	if err := a.s.requeueTopic(opts.Topic); err != nil {
+		return 0, err
+	}
+	return a.changeFailed(ctx, "requeue dead letters", a.s.q.requeueIDs, f, opts, opts.Topic)
 }
 
 // SkipFailed marks every FAIL event f selects SKIPPED, as [Admin.Skip] does one: never to be
@@ -509,12 +541,15 @@ func (a *Admin) SkipFailed(ctx context.Context, f Filter, opts RequeueOptions) (
 	if err := a.s.checkSkipped(ctx); err != nil {
 		return 0, err
 	}
+	if opts.Topic != "" {
+		return 0, fmt.Errorf("%w: a skip sends nothing: RequeueOptions.Topic is for a requeue", ErrInvalidInput)
+	}
 	return a.changeFailed(ctx, "skip dead letters", a.s.oq.skipIDs, f, opts)
 }
 
 // changeFailed runs stmt (an UPDATE of the ids in its %s, guarded by status = 'FAIL') over
 // the FAIL events f selects, batch by batch: RequeueFailed and SkipFailed.
-func (a *Admin) changeFailed(ctx context.Context, op, stmt string, f Filter, opts RequeueOptions) (int64, error) {
+func (a *Admin) changeFailed(ctx context.Context, op, stmt string, f Filter, opts RequeueOptions, before ...any) (int64, error) {
 	f, err := failedOnly(f)
 	if err != nil {
 		return 0, err
@@ -527,7 +562,7 @@ func (a *Admin) changeFailed(ctx context.Context, op, stmt string, f Filter, opt
 	if opts.DryRun {
 		return s.countFailed(ctx, f)
 	}
-	cond, args := f.where()
+	cond, args := f.where(s)
 	sel := "SELECT id FROM " + mysqldialect.Quote(s.table) + " WHERE " + cond + " AND id > ? ORDER BY id LIMIT ?"
 	var total int64
 	var after int64
@@ -541,7 +576,7 @@ func (a *Admin) changeFailed(ctx context.Context, op, stmt string, f Filter, opt
 			return total, err
 		}
 		after = ids[len(ids)-1]
-		changed, err := s.exec(ctx, op, fmt.Sprintf(stmt, idList(ids)))
+		changed, err := s.exec(ctx, op, fmt.Sprintf(stmt, idList(ids)), before...)
 		if err != nil {
 			return total, err
 		}
@@ -615,7 +650,7 @@ func (a *Admin) Blocked(ctx context.Context, after int64, limit int) ([]BlockedK
 	var out []BlockedKey
 	for rows.Next() {
 		var b BlockedKey
-		if err := scanListed(rows, &b.ListedEvent, &b.Waiting); err != nil {
+		if err := scanListed(rows, s.routes, &b.ListedEvent, &b.Waiting); err != nil {
 			return nil, s.wrap("list blocked keys", err)
 		}
 		out = append(out, b)

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"time"
@@ -88,21 +87,21 @@ func (p *Publisher) fetch(ctx context.Context, what string, fn func(context.Cont
 // sendBatch sends a claimed batch within one send timeout, so that no event of the batch
 // is sent late in its lease.
 func (p *Publisher) sendBatch(ctx context.Context, evs []Event) (errs []error) {
+	defer p.keepLeases(ctx, evs)()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.SendTimeout)
 	defer cancel()
 	ctx, span := p.tracing.start(ctx, evs...)
 	defer func() { endSendSpan(span, errs...) }()
-	defer func() {
-		if r := recover(); r != nil {
-			errs = repeatErr(fmt.Errorf("sender panicked: %v", r), len(evs))
-		}
-	}()
-	keyOrder := p.keyOrder.Load()
-	errs = p.m.batchSent(ctx, evs, func() []error { return p.sender.Send(ctx, evs, keyOrder) })
-	if len(errs) != len(evs) {
-		return repeatErr(fmt.Errorf("sender returned %d results for %d events", len(errs), len(evs)), len(evs))
+	info := p.storeState()
+	return p.m.batchSent(ctx, evs, func() []error { return Dispatch(ctx, p.sender, evs, info) })
+}
+
+// storeState is the store's StoreInfo as its Check reported it.
+func (p *Publisher) storeState() StoreInfo {
+	if info := p.storeInfo.Load(); info != nil {
+		return *info
 	}
-	return errs
+	return StoreInfo{}
 }
 
 func repeatErr(err error, n int) []error {
@@ -142,18 +141,53 @@ func (p *Publisher) outcomeSafe(ctx context.Context, stats *RoundStats, ev Event
 // send calls the sender within SendTimeout; a panic in the sender is an error like any other.
 func (p *Publisher) send(ctx context.Context, ev Event) (err error) {
 	defer p.m.sendDone(ctx, ev, p.m.now(), &err)
+	defer p.keepLeases(ctx, []Event{ev})()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.SendTimeout)
 	defer cancel()
 	ctx, span := p.tracing.start(ctx, ev)
 	defer func() { endSendSpan(span, err) }()
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("sender panicked: %v", r)
+	return Dispatch(ctx, p.sender, []Event{ev}, p.storeState())[0]
+}
+
+// keepLeases renews the leases of evs, which this instance holds, every third of
+// Tuning.Lease until the function it returns is called (which returns once the renewals
+// have stopped): a send that takes longer than that keeps its rows, and is never reclaimed
+// and sent twice while it is alive. A send that takes less, as nearly all do, renews
+// nothing. A renewal that fails is logged; the next one tries again.
+func (p *Publisher) keepLeases(ctx context.Context, evs []Event) (stop func()) {
+	every := p.cfg.Tuning.Lease / 3
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		var ids []int64
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if ids == nil {
+				ids = make([]int64, len(evs))
+				for i := range evs {
+					ids[i] = evs[i].ID
+				}
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(p.cfg.Tuning.StoreTimeout, every))
+			n, err := p.store.RenewLease(rctx, ids, p.cfg.InstanceID)
+			cancel()
+			if err != nil {
+				p.log.WarnContext(ctx, "outbox: could not renew the leases of a send in flight; its events may be reclaimed and sent again",
+					slog.Int("count", len(ids)), slog.Any("error", err))
+				continue
+			}
+			p.log.DebugContext(ctx, "outbox: renewed the leases of a send in flight", slog.Int64("renewed", n), slog.Int("count", len(ids)))
 		}
 	}()
-	errs := p.sender.Send(ctx, []Event{ev}, p.keyOrder.Load())
-	if len(errs) != 1 {
-		return fmt.Errorf("sender returned %d results for 1 event", len(errs))
+	return func() {
+		close(done)
+		<-stopped
 	}
-	return errs[0]
 }

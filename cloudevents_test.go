@@ -29,7 +29,7 @@ var ceProperties = []string{"CE_contenttype", "CE_id", "CE_source", "CE_specvers
 func ceSender(t *testing.T, fp *fakeProducer, source, contentType string) *outbox.RocketMQSender {
 	t.Helper()
 	s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{
-		Topic: "T", CloudEventsSource: source, CloudEventsContentType: contentType}, fp)
+		CloudEventsSource: source, CloudEventsContentType: contentType}, fp)
 	require.NoError(t, err)
 	return s
 }
@@ -87,7 +87,7 @@ func TestCloudEventsPropertiesOnEveryPath(t *testing.T) {
 	evs := func(n int) []outbox.Event {
 		out := make([]outbox.Event, n)
 		for i := range out {
-			out[i] = outbox.Event{ID: int64(i + 1), EventID: fmt.Sprintf("event-%d", i+1), BizNo: fmt.Sprintf("ORD-%d", i%2),
+			out[i] = outbox.Event{Topic: "T", ID: int64(i + 1), EventID: fmt.Sprintf("event-%d", i+1), BizNo: fmt.Sprintf("ORD-%d", i%2),
 				EventType: "ORDER_CREATED", Payload: []byte("{}"), CreateTime: created}
 		}
 		return out
@@ -140,7 +140,7 @@ func TestCloudEventsPropertiesOnEveryPath(t *testing.T) {
 	})
 	t.Run("Off", func(t *testing.T) {
 		fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
-		s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T"}, fp)
+		s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{}, fp)
 		require.NoError(t, err)
 		assert.Equal(t, []error{nil, nil}, s.Send(context.Background(), evs(2), false))
 		for _, m := range fp.msgs {
@@ -169,11 +169,11 @@ func TestCloudEventsRefusesAnEventWithoutIDOrType(t *testing.T) {
 	t.Parallel()
 	evs := func() []outbox.Event {
 		return []outbox.Event{
-			{ID: 1, EventID: "e1", BizNo: "A", EventType: "T", Payload: []byte("1")},
-			{ID: 2, EventID: "", BizNo: "A", EventType: "T", Payload: []byte("2")},
-			{ID: 3, EventID: "e3", BizNo: "A", EventType: "T", Payload: []byte("3")},
-			{ID: 4, EventID: "e4", BizNo: "B", EventType: "", Payload: []byte("4")},
-			{ID: 5, EventID: "e5", BizNo: "C", EventType: "T", Payload: []byte("5")},
+			{Topic: "T", ID: 1, EventID: "e1", BizNo: "A", EventType: "T", Payload: []byte("1")},
+			{Topic: "T", ID: 2, EventID: "", BizNo: "A", EventType: "T", Payload: []byte("2")},
+			{Topic: "T", ID: 3, EventID: "e3", BizNo: "A", EventType: "T", Payload: []byte("3")},
+			{Topic: "T", ID: 4, EventID: "e4", BizNo: "B", EventType: "", Payload: []byte("4")},
+			{Topic: "T", ID: 5, EventID: "e5", BizNo: "C", EventType: "T", Payload: []byte("5")},
 		}
 	}
 	fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
@@ -206,7 +206,7 @@ func TestCloudEventsRefusesAnEventWithoutIDOrType(t *testing.T) {
 	assert.Equal(t, []string{"e1", "e5"}, sentIDs(fp))
 
 	plain := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
-	off, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T"}, plain)
+	off, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{}, plain)
 	require.NoError(t, err)
 	assert.Equal(t, []error{nil, nil, nil, nil, nil}, off.Send(context.Background(), evs(), false), "unchanged without CloudEvents")
 }
@@ -276,13 +276,14 @@ func ceSetup(t *testing.T, n int, before func(topic string)) (topic, source, con
 	t.Helper()
 	b := setup(t)
 	topic = testsvc.NewTopic(t, "OUTBOX_CE")
+	b.routeTo(topic)
 	if before != nil {
 		before(topic)
 	}
 	source, contentType = "/outbox-test/"+strings.ToLower(topic), "application/json; charset=utf-8"
 	ids := b.insert(t, n)
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic, GroupName: testsvc.UniqueTable("pg"),
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("pg"),
 		SendTimeout:       fastConfig("", nil).Tuning.SendTimeout,
 		CloudEventsSource: source, CloudEventsContentType: contentType,
 	})
@@ -424,13 +425,12 @@ func FuzzCloudEventsSettings(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, source, contentType string) {
 		fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
-		s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T",
-			CloudEventsSource: source, CloudEventsContentType: contentType}, fp)
+		s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{CloudEventsSource: source, CloudEventsContentType: contentType}, fp)
 		if err != nil {
 			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 			return
 		}
-		require.NoError(t, sendAlone(context.Background(), s, outbox.Event{ID: 1, EventID: "e", BizNo: "A", EventType: "T", Payload: []byte("x")}))
+		require.NoError(t, sendAlone(context.Background(), s, outbox.Event{Topic: "T", ID: 1, EventID: "e", BizNo: "A", EventType: "T", Payload: []byte("x")}))
 		require.Len(t, fp.msgs, 1)
 		props := fp.msgs[0].GetProperties()
 		if source == "" {

@@ -21,7 +21,7 @@ import (
 // TestRocketMQSenderWhoseProducerCannotStart, against the real name server.
 func TestConstructorErrorsWrapErrInvalidConfigAndTheirCause(t *testing.T) {
 	t.Parallel()
-	base := outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "OUTBOX_CONFIG"}
+	base := outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}}
 	for _, c := range []struct {
 		name  string
 		edit  func(*outbox.RocketMQConfig)

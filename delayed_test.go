@@ -275,9 +275,9 @@ func TestDelayedEventLatencyCountsFromItsDueTime(t *testing.T) {
 	require.Equal(t, 2, stats.Sent)
 
 	c := collect(t, reader)
-	assert.Equal(t, map[string]uint64{"event_type=ORDER_EXPIRED": 1, "event_type=ORDER_CREATED": 1}, c.counts["outbox.commit_to_send.duration"])
-	assert.Less(t, c.maxima["outbox.commit_to_send.duration"]["event_type=ORDER_EXPIRED"], 600.0, "from its due time")
-	assert.GreaterOrEqual(t, c.maxima["outbox.commit_to_send.duration"]["event_type=ORDER_CREATED"], 3600.0, "from its commit")
+	assert.Equal(t, map[string]uint64{"event_type=ORDER_EXPIRED,topic=ORDER_EVENT_TOPIC": 1, "event_type=ORDER_CREATED,topic=ORDER_EVENT_TOPIC": 1}, c.counts["outbox.commit_to_send.duration"])
+	assert.Less(t, c.maxima["outbox.commit_to_send.duration"]["event_type=ORDER_EXPIRED,topic=ORDER_EVENT_TOPIC"], 600.0, "from its due time")
+	assert.GreaterOrEqual(t, c.maxima["outbox.commit_to_send.duration"]["event_type=ORDER_CREATED,topic=ORDER_EVENT_TOPIC"], 3600.0, "from its commit")
 }
 
 // sentWhenDue checks what a delayed run ended with: every event of delays SUCCESS, claimed
@@ -317,6 +317,7 @@ func TestRocketMQDelayedEventsArriveInDueOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_DELAY")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	ctx := context.Background()
 	tx, err := b.store.BeginTx(ctx, nil)
@@ -330,7 +331,7 @@ func TestRocketMQDelayedEventsArriveInDueOrder(t *testing.T) {
 	require.NoError(t, tx.Commit())
 
 	runCtx, cancel := context.WithCancel(ctx)
-	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), fastConfig("delay-1", &logSink{}))
+	p := newPublisher(t, b.store, newFastRocketMQSender(t), fastConfig("delay-1", &logSink{}))
 	var wg sync.WaitGroup
 	wg.Go(func() { assert.NoError(t, p.Run(runCtx)) })
 	consumer.WaitDistinct(t, len(delays), time.Minute)
@@ -350,6 +351,7 @@ func TestRocketMQDelayedEventHoldsBackItsKey(t *testing.T) {
 	db := testsvc.OpenDB(t)
 	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder})}
 	topic := testsvc.NewTopic(t, "OUTBOX_DELAY_KEY")
+	b.routeTo(topic)
 	consumer := testsvc.ConsumeOrderly(t, topic)
 	ctx := context.Background()
 	tx, err := b.store.BeginTx(ctx, nil)
@@ -398,6 +400,7 @@ func TestRocketMQDelayedEventsWaitOutABrokerOutage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_DELAY_DOWN")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	delays := map[int64]time.Duration{}
 	for i, d := range []time.Duration{time.Second, 1500 * time.Millisecond} {
@@ -406,7 +409,6 @@ func TestRocketMQDelayedEventsWaitOutABrokerOutage(t *testing.T) {
 
 	down, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers: []string{"127.0.0.1:1"}, // nothing listens there: no route to any broker
-		Topic:       topic,
 		GroupName:   testsvc.UniqueTable("pg"),
 		SendTimeout: 300 * time.Millisecond,
 		Logger:      slog.New(&logSink{}),
@@ -437,7 +439,7 @@ func TestRocketMQDelayedEventsWaitOutABrokerOutage(t *testing.T) {
 	assert.Positive(t, logs.count(slog.LevelError, "outbox: broker unavailable"), "the outage was logged")
 
 	runCtx, cancel = context.WithCancel(context.Background())
-	p = newPublisher(t, b.store, newFastRocketMQSender(t, topic), fastConfig("delay-up", &logSink{}))
+	p = newPublisher(t, b.store, newFastRocketMQSender(t), fastConfig("delay-up", &logSink{}))
 	wg.Go(func() { assert.NoError(t, p.Run(runCtx)) })
 	consumer.WaitDistinct(t, len(delays), time.Minute)
 	cancel()
@@ -460,6 +462,7 @@ func TestRocketMQDelayedEventsOutliveADatabaseCrash(t *testing.T) {
 	db := srv.OpenDB(t)
 	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{})}
 	topic := testsvc.NewTopic(t, "OUTBOX_DELAY_DB")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	ctx := context.Background()
 	tx, err := b.store.BeginTx(ctx, nil)
@@ -474,7 +477,7 @@ func TestRocketMQDelayedEventsOutliveADatabaseCrash(t *testing.T) {
 
 	logs := &logSink{}
 	runCtx, cancel := context.WithCancel(ctx)
-	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), fastConfig("delay-db", logs))
+	p := newPublisher(t, b.store, newFastRocketMQSender(t), fastConfig("delay-db", logs))
 	var wg sync.WaitGroup
 	wg.Go(func() { assert.NoError(t, p.Run(runCtx)) })
 	srv.Kill(t)
@@ -495,6 +498,7 @@ func TestRocketMQPublisherKilledHoldingNothingLosesNoDelayedEvent(t *testing.T) 
 	t.Parallel()
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_DELAY_KILL")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	due := b.insert(t, 2)
 	delays := map[int64]time.Duration{}
@@ -525,7 +529,7 @@ func TestRocketMQPublisherKilledHoldingNothingLosesNoDelayedEvent(t *testing.T) 
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
-	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), fastConfig("delay-after", &logSink{}))
+	p := newPublisher(t, b.store, newFastRocketMQSender(t), fastConfig("delay-after", &logSink{}))
 	var wg sync.WaitGroup
 	wg.Go(func() { assert.NoError(t, p.Run(runCtx)) })
 	consumer.WaitDistinct(t, len(due)+len(delays), time.Minute)

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
@@ -111,6 +112,32 @@ func NewRocketMQSenderWithProducerForTest(cfg RocketMQConfig, p rocketmq.Produce
 func WithOrderingForTest(s Store, o Ordering) *MySQLStore {
 	m := s.(*MySQLStore)
 	t, err := NewMySQLStore(m.db, MySQLConfig{Table: m.table, Ordering: o, ConcurrentClaims: m.concurrentClaims, PooledClaims: m.pooledClaims, ScanFromStart: m.scanFromStart})
+	if err != nil {
+		panic(err)
+	}
+	t.claimTurnWait = m.claimTurnWait
+	return t
+}
+
+// OnDBForTest returns a store on s's table made as s was, on the pool db: another
+// instance's store.
+func OnDBForTest(s Store, db *sql.DB) *MySQLStore {
+	m := s.(*MySQLStore)
+	t, err := NewMySQLStore(db, MySQLConfig{Table: m.table, Ordering: m.ordering, ConcurrentClaims: m.concurrentClaims,
+		PooledClaims: m.pooledClaims, ScanFromStart: m.scanFromStart, Routes: m.routes.config(), PartitionIDs: m.partitionIDs, MaxPayloadBytes: m.maxPayload})
+	if err != nil {
+		panic(err)
+	}
+	t.claimTurnWait = m.claimTurnWait
+	return t
+}
+
+// WithRoutesForTest returns a store on s's table, as s was made but for its routes: the
+// events inserted through it go where r says.
+func WithRoutesForTest(s Store, r Routes) *MySQLStore {
+	m := s.(*MySQLStore)
+	t, err := NewMySQLStore(m.db, MySQLConfig{Table: m.table, Ordering: m.ordering, ConcurrentClaims: m.concurrentClaims,
+		PooledClaims: m.pooledClaims, ScanFromStart: m.scanFromStart, Routes: r, PartitionIDs: m.partitionIDs, MaxPayloadBytes: m.maxPayload})
 	if err != nil {
 		panic(err)
 	}

@@ -389,7 +389,7 @@ func TestClaimWithUnknownCommitOutcomeLeavesNothingSending(t *testing.T) {
 	}}}
 	if testPerRow {
 		variants = []variant{{name: "per row", fault: func(c *faultyConnector) (fired *atomic.Bool) {
-			c.afterExec, fired = lostOnce(func(q string) bool { return strings.Contains(q, "SET status = 'SENDING'") })
+			c.afterExec, fired = lostOnce(func(q string) bool { return strings.Contains(q, "status = 'SENDING', claim_owner = ?") })
 			return fired
 		}}}
 	}
@@ -464,6 +464,8 @@ func (f *faultPublisher) Send(ctx context.Context, evs []outbox.Event, keyOrder 
 }
 
 func (f *faultPublisher) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (f *faultPublisher) Check(context.Context, []string) error { return nil }
 
 func (f *faultPublisher) sendOne(ctx context.Context, ev outbox.Event) error {
 	if err := f.rec.sendOne(ctx, ev); err != nil {

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"log/slog"
 	"math"
@@ -590,9 +591,10 @@ func documentedTopic(s string) bool {
 	return true
 }
 
-// A RocketMQConfig NewRocketMQSender accepts (with a producer of the caller's, here a fake)
-// has a topic the broker allows, and every message, alone or in a batch, goes to it; any
-// other is refused with ErrInvalidConfig.
+// A default topic the store's Routes accept is one the broker allows, and a RocketMQConfig
+// NewRocketMQSender accepts (with a producer of the caller's, here a fake) sends every
+// message, alone or in a batch, to its event's topic; any other setting is refused with
+// ErrInvalidConfig.
 func FuzzRocketMQConfig(f *testing.F) {
 	for _, s := range []struct {
 		topic              string
@@ -616,15 +618,25 @@ func FuzzRocketMQConfig(f *testing.F) {
 	} {
 		f.Add(s.topic, s.timeout, s.attempts, s.maxBatch)
 	}
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/none") // never connects
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = db.Close() })
 	f.Fuzz(func(t *testing.T, topic string, timeout int64, attempts, maxBatch int) {
-		fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
-		s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: topic,
-			SendTimeout: time.Duration(timeout), SendAttempts: attempts, MaxBatchBytes: maxBatch}, fp)
 		want := topic
 		if want == "" {
 			want = "ORDER_EVENT_TOPIC" // the documented default
 		}
-		valid := documentedTopic(want) && (timeout == 0 || timeout >= int64(10*time.Millisecond)) && attempts >= 0 && maxBatch >= 0 && maxBatch <= 4<<20
+		_, routeErr := outbox.NewMySQLStore(db, outbox.MySQLConfig{Routes: outbox.Routes{Topic: topic}})
+		if !documentedTopic(want) {
+			require.ErrorIs(t, routeErr, outbox.ErrInvalidConfig, "topic %q", topic)
+		} else {
+			require.NoError(t, routeErr, "a documented-valid topic is accepted")
+		}
+		fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
+		s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{SendTimeout: time.Duration(timeout), SendAttempts: attempts, MaxBatchBytes: maxBatch}, fp)
+		valid := (timeout == 0 || timeout >= int64(10*time.Millisecond)) && attempts >= 0 && maxBatch >= 0 && maxBatch <= 4<<20
 		if !valid {
 			require.Error(t, err)
 			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
@@ -632,8 +644,10 @@ func FuzzRocketMQConfig(f *testing.F) {
 		}
 		require.NoError(t, err, "a documented-valid config is accepted")
 		defer func() { require.NoError(t, s.Close()) }()
-		require.Equal(t, want, s.Info().Topic)
-		evs := []outbox.Event{{ID: 1, BizNo: "A", EventType: "E", Payload: []byte("a")}, {ID: 2, BizNo: "B", EventType: "E", Payload: []byte("b")}}
+		if routeErr != nil {
+			return
+		}
+		evs := []outbox.Event{{ID: 1, BizNo: "A", EventType: "E", Payload: []byte("a"), Topic: want}, {ID: 2, BizNo: "B", EventType: "E", Payload: []byte("b"), Topic: want}}
 		sendErr := sendAlone(context.Background(), s, evs[0])
 		batchErrs := s.Send(context.Background(), evs, false)
 		if timeout == 0 || timeout >= int64(time.Second) {
@@ -646,7 +660,7 @@ func FuzzRocketMQConfig(f *testing.F) {
 			require.Len(t, fp.msgs, 3)
 		}
 		for _, m := range fp.msgs {
-			assert.Equal(t, want, m.Topic, "every message goes to the configured topic")
+			assert.Equal(t, want, m.Topic, "every message goes to its event's topic")
 		}
 	})
 }

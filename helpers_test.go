@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,12 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := testsvc.OpenDB(t)
 	return &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{})}
+}
+
+// routeTo makes b's store send the events inserted from now on to topic, its default: a
+// store on the same table, made as b's was but for its routes.
+func (b *bundle) routeTo(topic string, others ...string) {
+	b.store = outbox.WithRoutesForTest(b.store, outbox.Routes{Topic: topic, Topics: others})
 }
 
 // insert commits n events in one transaction through the library and returns their ids.
@@ -91,6 +98,22 @@ func (b *bundle) exec(t testing.TB, query string, args ...any) {
 	t.Helper()
 	_, err := b.db.Exec(strings.ReplaceAll(query, "{t}", "`"+outbox.TableForTest(b.store)+"`"), args...)
 	require.NoError(t, err)
+}
+
+// column reads one column of the row id, as text.
+func (b *bundle) column(t testing.TB, id int64, column string) string {
+	t.Helper()
+	var v string
+	require.NoError(t, b.db.QueryRow("SELECT "+column+" FROM `"+outbox.TableForTest(b.store)+"` WHERE id = ?", id).Scan(&v))
+	return v
+}
+
+// lastID is the largest id of the bundle's table.
+func (b *bundle) lastID(t testing.TB) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, b.db.QueryRow("SELECT MAX(id) FROM `"+outbox.TableForTest(b.store)+"`").Scan(&id))
+	return id
 }
 
 // makeDue makes an event due now, so that a test need not wait out a backoff.
@@ -187,6 +210,8 @@ func (r *recorder) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) 
 
 func (r *recorder) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
+func (r *recorder) Check(context.Context, []string) error { return nil }
+
 func (r *recorder) sendOne(_ context.Context, ev outbox.Event) error {
 	if r.fail != nil {
 		if err := r.fail(ev); err != nil {
@@ -204,6 +229,13 @@ func (r *recorder) count(id int64) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.sent[id]
+}
+
+// events returns what it was given, in order.
+func (r *recorder) events() []outbox.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.evs)
 }
 
 func (r *recorder) total() int {

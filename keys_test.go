@@ -21,6 +21,8 @@ func TestRocketMQBizNoIsExactlyOneKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
+	topic := testsvc.NewTopic(t, "OUTBOX_KEYS")
+	b.routeTo(topic)
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
@@ -42,9 +44,8 @@ func TestRocketMQBizNoIsExactlyOneKey(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 
-	topic := testsvc.NewTopic(t, "OUTBOX_KEYS")
 	consumer := testsvc.Consume(t, topic)
-	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), fastConfig("order-keys", &logSink{}))
+	p := newPublisher(t, b.store, newFastRocketMQSender(t), fastConfig("order-keys", &logSink{}))
 	stats, err := p.PublishPending(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, stats.Sent)
@@ -68,8 +69,8 @@ func TestRocketMQBizNoIsExactlyOneKey(t *testing.T) {
 	// What the refusal prevents, on the same broker: a message whose key has a space is
 	// indexed under each part and not under the whole.
 	spaced := "ORD-" + strings.TrimPrefix(testsvc.UniqueTable("k"), "k_")
-	require.NoError(t, newFastRocketMQSender(t, topic).Send(ctx,
-		[]outbox.Event{{EventID: "spaced", BizNo: spaced + " B", EventType: "E", Payload: []byte("{}")}}, false)[0])
+	require.NoError(t, newFastRocketMQSender(t).Send(ctx,
+		[]outbox.Event{{EventID: "spaced", BizNo: spaced + " B", EventType: "E", Payload: []byte("{}"), Topic: topic}}, false)[0])
 	require.Eventually(t, func() bool { return query(spaced) && query("B") }, 30*time.Second, 200*time.Millisecond,
 		"each part of a key with a space finds the message")
 	assert.False(t, query(spaced+" B"), "the whole key with a space finds nothing")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -134,9 +133,6 @@ func (p *Publisher) start(ctx context.Context) (*runState, error) {
 	l.mu.Unlock()
 
 	err = p.check(ctx)
-	if err == nil {
-		err = p.checkTopics()
-	}
 	if err == nil && p.isClosed() {
 		err = errClosed
 	}
@@ -160,11 +156,17 @@ func (p *Publisher) start(ctx context.Context) (*runState, error) {
 func (p *Publisher) run(ctx context.Context, r *runState, release func()) {
 	stopObserving := p.m.observe(p)
 	wake, unsubscribe := p.store.Subscribe()
+	reclaimed := make(chan struct{}, 1) // a reclaim put events back: a round at once sends them
 	var wg sync.WaitGroup
-	wg.Go(func() { p.scan(ctx, wake) })
+	wg.Go(func() { p.scan(ctx, wake, reclaimed) })
 	wg.Go(func() {
 		every.Loop(ctx, func() time.Duration {
-			_, _ = p.reclaim(ctx)
+			if n, _ := p.reclaim(ctx); n > 0 {
+				select {
+				case reclaimed <- struct{}{}:
+				default:
+				}
+			}
 			return p.cfg.Tuning.ReclaimInterval
 		})
 	})
@@ -342,34 +344,4 @@ func (p *Publisher) enter(ctx context.Context) (context.Context, func(), error) 
 		l.mu.Unlock()
 		p.releaseIfIdle()
 	}, nil
-}
-
-// checkTopics refuses a sender that cannot route a topic the store's events may name: the
-// store's [MySQLConfig.Topics] against the sender's [SenderInfo.Topics] (and its default
-// [SenderInfo.Topic]), when both list topics. A sender that lists none routes any topic; a store that lists none writes every
-// event to the default topic.
-func (p *Publisher) checkTopics() error {
-	st, ok := p.store.(interface{ storeTopics() []string })
-	if !ok {
-		return nil
-	}
-	info := p.sender.Info()
-	want, routes := st.storeTopics(), info.Topics
-	if len(want) == 0 || len(routes) == 0 {
-		return nil
-	}
-	var missing []string
-	for _, t := range want {
-		if t != info.Topic && !slices.Contains(routes, t) {
-			missing = append(missing, t)
-		}
-	}
-	if info.Topic != "" {
-		routes = append([]string{info.Topic}, routes...)
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: the store's events may name topics the sender does not route: %s (MySQLConfig.Topics: %s; the sender routes: %s): give the sender the same topics",
-			ErrInvalidConfig, strings.Join(missing, ", "), strings.Join(want, ", "), strings.Join(routes, ", "))
-	}
-	return nil
 }

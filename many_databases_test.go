@@ -270,7 +270,7 @@ func TestMetricsCarryTheStoreName(t *testing.T) {
 	} {
 		assert.True(t, seen[name], "%s was recorded", name)
 	}
-	assert.Equal(t, map[string]float64{"event_type=ORDER_CREATED,store=tenant-eu": 3}, c.values["outbox.events.sent"])
+	assert.Equal(t, map[string]float64{"event_type=ORDER_CREATED,store=tenant-eu,topic=ORDER_EVENT_TOPIC": 3}, c.values["outbox.events.sent"])
 	assert.Equal(t, map[string]float64{"event_type=ORDER_CREATED,store=tenant-eu": 1}, c.values["outbox.table.failed"])
 
 	// And every send span.
@@ -304,7 +304,7 @@ func manyDatabases(t *testing.T, crash bool) {
 	consumer := testsvc.Consume(t, topic)
 	srv := testsvc.PrivateMySQL(t)
 	dbs := map[string]*sql.DB{"orders-a": testsvc.OpenDB(t), "orders-b": srv.OpenDB(t)}
-	sender := newFastRocketMQSender(t, topic)
+	sender := newFastRocketMQSender(t)
 	logs := newLineSink()
 
 	type shard struct {
@@ -321,7 +321,7 @@ func manyDatabases(t *testing.T, crash bool) {
 	var running, writers sync.WaitGroup
 	t.Cleanup(func() { stopWrites(); writers.Wait(); stopPubs(); running.Wait() })
 	for _, name := range []string{"orders-a", "orders-b"} {
-		s := &shard{name: name, store: testsvc.NewStore(t, dbs[name], outbox.MySQLConfig{})}
+		s := &shard{name: name, store: testsvc.NewStore(t, dbs[name], outbox.MySQLConfig{Routes: outbox.Routes{Topic: topic}})}
 		cfg := fastConfig("many-"+name, nil)
 		cfg.Logger = slog.New(logs)
 		cfg.PollInterval = 20 * time.Millisecond

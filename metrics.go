@@ -57,7 +57,7 @@ type metrics struct {
 	byType                                         sync.Map // eventAttrKey -> metric.MeasurementOption
 
 	// topics names each event's topic, for the topic attribute.
-	topics topicNames
+	topics *topicNames
 
 	// store is the store attribute (none for an unnamed store), added to every measurement;
 	// plain is the option of a measurement with no other attribute.
@@ -68,13 +68,13 @@ type metrics struct {
 }
 
 // newMetrics makes the publisher's instruments on cfg.MeterProvider, or returns nil without
-// one. info names the events' topics.
-func newMetrics(cfg Config, store Store, info SenderInfo, log *slog.Logger) (*metrics, error) {
+// one. topics names the events' topics.
+func newMetrics(cfg Config, store Store, topics *topicNames, log *slog.Logger) (*metrics, error) {
 	if cfg.MeterProvider == nil {
 		return nil, nil
 	}
 	meter := cfg.MeterProvider.Meter(meterName)
-	m := &metrics{log: log, meter: meter, topics: newTopicNames(info)}
+	m := &metrics{log: log, meter: meter, topics: topics}
 	if cfg.StoreName != "" {
 		m.store = []attribute.KeyValue{attribute.String(attrStore, cfg.StoreName)}
 	}

@@ -170,11 +170,11 @@ func TestMetricsKnownSequence(t *testing.T) {
 
 	c := collect(t, reader)
 	assert.Equal(t, map[string]float64{
-		"event_type=ORDER_CREATED": 3, "event_type=ORDER_SHIPPED": 1, "event_type=ORDER_CANCELLED": 1,
+		"event_type=ORDER_CREATED,topic=ORDER_EVENT_TOPIC": 3, "event_type=ORDER_SHIPPED,topic=ORDER_EVENT_TOPIC": 1, "event_type=ORDER_CANCELLED,topic=ORDER_EVENT_TOPIC": 1,
 	}, c.values["outbox.events.sent"])
-	assert.Equal(t, map[string]float64{"event_type=ORDER_SHIPPED": 1}, c.values["outbox.events.retried"])
+	assert.Equal(t, map[string]float64{"event_type=ORDER_SHIPPED,topic=ORDER_EVENT_TOPIC": 1}, c.values["outbox.events.retried"])
 	assert.Equal(t, map[string]float64{
-		"event_type=ORDER_PAID,reason=permanent": 1, "event_type=ORDER_POISON,reason=reclaims": 1,
+		"event_type=ORDER_PAID,reason=permanent,topic=ORDER_EVENT_TOPIC": 1, "event_type=ORDER_POISON,reason=reclaims,topic=ORDER_EVENT_TOPIC": 1,
 	}, c.values["outbox.events.dead_lettered"])
 	assert.Equal(t, map[string]float64{"": 1}, c.values["outbox.events.reclaimed"])
 	assert.Nil(t, c.values["outbox.claims.lost"], "one instance loses no claim")
@@ -191,12 +191,12 @@ func TestMetricsKnownSequence(t *testing.T) {
 	}
 	assert.Equal(t, calls, c.counts["outbox.send.duration"])
 	assert.Equal(t, map[string]uint64{
-		"event_type=ORDER_CREATED": 3, "event_type=ORDER_SHIPPED": 1, "event_type=ORDER_CANCELLED": 1,
+		"event_type=ORDER_CREATED,topic=ORDER_EVENT_TOPIC": 3, "event_type=ORDER_SHIPPED,topic=ORDER_EVENT_TOPIC": 1, "event_type=ORDER_CANCELLED,topic=ORDER_EVENT_TOPIC": 1,
 	}, c.counts["outbox.commit_to_send.duration"])
-	lag := c.maxima["outbox.commit_to_send.duration"]["event_type=ORDER_CANCELLED"]
+	lag := c.maxima["outbox.commit_to_send.duration"]["event_type=ORDER_CANCELLED,topic=ORDER_EVENT_TOPIC"]
 	assert.GreaterOrEqual(t, lag, 3600.0, "committed an hour ago by the database clock")
 	assert.Less(t, lag, 3660.0)
-	assert.Less(t, c.maxima["outbox.commit_to_send.duration"]["event_type=ORDER_CREATED"], 60.0)
+	assert.Less(t, c.maxima["outbox.commit_to_send.duration"]["event_type=ORDER_CREATED,topic=ORDER_EVENT_TOPIC"], 60.0)
 
 	// The table as it now stands: nothing due or SENDING, two dead letters.
 	assert.Equal(t, map[string]float64{"": 0}, c.values["outbox.table.backlog"])
@@ -299,7 +299,7 @@ func TestMetricsOptional(t *testing.T) {
 	c := collect(t, reader)
 	cancel()
 	wg.Wait()
-	assert.Equal(t, map[string]float64{"event_type=ORDER_CREATED": 2}, c.values["outbox.events.sent"])
+	assert.Equal(t, map[string]float64{"event_type=ORDER_CREATED,topic=ORDER_EVENT_TOPIC": 2}, c.values["outbox.events.sent"])
 	assert.Nil(t, c.values["outbox.table.backlog"])
 	assert.Nil(t, c.values["outbox.store.lock_retries"])
 	assert.Equal(t, map[string]float64{"": 0}, c.values["outbox.broker.unavailable"])

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -41,29 +42,67 @@ func (o Ordering) String() string {
 // good as SUCCESS (its key's later events go on).
 const StatusSkipped Status = "SKIPPED"
 
-// check asks the store how it claims, at Start and before the first PublishPending of a
-// publisher not started: a table that cannot serve its ordering is refused; a store that
-// does not answer is logged, and the claims will say more. The Ordering Check reports is
-// the store's even when the table cannot be read, so it is known from then on, and every
-// send is told it.
+// check asks the store how it claims and where its events go, and the sender whether it
+// can send there, at Start and before the first PublishPending of a publisher not started.
+// What cannot work (the store's table, and the sender's topics) is refused in one error,
+// each problem named once; a store or a broker that does not answer is logged, and the
+// claims will say more. The StoreInfo Check reports is the store's even when the table
+// cannot be read, so it is known from then on, and every send is told it.
 func (p *Publisher) check(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.StoreTimeout)
 	defer cancel()
-	o, err := p.store.Check(cctx)
-	p.keyOrder.Store(o != Unordered)
+	info, err := p.store.Check(cctx)
+	p.storeInfo.Store(&info)
+	p.keyOrder.Store(info.Ordering != Unordered)
+	p.topics.set(info.Topics)
 	p.warnMissingDefaults(cctx)
+	var refusals []error
+	stopped := func() bool { return ctx.Err() != nil || p.isClosed() }
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrInvalidConfig):
-		return err
-	case ctx.Err() != nil || p.isClosed():
+	case errors.Is(err, ErrInvalidConfig), errors.Is(err, ErrNoTable):
+		refusals = append(refusals, err)
+	case stopped():
 		// Stopped or closed while starting: the check was cut short, nothing is wrong.
 		p.log.DebugContext(ctx, "outbox: the table's check was cut short by a stop", slog.Any("error", err))
 	default:
 		p.log.WarnContext(ctx, "outbox: could not check the table", slog.Any("error", err))
 	}
+	if len(info.Topics) > 0 {
+		sctx, cancel := context.WithTimeout(ctx, p.cfg.Tuning.SendTimeout)
+		err := p.sender.Check(sctx, info.Topics)
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrInvalidConfig):
+			refusals = append(refusals, err)
+		case stopped():
+		default:
+			p.log.WarnContext(ctx, "outbox: could not check the sender's topics", slog.Any("error", err))
+		}
+	}
+	if len(refusals) > 0 {
+		return joinRefusals(refusals)
+	}
 	p.orderChecked.Store(true)
 	return nil
+}
+
+// joinRefusals makes one error of what keeps a publisher from running: it wraps each (and
+// so [ErrInvalidConfig]), and says each once, in one line.
+func joinRefusals(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	texts := make([]string, len(errs))
+	args := make([]any, len(errs))
+	for i, err := range errs {
+		texts[i], args[i] = "%w", err
+	}
+	return fmt.Errorf(strings.Join(texts, "; "), args...)
 }
 
 // warnMissingDefaults logs, for a MySQL store whose table was made by an earlier version, the

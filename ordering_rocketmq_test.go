@@ -25,7 +25,6 @@ func newKeyOrderRocketMQSender(t *testing.T, topic string, sendTimeout time.Dura
 	t.Helper()
 	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers: []string{testsvc.RocketMQNameServer(t)},
-		Topic:       topic,
 		GroupName:   testsvc.UniqueTable("pg"),
 		SendTimeout: sendTimeout,
 	})
@@ -36,9 +35,9 @@ func newKeyOrderRocketMQSender(t *testing.T, topic string, sendTimeout time.Dura
 
 // newKeyOrderStoreOn returns a store in key order for an existing table, on a pool of its
 // own, as a second instance would open it.
-func newKeyOrderStoreOn(t *testing.T, table string) *outbox.MySQLStore {
+func newKeyOrderStoreOn(t *testing.T, table, topic string) *outbox.MySQLStore {
 	t.Helper()
-	store, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: table, Ordering: outbox.KeyOrder})
+	store, err := outbox.NewMySQLStore(testsvc.OpenDB(t), outbox.MySQLConfig{Table: table, Ordering: outbox.KeyOrder, Routes: outbox.Routes{Topic: topic}})
 	require.NoError(t, err)
 	return store
 }
@@ -145,6 +144,10 @@ func (f *flakyKeySender) Send(ctx context.Context, evs []outbox.Event, keyOrder 
 
 func (f *flakyKeySender) Info() outbox.SenderInfo { return f.s.Info() }
 
+func (f *flakyKeySender) Check(ctx context.Context, topics []string) error {
+	return f.s.Check(ctx, topics)
+}
+
 // lostAckStore loses one acknowledgement: the first time a success of one of the events in
 // victims is to be recorded (by a claim that carries it, or on its own), it drops it and
 // reports it recorded all the same. That event stays SENDING, though the broker has it,
@@ -209,8 +212,9 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder})}
 	ordering, err := b.store.Check(context.Background())
 	require.NoError(t, err, "the schema serves key order")
-	require.Equal(t, outbox.KeyOrder, ordering)
+	require.Equal(t, outbox.KeyOrder, ordering.Ordering)
 	topic, _ := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEYORDER")
+	b.routeTo(topic)
 	consumer := testsvc.ConsumeOrderly(t, topic)
 
 	eventsOf := func(k int) int { return 3 + k%3 } // 3, 4 or 5
@@ -251,7 +255,7 @@ func TestRocketMQKeyOrderWithFailuresAndALostAck(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	// start starts the i-th publisher and returns what stops it.
 	start := func(i int) (stop func()) {
-		own := newKeyOrderStoreOn(t, outbox.TableForTest(b.store))
+		own := newKeyOrderStoreOn(t, outbox.TableForTest(b.store), topic)
 		var store outbox.Store = own
 		if i == 0 {
 			lossy = &lostAckStore{MySQLStore: own, victims: victims}

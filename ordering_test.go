@@ -48,6 +48,8 @@ func (s *keyOrderSender) Send(ctx context.Context, evs []outbox.Event, keyOrder 
 
 func (s *keyOrderSender) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
+func (s *keyOrderSender) Check(context.Context, []string) error { return nil }
+
 func (s *keyOrderSender) sendOne(_ context.Context, ev outbox.Event) error {
 	s.mu.Lock()
 	if s.inFlight[ev.BizNo] > 0 {
@@ -216,6 +218,8 @@ func (s *keyOrderProbe) Send(_ context.Context, evs []outbox.Event, keyOrder boo
 }
 
 func (s *keyOrderProbe) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (s *keyOrderProbe) Check(context.Context, []string) error { return nil }
 
 // An unknown Ordering is refused when the store is made.
 func TestKeyOrderRefusesAnUnknownOrdering(t *testing.T) {

@@ -123,7 +123,7 @@ func TestPlainSQLInsertWritesADueEvent(t *testing.T) {
 			assert.Empty(t, ev.LastError)
 			assert.Empty(t, ev.TraceParent)
 			assert.Empty(t, ev.TraceState)
-			assert.Empty(t, ev.Topic, "the sender's default topic")
+			assert.Equal(t, "ORDER_EVENT_TOPIC", ev.Topic, "no topic named: read as the store's default, which its claim writes on it")
 			assert.Equal(t, ev.CreateTime, ev.NextRetryTime)
 		})
 	}
@@ -267,12 +267,13 @@ func TestPlainSQLInsertIsSentAtTheNextPoll(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	topic := testsvc.NewTopic(t, "OUTBOX_PLAIN")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	logs := &logSink{}
 	cfg := fastConfig("plain-poll", logs)
 	cfg.PollInterval = time.Second
 	hooked, rounds := signalRounds(b.store)
-	p := newPublisher(t, hooked, newFastRocketMQSender(t, topic), cfg)
+	p := newPublisher(t, hooked, newFastRocketMQSender(t), cfg)
 	wake, unsubscribe := b.store.Subscribe()
 	defer unsubscribe()
 	done := make(chan error, 1)
@@ -392,8 +393,9 @@ func TestPlainSQLInsertBadInput(t *testing.T) {
 	assert.Equal(t, long[:64], b.get(t, truncated).BizNo)
 
 	topic := testsvc.NewTopic(t, "OUTBOX_PLAIN_BAD")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
-	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), fastConfig("plain-bad", &logSink{}))
+	p := newPublisher(t, b.store, newFastRocketMQSender(t), fastConfig("plain-bad", &logSink{}))
 	stats, err := p.PublishPending(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, stats.DeadLettered)

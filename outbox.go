@@ -137,13 +137,14 @@ type Failure struct {
 //
 // All times are the store's own clock.
 type Store interface {
-	// Check reports the order the store claims in (see [Ordering]) and whether its table can
-	// serve it; the publisher calls it in [Publisher.Start], and before the first
-	// [Publisher.PublishPending] of a publisher not started. The Ordering is the store's
-	// even when the table cannot be read. An error wrapping [ErrInvalidConfig] says the
-	// table cannot serve it (and names the fix), and Start (or PublishPending) returns it;
-	// any other error is logged and the publisher goes on.
-	Check(ctx context.Context) (Ordering, error)
+	// Check reports the order the store claims in (see [Ordering]) and the topics its
+	// events go to, and whether its table can serve them; the publisher calls it in
+	// [Publisher.Start], and before the first [Publisher.PublishPending] of a publisher not
+	// started. The StoreInfo is the store's even when the table cannot be read. An error
+	// wrapping [ErrInvalidConfig] says the table cannot serve the store (and names every
+	// fix), and Start (or PublishPending) returns it; any other error is logged and the
+	// publisher goes on.
+	Check(ctx context.Context) (StoreInfo, error)
 
 	// ClaimDue claims up to req.Limit due WAIT events for req.Owner at once, oldest first,
 	// whose payloads add up to at most req.MaxBytes (but at least one event), and returns
@@ -194,6 +195,13 @@ type Store interface {
 	// now stands, history included. Judged by claimed_at only.
 	ReclaimExpired(ctx context.Context, lease time.Duration, maxReclaims int) (requeued int64, dead []Event, err error)
 
+	// RenewLease extends the lease of the events of ids that owner still holds (SENDING
+	// under owner) to now, by the store's clock, and reports how many it renewed; the
+	// others were reclaimed, and are left as they are. The publisher calls it while a send
+	// is in flight, every third of [Tuning.Lease], so that a slow but live send is never
+	// reclaimed and sent twice, while a dead instance's claims expire after one short lease.
+	RenewLease(ctx context.Context, ids []int64, owner string) (int64, error)
+
 	// ReleaseOwned returns to WAIT, due now and with no retry or reclaim counted, every event
 	// SENDING under owner, recording reason; it reports how many. The publisher calls it when
 	// it holds nothing in flight: when it stops, and after a claim whose outcome is
@@ -240,39 +248,45 @@ type ClaimResult struct {
 	Succeeded int64
 }
 
-// Sender publishes events to a broker. [RocketMQSender] is the one for Apache RocketMQ;
-// [SenderFunc] makes one of a function that sends one event.
+// Sender publishes events to a broker: the wire. What to send, in which order and after
+// what, and what a failure leads to (a retry, a dead letter, a pause) are the library's
+// decisions ([Dispatch], the publisher's rounds), the same whatever the sender, so that a
+// sender of a test kit and a real one decide alike. [RocketMQSender] is the one for Apache
+// RocketMQ; [SenderFunc] makes one of a function that sends one event.
 //
 // Send returns one error per event of evs, in order: nil for each event the broker
-// accepted, and only once it has. The error says whose fault a failure is. An error marked
-// with [Permanent] belongs to the message and dead-letters the event at once. An error
-// marked with [Unavailable] (or wrapping [ErrClosed]) says the broker, or the way to it, is
-// down: the event goes back to WAIT without a retry counted, and the publisher stops
-// claiming and probes until a send succeeds. An error wrapping [ErrNotSent] says the
-// sender never tried the event: it goes back to WAIT with nothing counted. Any other error
-// is retried with backoff and counts against [Config.MaxAttempts].
+// stored, and only once it has. Each event goes to its [Event.Topic], which the store set.
+// The error says whose fault a failure is. An error marked with [Permanent] belongs to the
+// message and dead-letters the event at once. An error marked with [Unavailable] (or
+// wrapping [ErrClosed]) says the broker, or the way to it, is down: the event goes back to
+// WAIT without a retry counted, and the publisher stops claiming and probes until a send
+// succeeds. An error wrapping [ErrNotSent] says the sender never tried the event: it goes
+// back to WAIT with nothing counted. Any other error is retried with backoff and counts
+// against [Config.MaxAttempts].
 //
-// With keyOrder (the store claims in key order), the events of one biz no must reach the
-// broker in the order given, where an orderly consumer receives them in that order, and a
-// biz no whose event fails goes no further in this call: its later events get an error
-// wrapping [ErrNotSent]. A sender that routes to several topics keeps this per topic: a biz
-// no's events of two topics are two orders, as two topics' consumers see them.
+// With keyOrder (the store claims in key order), the events of one biz no in evs are of
+// one topic and in id order ([Dispatch] sends a biz no's events of another topic in a
+// later call, once these are stored): they must reach the broker in the order given, where
+// an orderly consumer receives them in that order, and a biz no whose event fails goes no
+// further in this call: its later events get an error wrapping [ErrNotSent].
+//
+// Check reports whether the sender can send to each of topics, the topics a store's events
+// go to ([StoreInfo.Topics]); [Publisher.Start] calls it. An error wrapping
+// [ErrInvalidConfig], naming each topic it cannot send to once, refuses the start; any
+// other error (the broker cannot be asked) is logged, and the publisher starts.
 //
 // Send must respect ctx: the publisher bounds it with the send timeout (see [SenderInfo]).
-// A wrapper around a sender (for metrics, say) implements both methods, passing Info on, so
-// nothing the inner sender can do is lost.
+// A wrapper around a sender (for metrics, say) implements every method, passing Check and
+// Info on, so nothing the inner sender can do is lost.
 type Sender interface {
 	Send(ctx context.Context, evs []Event, keyOrder bool) []error
+	Check(ctx context.Context, topics []string) error
 	// Info describes the sender to the publisher.
 	Info() SenderInfo
 }
 
 // SenderInfo describes a [Sender] to the publisher that uses it.
 type SenderInfo struct {
-	// Topic is where events go, named in the publisher's send spans ("" for none).
-	Topic string
-	// Topics are all the topics the sender routes to, Topic among them; nil means any.
-	Topics []string
 	// System names the messaging system for the send spans' messaging.system ("" for none).
 	System string
 	// SendTimeout is how long one Send may take when the sender bounds its sends itself (a
@@ -280,11 +294,6 @@ type SenderInfo struct {
 	// Send by it, and refuses a [Tuning.SendTimeout] that differs. Zero: the publisher's
 	// Tuning.SendTimeout bounds the sends.
 	SendTimeout time.Duration
-	// TopicsByType are the sender's routes by event type (see
-	// [RocketMQConfig.TopicsByType]): an event that names no topic and whose type is a key
-	// goes to that topic. The publisher names an event's topic in its metrics and spans by
-	// [Event.Topic], then this, then Topic.
-	TopicsByType map[string]string
 }
 
 // SenderFunc adapts a function that sends one event to [Sender]: Send calls it for each
@@ -298,22 +307,23 @@ type SenderFunc func(ctx context.Context, ev Event) error
 func (f SenderFunc) Send(ctx context.Context, evs []Event, keyOrder bool) []error {
 	errs := make([]error, len(evs))
 	sent := false
-	var failedKeys map[string]bool // with keyOrder: the biz nos with a failed send
+	var failedKeys map[string]error // with keyOrder: the biz nos with a failed send, and its error
+	var failedAt map[string]string  // and the event id of the event that failed
 	for i, ev := range evs {
 		if ctx.Err() != nil {
 			errs[i] = errNotSent
 			continue
 		}
-		if failedKeys[ev.BizNo] {
-			errs[i] = errKeyStopped
+		if cause := failedKeys[ev.BizNo]; cause != nil {
+			errs[i] = &keyNotSentError{bizNo: ev.BizNo, failed: failedAt[ev.BizNo], cause: cause}
 			continue
 		}
 		errs[i] = f.call(ctx, ev)
 		if errs[i] != nil && keyOrder {
 			if failedKeys == nil {
-				failedKeys = map[string]bool{}
+				failedKeys, failedAt = map[string]error{}, map[string]string{}
 			}
-			failedKeys[ev.BizNo] = true
+			failedKeys[ev.BizNo], failedAt[ev.BizNo] = errs[i], ev.EventID
 		}
 		if errs[i] == nil {
 			sent = true
@@ -336,12 +346,11 @@ func (f SenderFunc) call(ctx context.Context, ev Event) (err error) {
 	return f(ctx, ev)
 }
 
-// Info returns the zero SenderInfo: a function names no topic and bounds no send itself.
-func (f SenderFunc) Info() SenderInfo { return SenderInfo{} }
+// Check returns nil: a function may send anywhere.
+func (f SenderFunc) Check(context.Context, []string) error { return nil }
 
-// errKeyStopped is the answer, in key order, for an event of a batch whose biz no had an
-// earlier event fail in the same batch: it must not overtake it.
-var errKeyStopped = fmt.Errorf("%w: an earlier event of the same biz no failed in this batch", ErrNotSent)
+// Info returns the zero SenderInfo: a function bounds no send itself.
+func (f SenderFunc) Info() SenderInfo { return SenderInfo{} }
 
 var (
 	// ErrInvalidConfig is wrapped by every configuration error.
@@ -350,6 +359,9 @@ var (
 	ErrInvalidEvent = errors.New("outbox: invalid event")
 	// ErrPayloadTooLarge is returned for a payload over [MySQLConfig.MaxPayloadBytes].
 	ErrPayloadTooLarge = fmt.Errorf("%w: payload too large", ErrInvalidEvent)
+	// ErrNoTable is returned by [MySQLStore.Check] (so by [Publisher.Start]) for an outbox
+	// table that does not exist: create it ([MySQLStore.CreateSchema], or schema.sql).
+	ErrNoTable = errors.New("outbox: no such table")
 	// ErrNotFound is returned when an event does not exist.
 	ErrNotFound = errors.New("outbox: event not found")
 	// ErrClosed is returned by a sender's Send after its Close (nothing was sent: the
@@ -459,7 +471,10 @@ type Publisher struct {
 	rounds roundState
 
 	tracing *sendTracing // the send spans; nil without Config.TracerProvider
-	topics  topicNames   // names each event's topic as the sender routes it
+	topics  *topicNames  // names each event's topic, within the store's set
+	// storeInfo is what the store's Check reported (at Start, or before the first
+	// PublishPending): how it claims and its topics, for Dispatch.
+	storeInfo atomic.Pointer[StoreInfo]
 
 	// life is Start's, Stop's and Close's (see lifecycle.go).
 	life lifecycle
@@ -495,12 +510,12 @@ func NewPublisher(store Store, sender Sender, cfg Config) (*Publisher, error) {
 		cfg:    cfg,
 		log:    cfg.Logger.With(logAttrs(cfg)...),
 	}
-	if p.m, err = newMetrics(cfg, store, info, p.log); err != nil {
+	p.topics = &topicNames{}
+	if p.m, err = newMetrics(cfg, store, p.topics, p.log); err != nil {
 		return nil, fmt.Errorf("outbox: make the publisher's instruments: %w", err)
 	}
 	p.limit.Store(int64(min(cfg.Tuning.BatchSize, initialClaimLimit)))
-	p.tracing = newSendTracing(cfg.TracerProvider, info, cfg.StoreName)
-	p.topics = newTopicNames(info)
+	p.tracing = newSendTracing(cfg.TracerProvider, info, p.topics, cfg.StoreName)
 	p.rounds.gather = newGatherer(cfg.coalesceTarget(), cfg.PollInterval)
 	p.life.init()
 	p.dead.init(cfg.OnDeadLetter, p.log)

@@ -571,6 +571,8 @@ func (s *blockingSender) Send(ctx context.Context, evs []outbox.Event, keyOrder 
 
 func (s *blockingSender) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
+func (s *blockingSender) Check(context.Context, []string) error { return nil }
+
 func (s *blockingSender) sendOne(_ context.Context, ev outbox.Event) error {
 	s.entered <- ev
 	return <-s.release

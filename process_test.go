@@ -115,7 +115,6 @@ func runChild() int {
 		cfg.Tuning.SendTimeout, cfg.Tuning.Lease = 2*time.Second, 20*time.Second
 		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 			NameServers: []string{os.Getenv("OUTBOX_CHILD_NAMESRV")},
-			Topic:       os.Getenv("OUTBOX_CHILD_TOPIC"),
 			GroupName:   os.Getenv("OUTBOX_CHILD_ID"),
 			SendTimeout: cfg.Tuning.SendTimeout,
 			Logger:      slog.New(slog.DiscardHandler),

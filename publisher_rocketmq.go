@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"regexp"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/admin"
 	rmqerrors "github.com/apache/rocketmq-client-go/v2/errors"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
@@ -77,24 +77,6 @@ var topicRE = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,127}$`)
 type RocketMQConfig struct {
 	// NameServers are the name server addresses, e.g. ["127.0.0.1:9876"]. Required.
 	NameServers []string
-
-	// Topic is where events are sent unless they are routed elsewhere (by [Event.Topic] or
-	// TopicsByType): the default topic. Defaults to "ORDER_EVENT_TOPIC".
-	Topic string
-
-	// Topics are the other topics an event may name in [Event.Topic] ([EventInput.Topic]).
-	// With Topic they are the sender's bounded set of topics: an event that names a topic
-	// outside it (a typo in a plain SQL insert, say) fails at once as [Permanent], with an
-	// error naming the topic and the known ones, and the metrics' topic attribute stays
-	// within it. Each follows the rule for Topic. Defaults to none: every event goes to
-	// Topic (or by TopicsByType). See docs/routing.md.
-	Topics []string
-
-	// TopicsByType routes by event type: an event that names no topic ([Event.Topic] is
-	// "") and whose event type is a key here goes to that topic, so that the services
-	// writing events need not name topics. Each topic must be Topic or one of Topics. An
-	// event's own topic comes first, then this, then Topic. Defaults to none.
-	TopicsByType map[string]string
 
 	// GroupName is the producer group. Defaults to "outbox_publisher".
 	GroupName string
@@ -194,10 +176,7 @@ type RocketMQConfig struct {
 // races the producer's shutdown.
 type RocketMQSender struct {
 	producer rocketmq.Producer
-	topic    string            // the default topic
-	topics   []string          // every topic of the set, the default first
-	known    map[string]bool   // the topics of topics
-	byType   map[string]string // event type -> topic
+	names    []string // the name servers, for Check
 	timeout  time.Duration
 	maxBatch int
 	owned    bool
@@ -263,40 +242,12 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 		return nil, fmt.Errorf("%w: could not start the RocketMQ producer of group %q on client instance %q (another producer of the group uses that InstanceName in this process? give each sender its own InstanceName or GroupName): %w",
 			ErrInvalidConfig, group, instance, err)
 	}
-	s.producer, s.owned = p, true
+	s.producer, s.owned, s.names = p, true, slices.Clone(cfg.NameServers)
 	return s, nil
 }
 
 // newRocketMQSender validates cfg and returns a sender without a producer.
 func newRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
-	topic := cmp.Or(cfg.Topic, topicDefault)
-	if err := checkTopic(topic); err != nil {
-		return nil, err
-	}
-	topics, known := []string{topic}, map[string]bool{topic: true}
-	for _, t := range cfg.Topics {
-		if err := checkTopic(t); err != nil {
-			return nil, fmt.Errorf("%w (in Topics)", err)
-		}
-		if !known[t] {
-			known[t] = true
-			topics = append(topics, t)
-		}
-	}
-	var byType map[string]string
-	for typ, t := range cfg.TopicsByType {
-		switch {
-		case typ == "":
-			return nil, fmt.Errorf("%w: TopicsByType has an empty event type; every event has a type", ErrInvalidConfig)
-		case !known[t]:
-			return nil, fmt.Errorf("%w: TopicsByType routes event type %q to topic %q, which is neither Topic nor one of Topics (%s)",
-				ErrInvalidConfig, typ, t, strings.Join(topics, ", "))
-		}
-		if byType == nil {
-			byType = make(map[string]string, len(cfg.TopicsByType))
-		}
-		byType[typ] = t
-	}
 	timeout := cmp.Or(cfg.SendTimeout, sendTimeoutDefault)
 	attempts := cmp.Or(cfg.SendAttempts, sendAttemptsDefault)
 	maxBatch := cmp.Or(cfg.MaxBatchBytes, maxBatchBytesDefault)
@@ -312,46 +263,67 @@ func newRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RocketMQSender{topic: topic, topics: topics, known: known, byType: byType,
-		timeout: timeout, maxBatch: maxBatch, ce: ce}, nil
+	return &RocketMQSender{timeout: timeout, maxBatch: maxBatch, ce: ce}, nil
 }
 
-// checkTopic checks a topic name by the broker's rule (its TopicValidator): 1 to 127
-// letters, digits, '_', '-', '%' or '|', and not one of its own topics.
-func checkTopic(topic string) error {
-	if !topicRE.MatchString(topic) {
-		return fmt.Errorf("%w: topic %q must be 1 to 127 letters, digits, '_', '-', '%%' or '|'", ErrInvalidConfig, topic)
-	}
-	if systemTopic(topic) {
-		return fmt.Errorf("%w: topic %q is one of RocketMQ's own, which the broker refuses to take messages for", ErrInvalidConfig, topic)
-	}
-	return nil
-}
-
-// Info implements [Sender]: the default topic, the whole set of topics (the default
-// first), the routes by event type, and the send timeout the producer was built with
+// Info implements [Sender]: the send timeout the producer was built with
 // ([RocketMQConfig.SendTimeout]), so the publisher bounds a send as the client does.
 func (s *RocketMQSender) Info() SenderInfo {
-	return SenderInfo{Topic: s.topic, Topics: slices.Clone(s.topics), TopicsByType: maps.Clone(s.byType),
-		System: "rocketmq", SendTimeout: s.timeout}
+	return SenderInfo{System: "rocketmq", SendTimeout: s.timeout}
 }
 
-// topicOf returns the topic ev goes to: its own, else its event type's, else the default.
-func (s *RocketMQSender) topicOf(ev *Event) string {
-	if ev.Topic != "" {
-		return ev.Topic
+// Check implements [Sender]: it asks the name servers for each topic's route, and refuses,
+// naming them, the topics that have none where the cluster does not create topics on
+// demand (no broker has the autoCreateTopicEnable's topic, TBW102): a send to them would
+// wait for a topic that never comes. Where the cluster creates topics, every topic can be
+// sent to, and only TBW102's route is read. A name server that does not answer is no
+// refusal: the error is returned without [ErrInvalidConfig], and the publisher starts.
+func (s *RocketMQSender) Check(ctx context.Context, topics []string) error {
+	if len(topics) == 0 || len(s.names) == 0 {
+		return nil
 	}
-	if t, ok := s.byType[ev.EventType]; ok {
-		return t
+	addrs, err := primitive.NewNamesrvAddr(s.names...)
+	if err != nil {
+		return fmt.Errorf("rocketmq: check topics: %w", err)
 	}
-	return s.topic
+	a, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver(addrs)))
+	if err != nil {
+		return fmt.Errorf("rocketmq: check topics: %w", err)
+	}
+	defer func() { _ = a.Close() }()
+	routed := func(topic string) (bool, error) {
+		_, err := a.FetchPublishMessageQueues(ctx, topic)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, rmqerrors.ErrTopicNotExist):
+			return false, nil
+		}
+		return false, fmt.Errorf("rocketmq: check topics: read the route of %s from the name servers: %w", topic, err)
+	}
+	if ok, err := routed(autoCreateTopic); ok || err != nil {
+		return err
+	}
+	var missing []string
+	for _, t := range topics {
+		ok, err := routed(t)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: no broker has topic %s, and the cluster does not create topics (autoCreateTopicEnable is off): create it (mqadmin updateTopic -t %s -c <cluster>)",
+		ErrInvalidConfig, strings.Join(missing, ", "), missing[0])
 }
 
-// unknownTopic is the error of an event that names a topic outside the sender's set.
-func (s *RocketMQSender) unknownTopic(topic string) error {
-	return Permanent(fmt.Errorf("rocketmq: the event names topic %q, which is not one of the sender's topics (%s): add it to RocketMQConfig.Topics (and to the store's topics), or correct the event's topic",
-		topic, strings.Join(s.topics, ", ")))
-}
+// autoCreateTopic is the topic whose route a producer sends by when a topic has none: the
+// brokers register it when they create topics on demand (autoCreateTopicEnable).
+const autoCreateTopic = "TBW102"
 
 // message returns the RocketMQ message for ev. Its eventId property is ev.EventID, the UUID
 // stored with the event, never the row id: row ids repeat when the table is recreated or a
@@ -360,7 +332,7 @@ func (s *RocketMQSender) unknownTopic(topic string) error {
 // properties. In key order the biz no is the sharding key. With CloudEvents on, it carries
 // the event's CloudEvents attributes too.
 func (s *RocketMQSender) message(ev Event, keyOrder bool) *primitive.Message {
-	msg := primitive.NewMessage(s.topicOf(&ev), ev.Payload)
+	msg := primitive.NewMessage(ev.Topic, ev.Payload)
 	msg.WithProperty(PropertyEventID, ev.EventID)
 	msg.WithProperty(PropertyEventType, ev.EventType)
 	msg.WithProperty(PropertyBizNo, ev.BizNo)
@@ -385,8 +357,8 @@ func (s *RocketMQSender) message(ev Event, keyOrder bool) *primitive.Message {
 // with ([NewRocketMQSender]): what a consumer of the event will see, for a person to look at
 // before requeueing a dead letter. keyOrder is the store's ordering (an ordered store's
 // events carry their biz no as the sharding key). It connects to nothing: cfg's NameServers
-// are not needed. An event the sender would refuse (a topic outside cfg's topics, an empty
-// payload) is the [Permanent] error its send fails with ([IsPermanent] reports it); a cfg
+// are not needed. An event the sender would refuse (no topic, an empty payload) is the
+// [Permanent] error its send fails with ([IsPermanent] reports it); a cfg
 // NewRocketMQSender would refuse, an error wrapping [ErrInvalidConfig]. The properties include the client's own: KEYS (the
 // biz no), TAGS (the event type) and, in key order, SHARDING_KEY.
 func RocketMQMessage(cfg RocketMQConfig, ev Event, keyOrder bool) (topic string, properties map[string]string, err error) {
@@ -412,17 +384,19 @@ func (s *RocketMQSender) begin() error {
 	return nil
 }
 
+// errNoTopic is the error of an event that names no topic: its store routes none.
+var errNoTopic = Permanent(errors.New("rocketmq: the event names no topic"))
+
 // errEmptyBody is the error of an event with no payload. RocketMQ's own Java client refuses
 // an empty body, and the broker fails a single message without one (5.3.3 answers code 1,
 // a NullPointerException), on every attempt.
 var errEmptyBody = Permanent(errors.New("rocketmq: the payload is empty; RocketMQ does not accept a message without a body"))
 
-// refuse returns why ev cannot be sent at all (a [Permanent] error), or nil: it names a
-// topic outside the sender's set, it has no payload, or, with CloudEvents on, no event id
-// or type.
+// refuse returns why ev cannot be sent at all (a [Permanent] error), or nil: it names no
+// topic, it has no payload, or, with CloudEvents on, no event id or type.
 func (s *RocketMQSender) refuse(ev *Event) error {
-	if ev.Topic != "" && !s.known[ev.Topic] {
-		return s.unknownTopic(ev.Topic)
+	if ev.Topic == "" {
+		return errNoTopic
 	}
 	if len(ev.Payload) == 0 {
 		return errEmptyBody
@@ -442,33 +416,31 @@ func (s *RocketMQSender) sendOne(ctx context.Context, ev Event, keyOrder bool) e
 	return sendOutcome("send", res, err)
 }
 
-// Send implements [Sender]. Each event goes to its topic: the one it names
-// ([Event.Topic]), else its event type's ([RocketMQConfig.TopicsByType]), else the default
-// topic; one that names a topic outside the sender's set fails as [Permanent]. One event is
-// sent alone; a batch goes in as few sends as fit under MaxBatchBytes, each confirmed as a
-// whole, all within one SendTimeout. The client takes a batch of one topic only, so a batch
-// that spans topics goes in sends of each topic, the topics side by side. If the broker
-// refuses a batch as illegal (one of its messages is), its events are sent one by one, so
-// that only the illegal one is dead-lettered. Events whose turn never comes (the deadline
-// passed, or an earlier send to their topic found it unavailable: the broker down, or the
-// topic missing) are not sent, and their errors say so: the publisher returns them to WAIT
-// without counting an attempt. A topic's failure stops its own events, never another
-// topic's. Messages of a batch carry no client message id: consumers deduplicate on the
-// eventId property, as they should anyway.
+// Send implements [Sender]. Each event goes to the topic it names ([Event.Topic], as its
+// store routed it). One event is sent alone; a batch goes in as few sends as fit under
+// MaxBatchBytes, each confirmed as a whole, all within one SendTimeout. The client takes a
+// batch of one topic only, so a batch that spans topics goes in sends of each topic, the
+// topics side by side. If the broker refuses a batch as illegal (one of its messages is),
+// its events are sent one by one, so that only the illegal one fails. Events whose turn
+// never comes (the deadline passed, or an earlier send to their topic found it
+// unavailable: the broker down, or the topic missing) are not sent, and their errors say
+// so: the publisher returns them to WAIT without counting an attempt. Messages of a batch
+// carry no client message id: consumers deduplicate on the eventId property, as they
+// should anyway.
 //
 // With keyOrder, every message carries its biz no as sharding key and goes to its key's
 // queue of its topic: the FNV-1a hash of the biz no modulo the number of the topic's
 // queues, the choice of the client's producer.NewHashQueueSelector, so that an orderly
-// consumer (consumer.WithConsumerOrder(true)) receives a key's events of a topic in order.
-// A batch is sent queue by queue (the queues of every topic in parallel), each biz no's
-// events together and in the order given, and a biz no is stopped in a topic at its first
-// failure there: for each biz no and topic the answers are successes, then at most one
-// failure, then [ErrNotSent]. A biz no's events of two topics are two orders, as two
-// topics' consumers see them. What it costs: one send per
-// queue present in a batch, and no failover: the client's retries go to the same queue, so
-// a biz no whose queue's broker is down waits (Unavailable) until the broker is back or the
-// route drops it. A change in the number of the topic's queues moves biz nos to other
-// queues: ordering holds while the route is stable, as with any RocketMQ ordered messages.
+// consumer (consumer.WithConsumerOrder(true)) receives a key's events in order. A batch is
+// sent queue by queue (the queues in parallel), each biz no's events together and in the
+// order given, and a biz no stops at its first failure: its answers are successes, then at
+// most one failure, then [ErrNotSent]. (A biz no's events of two topics never meet in one
+// call: [Dispatch] sends the next topic's once the first's are stored.) What it costs: one
+// send per queue present in a batch, and no failover: the client's retries go to the same
+// queue, so a biz no whose queue's broker is down waits (Unavailable) until the broker is
+// back or the route drops it. A change in the number of the topic's queues moves biz nos
+// to other queues: ordering holds while the route is stable, as with any RocketMQ ordered
+// messages.
 func (s *RocketMQSender) Send(ctx context.Context, evs []Event, keyOrder bool) []error {
 	errs := make([]error, len(evs))
 	if err := s.begin(); err != nil {
@@ -487,8 +459,8 @@ func (s *RocketMQSender) Send(ctx context.Context, evs []Event, keyOrder bool) [
 		return errs
 	}
 
-	// The positions of the events to send, by topic: an event refused (no payload, a topic
-	// outside the set) fails alone.
+	// The positions of the events to send, by topic: an event refused (no topic, no
+	// payload) fails alone.
 	var order []string
 	byTopic := map[string][]int{}
 	for i := range evs {
@@ -496,7 +468,7 @@ func (s *RocketMQSender) Send(ctx context.Context, evs []Event, keyOrder bool) [
 			errs[i] = err
 			continue
 		}
-		t := s.topicOf(&evs[i])
+		t := evs[i].Topic
 		if _, ok := byTopic[t]; !ok {
 			order = append(order, t)
 		}
@@ -598,20 +570,6 @@ func sendOutcome(what string, res *primitive.SendResult, err error) error {
 	}
 	return nil
 }
-
-// notSentError is the error of a batch's event that was never tried because an earlier send
-// of the batch found the broker unavailable. It is errNotSent to the publisher, and wraps
-// the unavailable error that stopped the batch.
-type notSentError struct{ cause error }
-
-func notSent(cause error) error { return &notSentError{cause: cause} }
-
-func (e *notSentError) Error() string {
-	return "not sent: an earlier send of the batch found the broker unavailable: " + e.cause.Error()
-}
-
-func (e *notSentError) Is(target error) bool { return target == errNotSent || target == ErrNotSent }
-func (e *notSentError) Unwrap() error        { return e.cause }
 
 // messageSize estimates an event's encoded size in a batch: body, properties, and the
 // per-message header.

@@ -100,25 +100,11 @@ func keyQueue(key string, n int) int {
 	return i
 }
 
-// keyNotSentError is the error of an event a key-ordered Send did not send because an
-// earlier event of its biz no in the same batch failed. It is [ErrNotSent] to the publisher,
-// and names, but does not wrap, the failure (the event is not charged with it).
-type keyNotSentError struct {
-	bizNo string
-	cause error
-}
-
-func (e *keyNotSentError) Error() string {
-	return "not sent: an earlier event of biz no " + e.bizNo + " failed in the same batch: " + e.cause.Error()
-}
-
-func (e *keyNotSentError) Is(target error) bool { return target == ErrNotSent }
-
 // keyOrderedBatch is the state of one key-ordered Send.
 type keyOrderedBatch struct {
 	s      *RocketMQSender
 	evs    []Event
-	keys   []string // per event: its topic and biz no, the key whose order is kept
+	keys   []string // per event: its biz no, the key whose order is kept
 	topics []string // per event: its topic
 	errs   []error  // each position is written by one goroutine only
 
@@ -127,13 +113,13 @@ type keyOrderedBatch struct {
 	stop   map[string]error // topic -> once set, nothing more is sent to it: it is unavailable
 }
 
-// sendInKeyOrder is Send of a batch in key order (see Send). The order kept is each biz
-// no's within each topic: a biz no's events of two topics go to two queues, and the one
-// topic's failure does not hold back the other's.
+// sendInKeyOrder is Send of a batch in key order (see Send). A biz no's events in one call
+// are of one topic ([Dispatch] sends its next topic's in a later call), so they go to one
+// queue.
 func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs []error) {
 	b := &keyOrderedBatch{s: s, evs: evs, keys: make([]string, len(evs)), topics: make([]string, len(evs)), errs: errs,
 		failed: map[string]error{}, stop: map[string]error{}}
-	// An event the sender refuses (no payload, a topic outside the set) fails at its turn:
+	// An event the sender refuses (no topic, no payload) fails at its turn:
 	// it and the rest of its key are held back, and answered once the key's earlier events
 	// are.
 	var order []string            // topics, in the order of their first event
@@ -141,8 +127,7 @@ func (s *RocketMQSender) sendInKeyOrder(ctx context.Context, evs []Event, errs [
 	var held []bool
 	refused := map[string]bool{}
 	for i := range evs {
-		topic := s.topicOf(&evs[i])
-		key := topic + "\x00" + evs[i].BizNo
+		topic, key := evs[i].Topic, evs[i].BizNo
 		b.keys[i], b.topics[i] = key, topic
 		if refused[key] || s.refuse(&evs[i]) != nil {
 			refused[key] = true

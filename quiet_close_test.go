@@ -65,6 +65,7 @@ func insertLoad(t *testing.T, b *bundle, stop <-chan struct{}) func() int {
 func TestCloseIsQuiet(t *testing.T) {
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_QUIET")
+	b.routeTo(topic)
 	logs := &logSink{}
 	defer outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler))
 	stop := make(chan struct{})
@@ -75,7 +76,6 @@ func TestCloseIsQuiet(t *testing.T) {
 	for i := range closes {
 		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 			NameServers: []string{testsvc.RocketMQNameServer(t)},
-			Topic:       topic,
 			GroupName:   testsvc.UniqueTable("pg"),
 			SendTimeout: fastConfig("", nil).Tuning.SendTimeout,
 			Logger:      slog.New(logs),
@@ -116,8 +116,8 @@ func TestCloseIsQuiet(t *testing.T) {
 // checkFails is a store whose Check fails as an unreachable database does.
 type checkFails struct{ outbox.Store }
 
-func (s checkFails) Check(context.Context) (outbox.Ordering, error) {
-	return outbox.Unordered, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+func (s checkFails) Check(context.Context) (outbox.StoreInfo, error) {
+	return outbox.StoreInfo{}, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 }
 
 // The control of TestCloseIsQuiet: real faults still warn. A table that cannot be checked
@@ -135,7 +135,6 @@ func TestCloseIsQuietButFaultsStillWarn(t *testing.T) {
 	b.insert(t, 3)
 	down, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers: []string{"127.0.0.1:1"}, // nothing listens there
-		Topic:       testsvc.UniqueTable("OUTBOX_QUIET_DOWN"),
 		GroupName:   testsvc.UniqueTable("pg"),
 		SendTimeout: 300 * time.Millisecond,
 	})

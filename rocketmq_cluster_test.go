@@ -29,12 +29,13 @@ func TestRocketMQClusterSurvivesABroker(t *testing.T) {
 	testsvc.RocketMQBrokerB(t)
 	b := setup(t)
 	topic := testsvc.NewClusterTopic(t, "OUTBOX_CLUSTER")
+	b.routeTo(topic)
 	onlyB := testsvc.NewTopicOnBrokerB(t, "OUTBOX_ONLY_B")
 	consumer := testsvc.Consume(t, topic)
 
 	clientLogs := &logSink{}
-	sender := &watchedSender{RocketMQSender: newRocketMQSender(t, topic, clientLogs)}
-	onlyBSender := newRocketMQSender(t, onlyB, nil)
+	sender := &watchedSender{RocketMQSender: newRocketMQSender(t, clientLogs)}
+	onlyBSender := newRocketMQSender(t, nil)
 	cfg := outbox.Config{
 		InstanceID:   "cluster",
 		PollInterval: 20 * time.Millisecond,
@@ -89,7 +90,7 @@ func TestRocketMQClusterSurvivesABroker(t *testing.T) {
 	// The sender of the topic on broker-b alone has its route, as a running one would
 	// (without one it would fall back to the template route for auto-created topics, and
 	// this broker-a creates topics on first use).
-	ev := outbox.Event{ID: 1, EventID: "only-b", BizNo: "ORD-B", EventType: "ORDER_CREATED", Payload: []byte(`{"order":"b"}`)}
+	ev := outbox.Event{ID: 1, EventID: "only-b", BizNo: "ORD-B", EventType: "ORDER_CREATED", Payload: []byte(`{"order":"b"}`), Topic: onlyB}
 	require.NoError(t, sendAlone(ctx, onlyBSender, ev))
 
 	testsvc.KillBrokerB(t)

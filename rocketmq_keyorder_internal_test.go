@@ -95,7 +95,7 @@ func (p *routedProducer) queueOf() map[string]primitive.MessageQueue {
 // keySender is a key-ordered sender on p, as NewRocketMQSender builds one, with p's
 // selector.
 func keySender(p *routedProducer, sel *keyQueueSelector) *RocketMQSender {
-	return &RocketMQSender{producer: p, topic: "T", timeout: time.Minute, maxBatch: maxBatchBytesDefault, owned: true,
+	return &RocketMQSender{producer: p, timeout: time.Minute, maxBatch: maxBatchBytesDefault, owned: true,
 		selector: sel}
 }
 
@@ -105,7 +105,7 @@ func keyedEvents(keys, per int) []Event {
 	var evs []Event
 	for n := 1; n <= per; n++ {
 		for k := range keys {
-			evs = append(evs, Event{ID: int64(len(evs) + 1), EventID: fmt.Sprintf("k%d-%d", k, n), BizNo: fmt.Sprintf("k%d", k),
+			evs = append(evs, Event{ID: int64(len(evs) + 1), EventID: fmt.Sprintf("k%d-%d", k, n), BizNo: fmt.Sprintf("k%d", k), Topic: "T",
 				EventType: "E", Payload: []byte("{}")})
 		}
 	}
@@ -224,7 +224,7 @@ func TestKeyOrderedSendBatchGroupsByQueue(t *testing.T) {
 
 	// Single sends of the same biz nos land on the queues their batches did.
 	batchQueue := p.queueOf()
-	single := Event{EventID: "k7-6", BizNo: "k7", EventType: "E", Payload: []byte("{}")}
+	single := Event{EventID: "k7-6", BizNo: "k7", EventType: "E", Topic: "T", Payload: []byte("{}")}
 	require.NoError(t, s.Send(context.Background(), []Event{single}, true)[0])
 	assert.Equal(t, batchQueue["k7-1"], p.queueOf()["k7-6"])
 
@@ -405,7 +405,7 @@ func TestKeyOrderedSendBatchWithAnotherSelector(t *testing.T) {
 		}
 		return nil
 	}
-	s := &RocketMQSender{producer: p, topic: "T", timeout: time.Minute, maxBatch: maxBatchBytesDefault}
+	s := &RocketMQSender{producer: p, timeout: time.Minute, maxBatch: maxBatchBytesDefault}
 	evs := keyedEvents(5, 4)
 	errs := s.Send(context.Background(), evs, true)
 	checkKeyOrderAnswers(t, evs, errs, p)

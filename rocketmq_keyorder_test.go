@@ -28,7 +28,7 @@ type keyRun struct {
 	rank  map[string]int64 // eventId -> place in its biz no, from 1
 }
 
-func newKeyRun(keys, per int) *keyRun {
+func newKeyRun(topic string, keys, per int) *keyRun {
 	r := &keyRun{byKey: map[string][]outbox.Event{}, rank: map[string]int64{}}
 	prefix := testsvc.UniqueTable("ev")
 	for k := range keys {
@@ -36,7 +36,7 @@ func newKeyRun(keys, per int) *keyRun {
 		r.keys = append(r.keys, key)
 		for n := 1; n <= per; n++ {
 			ev := outbox.Event{ID: int64(k*per + n), EventID: fmt.Sprintf("%s-%s-%d", prefix, key, n), BizNo: key,
-				EventType: fmt.Sprintf("STEP_%d", n), Payload: fmt.Appendf(nil, `{"order":%q,"step":%d}`, key, n)}
+				EventType: fmt.Sprintf("STEP_%d", n), Payload: fmt.Appendf(nil, `{"order":%q,"step":%d}`, key, n), Topic: topic}
 			r.byKey[key] = append(r.byKey[key], ev)
 			r.rank[ev.EventID] = int64(n)
 		}
@@ -70,12 +70,12 @@ func (r *keyRun) interleave(rng *mrand.Rand, from, to int) []outbox.Event {
 
 func (r *keyRun) rankOf(eventID string) int64 { return r.rank[eventID] }
 
-// keyOrderedSender is a sender with a producer of its own on topic, built with opts, for
-// sends in key order.
-func keyOrderedSender(t *testing.T, topic string, timeout time.Duration, opts ...producer.Option) *outbox.RocketMQSender {
+// keyOrderedSender is a sender with a producer of its own, built with opts, for sends in
+// key order.
+func keyOrderedSender(t *testing.T, timeout time.Duration, opts ...producer.Option) *outbox.RocketMQSender {
 	t.Helper()
 	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic, GroupName: testsvc.UniqueTable("pg"),
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("pg"),
 		SendTimeout: timeout, ProducerOptions: opts,
 	})
 	require.NoError(t, err)
@@ -114,8 +114,8 @@ func TestRocketMQKeyOrderArrivesInOrder(t *testing.T) {
 	const keys, per = 24, 12
 	topic, brokers := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEYORDER")
 	consumer := testsvc.ConsumeOrderly(t, topic)
-	s := keyOrderedSender(t, topic, 10*time.Second)
-	run := newKeyRun(keys, per)
+	s := keyOrderedSender(t, 10*time.Second)
+	run := newKeyRun(topic, keys, per)
 	rng := mrand.New(mrand.NewPCG(1, 2))
 	ctx := context.Background()
 
@@ -178,8 +178,8 @@ func TestRocketMQKeyOrderStopsAKeyAtItsFailure(t *testing.T) {
 	topic, _ := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEYSTOP")
 	consumer := testsvc.ConsumeOrderly(t, topic)
 	// The client compresses a body this size before sending, which under -race takes seconds.
-	s := keyOrderedSender(t, topic, 30*time.Second)
-	run := newKeyRun(6, 4)
+	s := keyOrderedSender(t, 30*time.Second)
+	run := newKeyRun(topic, 6, 4)
 	big := make([]byte, 5<<20)
 	_, _ = rand.Read(big) // incompressible
 	run.byKey["ORD-2"][1].Payload = big
@@ -239,8 +239,8 @@ func TestRocketMQKeyOrderBatchRefusedInTheMiddle(t *testing.T) {
 	t.Parallel()
 	topic, _ := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEYREFUSE")
 	consumer := testsvc.ConsumeOrderly(t, topic)
-	s := keyOrderedSender(t, topic, 10*time.Second)
-	run := newKeyRun(16, 5)
+	s := keyOrderedSender(t, 10*time.Second)
+	run := newKeyRun(topic, 16, 5)
 	refused := run.byKey["ORD-5"][2] // ORD-5's third event
 	var rp *refusingProducer
 	outbox.WrapProducerForTest(s, func(p rocketmq.Producer) rocketmq.Producer {
@@ -283,7 +283,7 @@ func TestRocketMQKeyOrderBatchRefusedInTheMiddle(t *testing.T) {
 func TestRocketMQKeyOrderWithProducerOptions(t *testing.T) {
 	t.Parallel()
 	topic, brokers := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEYOWN")
-	run := newKeyRun(12, 6)
+	run := newKeyRun(topic, 12, 6)
 	refused := run.byKey["ORD-3"][1]
 	consumer := testsvc.ConsumeOrderlyWith(t, topic, testsvc.OrderlyOptions{RefuseOnce: []string{refused.EventID}})
 	var mu sync.Mutex
@@ -296,7 +296,7 @@ func TestRocketMQKeyOrderWithProducerOptions(t *testing.T) {
 		}
 		return next(ctx, req, reply)
 	}
-	s := keyOrderedSender(t, topic, 10*time.Second, producer.WithInterceptor(countBatches))
+	s := keyOrderedSender(t, 10*time.Second, producer.WithInterceptor(countBatches))
 
 	rng := mrand.New(mrand.NewPCG(9, 10))
 	ctx := context.Background()

@@ -11,18 +11,17 @@ import (
 	"github.com/go-outbox/outbox"
 )
 
-// RocketMQMessage describes the very message the sender sends: the same topic and the same
-// properties, for a routed event, one of the default topic, one routed by type, with
-// CloudEvents on, in key order and not; and it refuses what the sender refuses.
+// RocketMQMessage describes the very message the sender sends: the same topic (the event's)
+// and the same properties, with CloudEvents on, in key order and not; and it refuses what
+// the sender refuses.
 func TestRocketMQMessageIsWhatTheSenderSends(t *testing.T) {
 	t.Parallel()
-	cfg := outbox.RocketMQConfig{Topic: "T", Topics: []string{"T_PAY", "T_SHIP"},
-		TopicsByType: map[string]string{"ORDER_SHIPPED": "T_SHIP"}, CloudEventsSource: "/order-service"}
+	cfg := outbox.RocketMQConfig{CloudEventsSource: "/order-service"}
 	evs := []outbox.Event{
-		{ID: 1, EventID: "0192d3a4-0000-7000-8000-000000000001", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{}`)},
+		{ID: 1, EventID: "0192d3a4-0000-7000-8000-000000000001", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{}`), Topic: "T"},
 		{ID: 2, EventID: "0192d3a4-0000-7000-8000-000000000002", BizNo: "ORD-1", EventType: "ORDER_PAID", Payload: []byte(`{}`), Topic: "T_PAY",
 			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "vendor=x"},
-		{ID: 3, EventID: "0192d3a4-0000-7000-8000-000000000003", BizNo: "ORD-2", EventType: "ORDER_SHIPPED", Payload: []byte(`{"a":1}`)},
+		{ID: 3, EventID: "0192d3a4-0000-7000-8000-000000000003", BizNo: "ORD-2", EventType: "ORDER_SHIPPED", Payload: []byte(`{"a":1}`), Topic: "T_SHIP"},
 	}
 	for _, keyOrder := range []bool{false, true} {
 		fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
@@ -48,10 +47,10 @@ func TestRocketMQMessageIsWhatTheSenderSends(t *testing.T) {
 		assert.Equal(t, []string{"T", "T_PAY", "T_SHIP"}, []string{fp.msgs[0].Topic, fp.msgs[1].Topic, fp.msgs[2].Topic})
 	}
 
-	_, _, err := outbox.RocketMQMessage(cfg, outbox.Event{EventID: "x", EventType: "E", BizNo: "B", Payload: []byte("{}"), Topic: "T_TYPO"}, false)
+	_, _, err := outbox.RocketMQMessage(cfg, outbox.Event{EventID: "x", EventType: "E", BizNo: "B", Payload: nil, Topic: "T"}, false)
 	require.Error(t, err)
 	assert.True(t, outbox.IsPermanent(err), "the error its send fails with")
-	assert.Contains(t, err.Error(), "T_TYPO")
-	_, _, err = outbox.RocketMQMessage(outbox.RocketMQConfig{Topic: "bad topic"}, evs[0], false)
+	assert.Contains(t, err.Error(), "payload is empty")
+	_, _, err = outbox.RocketMQMessage(outbox.RocketMQConfig{CloudEventsSource: "a b"}, evs[0], false)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 }

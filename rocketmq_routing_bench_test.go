@@ -45,8 +45,7 @@ func BenchmarkRoutedDrain(b *testing.B) {
 				return next(ctx, req, reply)
 			}
 			sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-				NameServers: []string{testsvc.RocketMQNameServer(b)}, Topic: topics[0], Topics: topics[1:n],
-				TopicsByType: byType, GroupName: testsvc.UniqueTable("pg"), SendTimeout: 10 * time.Second,
+				NameServers: []string{testsvc.RocketMQNameServer(b)}, GroupName: testsvc.UniqueTable("pg"), SendTimeout: 10 * time.Second,
 				ProducerOptions: []producer.Option{producer.WithInterceptor(count)},
 			})
 			require.NoError(b, err)
@@ -58,7 +57,7 @@ func BenchmarkRoutedDrain(b *testing.B) {
 			var took time.Duration
 			for b.Loop() {
 				b.StopTimer()
-				store := testsvc.NewStore(b, db, outbox.MySQLConfig{})
+				store := testsvc.NewStore(b, db, outbox.MySQLConfig{Routes: outbox.Routes{Topic: topics[0], Topics: topics[1:n], ByType: byType}})
 				insertSpread(b, store, routedDrainEvents)
 				cfg := outbox.Config{InstanceID: testsvc.UniqueTable("bench"), PollInterval: time.Millisecond}
 				cfg.Tuning.SendTimeout = 10 * time.Second

@@ -49,7 +49,7 @@ func routedSender(t *testing.T, p *topicProducer, cfg RocketMQConfig) *RocketMQS
 	return s
 }
 
-// routedEvents are n events over the topics in turn ("" the default), three biz nos.
+// routedEvents are n events over the topics in turn, three biz nos.
 func routedEvents(n int, topics ...string) []Event {
 	evs := make([]Event, n)
 	for i := range evs {
@@ -64,15 +64,15 @@ func routedEvents(n int, topics ...string) []Event {
 func TestRoutedBatchOneSendPerTopic(t *testing.T) {
 	t.Parallel()
 	p := newTopicProducer(nil)
-	s := routedSender(t, p, RocketMQConfig{Topic: "D", Topics: []string{"A", "B", "C"}})
-	evs := routedEvents(40, "", "A", "B", "C")
+	s := routedSender(t, p, RocketMQConfig{})
+	evs := routedEvents(40, "D", "A", "B", "C")
 	assert.Equal(t, make([]error, 40), s.Send(context.Background(), evs, false))
 	assert.False(t, p.mixed)
 	assert.Equal(t, map[string][]int{"D": {10}, "A": {10}, "B": {10}, "C": {10}}, p.sends)
 
 	big := newTopicProducer(nil)
-	s = routedSender(t, big, RocketMQConfig{Topic: "D", Topics: []string{"A"}, MaxBatchBytes: 1 << 20})
-	evs = routedEvents(6, "", "A")
+	s = routedSender(t, big, RocketMQConfig{MaxBatchBytes: 1 << 20})
+	evs = routedEvents(6, "D", "A")
 	for i := range evs {
 		evs[i].Payload = make([]byte, 400<<10)
 	}
@@ -101,8 +101,8 @@ func TestRoutedBatchTopicFailsAlone(t *testing.T) {
 			}
 			return nil
 		})
-		s := routedSender(t, p, RocketMQConfig{Topic: "A", Topics: []string{"B", "C"}, MaxBatchBytes: 1 << 20})
-		evs := routedEvents(30, "", "B", "C")
+		s := routedSender(t, p, RocketMQConfig{MaxBatchBytes: 1 << 20})
+		evs := routedEvents(30, "A", "B", "C")
 		for i := range evs {
 			evs[i].Payload = make([]byte, 300<<10) // a topic's ten events go in three sends
 		}
@@ -126,58 +126,37 @@ func TestRoutedBatchTopicFailsAlone(t *testing.T) {
 	}
 }
 
-// In key order a biz no stopped by a failure in one topic goes on in another.
-func TestRoutedKeyOrderStopsPerTopic(t *testing.T) {
-	t.Parallel()
-	p := newTopicProducer(func(topic string, msgs []*primitive.Message) error {
-		if topic == "B" {
-			return errors.New("CODE: 25, DESC: something the message did")
-		}
-		return nil
-	})
-	s := routedSender(t, p, RocketMQConfig{Topic: "A", Topics: []string{"B"}})
-	evs := []Event{
-		{ID: 1, EventID: "e1", BizNo: "K", EventType: "E", Payload: []byte("{}"), Topic: "B"},
-		{ID: 2, EventID: "e2", BizNo: "K", EventType: "E", Payload: []byte("{}")},
-		{ID: 3, EventID: "e3", BizNo: "K", EventType: "E", Payload: []byte("{}"), Topic: "B"},
-		{ID: 4, EventID: "e4", BizNo: "K", EventType: "E", Payload: []byte("{}")},
-	}
-	errs := s.Send(context.Background(), evs, true)
-	require.Error(t, errs[0])
-	assert.False(t, errors.Is(errs[0], ErrNotSent))
-	assert.NoError(t, errs[1])
-	assert.ErrorIs(t, errs[2], ErrNotSent)
-	assert.NoError(t, errs[3])
-}
-
-// Every routing setting out of range is refused at construction, wrapping ErrInvalidConfig
-// and naming what is wrong.
-func TestRoutingRejectsBadConfig(t *testing.T) {
+// Every routing setting out of range is refused by the store's constructor, wrapping
+// ErrInvalidConfig and naming what is wrong; the set is kept once each, the default first.
+func TestRoutesRejectBadConfig(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
-		cfg  RocketMQConfig
-		says string
+		routes Routes
+		says   string
 	}{
-		"bad name":           {RocketMQConfig{Topics: []string{"ORDERS", "PAY MENTS"}}, `"PAY MENTS"`},
-		"too long":           {RocketMQConfig{Topics: []string{string(make([]byte, 128))}}, "1 to 127"},
-		"empty":              {RocketMQConfig{Topics: []string{""}}, "1 to 127"},
-		"system topic":       {RocketMQConfig{Topics: []string{"RMQ_SYS_TRACE_TOPIC"}}, "RocketMQ's own"},
-		"retry topic":        {RocketMQConfig{Topics: []string{"%RETRY%points"}}, "RocketMQ's own"},
-		"type to unknown":    {RocketMQConfig{Topic: "D", Topics: []string{"A"}, TopicsByType: map[string]string{"PAID": "B"}}, `"B", which is neither`},
-		"type to empty":      {RocketMQConfig{TopicsByType: map[string]string{"PAID": ""}}, "neither"},
-		"empty type":         {RocketMQConfig{TopicsByType: map[string]string{"": "ORDER_EVENT_TOPIC"}}, "empty event type"},
-		"type names the set": {RocketMQConfig{Topic: "D", Topics: []string{"A"}, TopicsByType: map[string]string{"PAID": "X"}}, "(D, A)"},
+		"bad name":           {Routes{Topics: []string{"ORDERS", "PAY MENTS"}}, `"PAY MENTS"`},
+		"too long":           {Routes{Topics: []string{string(make([]byte, 128))}}, "1 to 127"},
+		"empty":              {Routes{Topics: []string{""}}, "1 to 127"},
+		"bad default":        {Routes{Topic: "A B"}, "Routes.Topic"},
+		"system topic":       {Routes{Topics: []string{"RMQ_SYS_TRACE_TOPIC"}}, "RocketMQ's own"},
+		"retry topic":        {Routes{Topics: []string{"%RETRY%points"}}, "RocketMQ's own"},
+		"twice":              {Routes{Topic: "D", Topics: []string{"A", "D"}}, `"D" twice`},
+		"type to unknown":    {Routes{Topic: "D", Topics: []string{"A"}, ByType: map[string]string{"PAID": "B"}}, `"B", which is neither`},
+		"type to empty":      {Routes{ByType: map[string]string{"PAID": ""}}, "neither"},
+		"empty type":         {Routes{ByType: map[string]string{"": "ORDER_EVENT_TOPIC"}}, "empty event type"},
+		"type names the set": {Routes{Topic: "D", Topics: []string{"A"}, ByType: map[string]string{"PAID": "X"}}, "(D, A)"},
 	} {
-		_, err := newRocketMQSender(tc.cfg)
+		_, err := tc.routes.routing()
 		require.ErrorIs(t, err, ErrInvalidConfig, name)
 		assert.ErrorContains(t, err, tc.says, name)
 	}
-	s, err := newRocketMQSender(RocketMQConfig{Topic: "D", Topics: []string{"A", "D", "A", "B%x|y-z_1"},
-		TopicsByType: map[string]string{"PAID": "A", "MADE": "D"}})
+	rt, err := Routes{Topic: "D", Topics: []string{"A", "B%x|y-z_1"}, ByType: map[string]string{"PAID": "A", "MADE": "D"}}.routing()
 	require.NoError(t, err)
-	info := s.Info()
-	assert.Equal(t, []string{"D", "A", "B%x|y-z_1"}, info.Topics, "the set once each, the default first")
-	info.Topics[0], info.TopicsByType["PAID"] = "changed", "changed"
-	assert.Equal(t, "D", s.Info().Topics[0], "Info hands out copies")
-	assert.Equal(t, "A", s.Info().TopicsByType["PAID"], "Info hands out copies")
+	assert.Equal(t, []string{"D", "A", "B%x|y-z_1"}, rt.set, "the set once each, the default first")
+	assert.Equal(t, "A", rt.resolve("", "PAID"))
+	assert.Equal(t, "D", rt.resolve("", "OTHER"))
+	assert.Equal(t, "B%x|y-z_1", rt.resolve("B%x|y-z_1", "PAID"), "an event's own topic first")
+	def, err := Routes{}.routing()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ORDER_EVENT_TOPIC"}, def.set)
 }

@@ -69,13 +69,13 @@ func (p *scriptedProducer) shutdownCount() (n int, whileSending bool) {
 
 // ownedSender is a sender that owns p, as one NewRocketMQSender built would.
 func ownedSender(p rocketmq.Producer, timeout time.Duration) *RocketMQSender {
-	return &RocketMQSender{producer: p, topic: "T", timeout: timeout, maxBatch: maxBatchBytesDefault, owned: true}
+	return &RocketMQSender{producer: p, timeout: timeout, maxBatch: maxBatchBytesDefault, owned: true}
 }
 
 func events(n int) []Event {
 	evs := make([]Event, n)
 	for i := range evs {
-		evs[i] = Event{ID: int64(i + 1), BizNo: "ORD", EventType: "E", Payload: []byte("{}")}
+		evs[i] = Event{ID: int64(i + 1), BizNo: "ORD", EventType: "E", Topic: "T", Payload: []byte("{}")}
 	}
 	return evs
 }
@@ -138,7 +138,7 @@ func TestRocketMQSenderCloseWaitsForSendsInFlight(t *testing.T) {
 func TestRocketMQSenderCloseLeavesCallersProducer(t *testing.T) {
 	t.Parallel()
 	fp := &scriptedProducer{}
-	s := &RocketMQSender{producer: fp, topic: "T", timeout: time.Minute, maxBatch: maxBatchBytesDefault}
+	s := &RocketMQSender{producer: fp, timeout: time.Minute, maxBatch: maxBatchBytesDefault}
 	require.NoError(t, s.Send(context.Background(), events(1), false)[0])
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, s.Send(context.Background(), events(1), false)[0], ErrClosed)
@@ -233,7 +233,7 @@ func TestRocketMQSenderRefusesAnEmptyPayload(t *testing.T) {
 	t.Parallel()
 	fp := &scriptedProducer{}
 	s := ownedSender(fp, time.Minute)
-	err := s.Send(context.Background(), []Event{{ID: 1, BizNo: "A", EventType: "E"}}, false)[0]
+	err := s.Send(context.Background(), []Event{{ID: 1, BizNo: "A", EventType: "E", Topic: "T"}}, false)[0]
 	assert.True(t, IsPermanent(err), "%v", err)
 	assert.ErrorContains(t, err, "payload is empty")
 	assert.Empty(t, fp.callSizes())

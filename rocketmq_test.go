@@ -28,12 +28,11 @@ import (
 	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
-// newRocketMQSender is a sender with a producer of its own on a fresh topic, closed when t ends.
-func newRocketMQSender(t *testing.T, topic string, logs *logSink) *outbox.RocketMQSender {
+// newRocketMQSender is a sender with a producer of its own, closed when t ends.
+func newRocketMQSender(t *testing.T, logs *logSink) *outbox.RocketMQSender {
 	t.Helper()
 	cfg := outbox.RocketMQConfig{
 		NameServers: []string{testsvc.RocketMQNameServer(t)},
-		Topic:       topic,
 		GroupName:   testsvc.UniqueTable("pg"),
 	}
 	if logs != nil {
@@ -47,11 +46,10 @@ func newRocketMQSender(t *testing.T, topic string, logs *logSink) *outbox.Rocket
 
 // newFastRocketMQSender is newRocketMQSender bounding sends by fastConfig's SendTimeout: a
 // publisher refuses a SendTimeout that differs from its sender's.
-func newFastRocketMQSender(t *testing.T, topic string) *outbox.RocketMQSender {
+func newFastRocketMQSender(t *testing.T) *outbox.RocketMQSender {
 	t.Helper()
 	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers: []string{testsvc.RocketMQNameServer(t)},
-		Topic:       topic,
 		GroupName:   testsvc.UniqueTable("pg"),
 		SendTimeout: fastConfig("", nil).Tuning.SendTimeout,
 	})
@@ -67,9 +65,10 @@ func TestRocketMQEventsArriveOnceWithTheirProperties(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_E2E")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	ids := b.insert(t, 20)
-	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), fastConfig("order-e2e", &logSink{}))
+	p := newPublisher(t, b.store, newFastRocketMQSender(t), fastConfig("order-e2e", &logSink{}))
 
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
@@ -107,16 +106,17 @@ func TestRocketMQThreePublishersDeliverEachEventOnce(t *testing.T) {
 	const events, instances = 1000, 3
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_THREE")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	ids := b.insert(t, events)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range instances {
-		store := testsvc.NewStoreOn(t, testsvc.OpenDB(t), outbox.TableForTest(b.store))
+		store := outbox.OnDBForTest(b.store, testsvc.OpenDB(t))
 		cfg := fastConfig(fmt.Sprintf("order-%d", i), &logSink{})
 		cfg.PollInterval = time.Millisecond
-		p := newPublisher(t, store, newFastRocketMQSender(t, topic), cfg)
+		p := newPublisher(t, store, newFastRocketMQSender(t), cfg)
 		wg.Go(func() { assert.NoError(t, p.Run(ctx)) })
 	}
 	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == events }, 2*time.Minute, 50*time.Millisecond)
@@ -139,6 +139,7 @@ func TestRocketMQOversizePayloadDeadLettersAtOnce(t *testing.T) {
 	store := testsvc.NewStore(t, db, outbox.MySQLConfig{MaxPayloadBytes: 6 << 20})
 	b := &bundle{db: db, store: store}
 	topic := testsvc.NewTopic(t, "OUTBOX_BIG")
+	b.routeTo(topic)
 
 	payload := make([]byte, 5<<20)
 	_, _ = rand.Read(payload) // incompressible, so the client cannot shrink it under the limit
@@ -152,8 +153,7 @@ func TestRocketMQOversizePayloadDeadLettersAtOnce(t *testing.T) {
 	// The client compresses a body this size before sending, which under -race takes seconds:
 	// give the send room, and the lease with it.
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic,
-		GroupName: testsvc.UniqueTable("pg"), SendTimeout: 20 * time.Second, SendAttempts: 1,
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("pg"), SendTimeout: 20 * time.Second, SendAttempts: 1,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, sender.Close()) })
@@ -183,8 +183,9 @@ func TestRocketMQResendCarriesTheSameEventID(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_RESEND")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
-	rmq := newRocketMQSender(t, topic, nil)
+	rmq := newRocketMQSender(t, nil)
 	ctx := context.Background()
 	lostAck := b.insert(t, 1)[0]
 	lossy := outbox.SenderFunc(func(ctx context.Context, ev outbox.Event) error {
@@ -240,11 +241,6 @@ func TestRocketMQSenderRejectsBadConfig(t *testing.T) {
 		want string
 	}{
 		{"NoNameServers", outbox.RocketMQConfig{}, "NameServers is empty"},
-		{"TopicWithSpace", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "ORDER EVENTS"}, "topic"},
-		{"SystemTopic", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "SCHEDULE_TOPIC_XXXX"}, "one of RocketMQ's own"},
-		{"SystemTopicPrefix", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "rmq_sys_wheel"}, "one of RocketMQ's own"},
-		{"RetryTopic", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: "%RETRY%points"}, "one of RocketMQ's own"},
-		{"TopicTooLong", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, Topic: strings.Repeat("T", 128)}, "topic"},
 		{"NegativeSendTimeout", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendTimeout: -time.Second}, "SendTimeout"},
 		{"SendTimeoutTooShort", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendTimeout: time.Microsecond}, "SendTimeout must be at least 10ms"},
 		{"NegativeAttempts", outbox.RocketMQConfig{NameServers: []string{"127.0.0.1:9876"}, SendAttempts: -1}, "SendAttempts"},
@@ -267,6 +263,7 @@ func TestRocketMQSenderProducerOptions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_OWN")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	var (
 		mu     sync.Mutex
@@ -283,7 +280,7 @@ func TestRocketMQSenderProducerOptions(t *testing.T) {
 		return next(ctx, req, reply)
 	}
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic, GroupName: testsvc.UniqueTable("pg"),
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("pg"),
 		SendTimeout:     fastConfig("", nil).Tuning.SendTimeout,
 		ProducerOptions: []producer.Option{producer.WithInterceptor(count)},
 	})
@@ -362,7 +359,7 @@ func TestRocketMQNoNameServerIsUnavailable(t *testing.T) {
 func TestRocketMQFailureClassesOnARealBroker(t *testing.T) {
 	t.Parallel()
 	ns := testsvc.RocketMQNameServer(t)
-	ev := outbox.Event{ID: 1, EventID: "classes", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`)}
+	ev := outbox.Event{Topic: "T", ID: 1, EventID: "classes", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`)}
 
 	// A name server that accepts connections and never answers: the client's route lookup
 	// waits its own fixed 6 s per attempt, whatever the send's timeout.
@@ -387,7 +384,7 @@ func TestRocketMQFailureClassesOnARealBroker(t *testing.T) {
 	t.Run("TopicDoesNotExist", func(t *testing.T) {
 		t.Parallel()
 		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-			NameServers: []string{ns}, Topic: testsvc.UniqueTable("OUTBOX_NONE"), GroupName: testsvc.UniqueTable("pg"),
+			NameServers: []string{ns}, GroupName: testsvc.UniqueTable("pg"),
 			ProducerOptions: []producer.Option{producer.WithCreateTopicKey(testsvc.UniqueTable("NO_TEMPLATE"))},
 		})
 		require.NoError(t, err)
@@ -415,7 +412,7 @@ func TestRocketMQFailureClassesOnARealBroker(t *testing.T) {
 		t.Logf("the broker's answer to an empty body: %v", err)
 
 		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-			NameServers: []string{ns}, Topic: topic, GroupName: testsvc.UniqueTable("pg"), SendAttempts: 1,
+			NameServers: []string{ns}, GroupName: testsvc.UniqueTable("pg"), SendAttempts: 1,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, sender.Close()) })
@@ -467,8 +464,7 @@ func silentServer(t *testing.T) string {
 func TestRocketMQSenderWhoseProducerCannotStart(t *testing.T) {
 	topic := testsvc.NewTopic(t, "OUTBOX_START")
 	cfg := outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic,
-		GroupName: testsvc.UniqueTable("pg"), InstanceName: testsvc.UniqueTable("shared"),
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("pg"), InstanceName: testsvc.UniqueTable("shared"),
 	}
 	first, err := outbox.NewRocketMQSender(cfg)
 	require.NoError(t, err)
@@ -481,7 +477,7 @@ func TestRocketMQSenderWhoseProducerCannotStart(t *testing.T) {
 	assert.ErrorContains(t, err, "InstanceName")
 	require.NoError(t, testsvc.FindLeaks(10*time.Second, append(testsvc.RocketMQClientLifetimes, before)...))
 
-	ev := outbox.Event{ID: 1, EventID: "start", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`)}
+	ev := outbox.Event{ID: 1, EventID: "start", BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{"order":1}`), Topic: topic}
 	require.NoError(t, sendAlone(context.Background(), first, ev), "the sender whose client was shared still sends")
 }
 
@@ -509,11 +505,11 @@ func (f *fakeProducer) SendSync(_ context.Context, msgs ...*primitive.Message) (
 func TestRocketMQSendBatchChunksBySize(t *testing.T) {
 	t.Parallel()
 	fp := &fakeProducer{res: &primitive.SendResult{Status: primitive.SendOK}}
-	s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T", MaxBatchBytes: 1 << 20}, fp)
+	s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{MaxBatchBytes: 1 << 20}, fp)
 	require.NoError(t, err)
 	evs := make([]outbox.Event, 5)
 	for i := range evs {
-		evs[i] = outbox.Event{ID: int64(i + 1), EventID: fmt.Sprintf("event-%d", i+1), BizNo: "ORD", EventType: "E", Payload: make([]byte, 400<<10)}
+		evs[i] = outbox.Event{Topic: "T", ID: int64(i + 1), EventID: fmt.Sprintf("event-%d", i+1), BizNo: "ORD", EventType: "E", Payload: make([]byte, 400<<10)}
 	}
 	errs := s.Send(context.Background(), evs, false)
 	assert.Equal(t, []error{nil, nil, nil, nil, nil}, errs)
@@ -536,13 +532,13 @@ func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 		}
 		return &primitive.SendResult{Status: primitive.SendOK}, nil
 	}}
-	s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T"}, fp)
+	s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{}, fp)
 	require.NoError(t, err)
 	body := []byte("{}")
 	evs := []outbox.Event{
-		{ID: 1, EventID: "event-1", BizNo: "A", EventType: "E", Payload: body},
-		{ID: 2, EventID: "event-2", BizNo: "B", EventType: "E", Payload: body},
-		{ID: 3, EventID: "event-3", BizNo: "C", EventType: "E", Payload: body},
+		{Topic: "T", ID: 1, EventID: "event-1", BizNo: "A", EventType: "E", Payload: body},
+		{Topic: "T", ID: 2, EventID: "event-2", BizNo: "B", EventType: "E", Payload: body},
+		{Topic: "T", ID: 3, EventID: "event-3", BizNo: "C", EventType: "E", Payload: body},
 	}
 	errs := s.Send(context.Background(), evs, false)
 	require.Len(t, errs, 3)
@@ -552,7 +548,7 @@ func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 	assert.Equal(t, []int{3, 1, 1, 1}, fp.calls)
 
 	fp = &fakeProducer{err: errors.New("CODE: 14, DESC: service not available now")}
-	s, err = outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T"}, fp)
+	s, err = outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{}, fp)
 	require.NoError(t, err)
 	errs = s.Send(context.Background(), evs, false)
 	for _, err := range errs {
@@ -569,7 +565,7 @@ func TestRocketMQSendBatchIsolatesAnIllegalMessage(t *testing.T) {
 func TestRocketMQSendOutcomes(t *testing.T) {
 	t.Parallel()
 	const eventID = "01960b3e-8f1c-7a2b-9c3d-4e5f60718293"
-	ev := outbox.Event{ID: 7, EventID: eventID, BizNo: "ORD-7", EventType: "ORDER_PAID", Payload: []byte("{}")}
+	ev := outbox.Event{Topic: "T", ID: 7, EventID: eventID, BizNo: "ORD-7", EventType: "ORDER_PAID", Payload: []byte("{}")}
 	const (
 		ok = iota
 		plain
@@ -623,7 +619,7 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			fp := &fakeProducer{res: c.res, err: c.err}
-			s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T"}, fp)
+			s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{}, fp)
 			require.NoError(t, err)
 			err = sendAlone(context.Background(), s, ev)
 			if c.class == ok {
@@ -668,13 +664,14 @@ func TestRocketMQBrokerOutageLosesNothing(t *testing.T) {
 	}
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_OUTAGE")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	ids := b.insert(t, before)
 
 	logs := &logSink{}
 	cfg := outbox.Config{InstanceID: "order-outage", PollInterval: 20 * time.Millisecond, Logger: slog.New(logs),
 		Tuning: outbox.Tuning{ClaimPerRow: testPerRow}}
-	sender := &watchedSender{RocketMQSender: newRocketMQSender(t, topic, nil)}
+	sender := &watchedSender{RocketMQSender: newRocketMQSender(t, nil)}
 	p := newPublisher(t, b.store, sender, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)

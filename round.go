@@ -48,9 +48,10 @@ type roundState struct {
 }
 
 // scan is Run's publishing loop: a round, then a pause (PollInterval, or what the round
-// asked for), ended early by a wake-up after its coalescing window. Successes are recorded
+// asked for), ended early by a wake-up after its coalescing window, or at once by a
+// reclaim that put events back. Successes are recorded
 // by the next round's claim, or after ackDelay if no round comes by then.
-func (p *Publisher) scan(ctx context.Context, wake <-chan struct{}) {
+func (p *Publisher) scan(ctx context.Context, wake, reclaimed <-chan struct{}) {
 	round := time.NewTimer(0)
 	defer round.Stop()
 	due := time.Now() // when round fires
@@ -73,6 +74,8 @@ func (p *Publisher) scan(ctx context.Context, wake <-chan struct{}) {
 		case <-acks.C:
 			p.flushAcks(ctx)
 			continue
+		case <-reclaimed:
+			round.Stop()
 		case <-round.C:
 		}
 		_, next, _ := p.round(ctx, true)

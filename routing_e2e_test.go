@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -53,8 +54,11 @@ func TestRoutingWithKeyOrderAndDelaysEndToEnd(t *testing.T) {
 	for _, topic := range []string{def, orders, payments} {
 		consumers[topic] = testsvc.Consume(t, topic)
 	}
-	b := topicSetup(t, outbox.MySQLConfig{Ordering: outbox.KeyOrder}, orders, payments)
-	sender := &sendLog{Sender: routingSender(t, def, []string{orders, payments}, map[string]string{"PAYMENT_DONE": payments})}
+	db := testsvc.OpenDB(t)
+	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder, Routes: outbox.Routes{Topic: def,
+		Topics: []string{orders, payments}, ByType: map[string]string{"PAYMENT_DONE": payments}}})}
+	h := newHandoffs()
+	sender := &sendLog{Sender: plainSender(t, producer.WithInterceptor(h.interceptor))}
 	ctx := context.Background()
 
 	// A typo is refused at insert, naming the known topics, and the transaction goes on.
@@ -69,7 +73,8 @@ func TestRoutingWithKeyOrderAndDelaysEndToEnd(t *testing.T) {
 
 	const orderCount = 12
 	const delay = 3 * time.Second
-	want := map[string]string{} // event id -> topic
+	want := map[string]string{}    // event id -> topic
+	order := map[string][]string{} // biz no -> its event ids in id order
 	var delayedIDs []int64
 	for o := range orderCount {
 		bizNo := fmt.Sprintf("ORD-%02d", o)
@@ -90,7 +95,9 @@ func TestRoutingWithKeyOrderAndDelaysEndToEnd(t *testing.T) {
 			if in.Delay > 0 {
 				delayedIDs = append(delayedIDs, id)
 			}
-			want[b.get(t, id).EventID] = wantTopics[i]
+			eventID := b.get(t, id).EventID
+			want[eventID] = wantTopics[i]
+			order[bizNo] = append(order[bizNo], eventID)
 		}
 	}
 	// Another program's plain INSERT names a topic of the set.
@@ -123,7 +130,9 @@ func TestRoutingWithKeyOrderAndDelaysEndToEnd(t *testing.T) {
 		}
 	}
 
-	// The order of the sends: by id within each biz no, across its topics.
+	// The order of the sends: by id within each biz no, across its topics, at the wire: none
+	// handed to the broker before the biz no's earlier one was stored.
+	assert.Empty(t, h.inversions(order), "a biz no's event handed over before its earlier one was stored")
 	last := map[string]int64{}
 	for _, ev := range sender.events() {
 		assert.Greater(t, ev.ID, last[ev.BizNo], "%s's event %d (topic %q) was sent after a later one", ev.BizNo, ev.ID, ev.Topic)

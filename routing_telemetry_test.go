@@ -17,47 +17,20 @@ import (
 	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
-// typoStore is the MySQL store whose claimed events of type ORDER_TYPO name a topic no
-// sender knows, as a plain SQL insert with a typo would.
-type typoStore struct{ *outbox.MySQLStore }
-
 const typoTopic = "NO_SUCH_TOPIC"
 
-func (s typoStore) ClaimDue(ctx context.Context, req outbox.ClaimRequest) (outbox.ClaimResult, error) {
-	res, err := s.MySQLStore.ClaimDue(ctx, req)
-	for i := range res.Events {
-		if res.Events[i].EventType == "ORDER_TYPO" {
-			res.Events[i].Topic = typoTopic
-		}
-	}
-	return res, err
-}
-
-func (s typoStore) Candidates(ctx context.Context, limit int) ([]outbox.Event, error) {
-	evs, err := s.MySQLStore.Candidates(ctx, limit)
-	for i := range evs {
-		if evs[i].EventType == "ORDER_TYPO" {
-			evs[i].Topic = typoTopic
-		}
-	}
-	return evs, err
-}
-
-// The publisher's event counters and send spans name each event's topic as the sender
-// routes it (by type here), within the sender's set: a topic outside it is "(unknown)",
-// never the name the event gave. A batch that spans topics gets a span per topic.
+// The publisher's event counters and send spans name each event's topic as its store routed
+// it (by type here), within the store's set: a topic outside it (a plain INSERT's typo) is
+// "(unknown)", never the name the row gave, and its event is dead-lettered. A batch that
+// spans topics gets a span per topic.
 func TestMetricsAndSpansNameTheTopic(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
 	ctx := context.Background()
 	def, pay := testsvc.NewTopic(t, "OUTBOX_TM_DEF"), testsvc.NewTopic(t, "OUTBOX_TM_PAY")
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: def, Topics: []string{pay},
-		TopicsByType: map[string]string{"PAYMENT_DONE": pay}, GroupName: testsvc.UniqueTable("pg"),
-		SendTimeout: fastConfig("", nil).Tuning.SendTimeout,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, sender.Close()) })
+	db := testsvc.OpenDB(t)
+	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Routes: outbox.Routes{Topic: def,
+		Topics: []string{pay}, ByType: map[string]string{"PAYMENT_DONE": pay}}})}
+	sender := newFastRocketMQSender(t)
 
 	insert := func(eventType string, n int) {
 		tx, err := b.store.BeginTx(ctx, nil)
@@ -70,7 +43,7 @@ func TestMetricsAndSpansNameTheTopic(t *testing.T) {
 	}
 	insert("ORDER_CREATED", 2)
 	insert("PAYMENT_DONE", 3)
-	insert("ORDER_TYPO", 1)
+	b.exec(t, "INSERT INTO {t} (biz_no, event_type, payload, topic) VALUES ('ORD-ORDER_TYPO', 'ORDER_TYPO', '{}', ?)", typoTopic)
 
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -78,7 +51,7 @@ func TestMetricsAndSpansNameTheTopic(t *testing.T) {
 	tp, rec := newTracing(t)
 	cfg := fastConfig("topic-telemetry", &logSink{})
 	cfg.MeterProvider, cfg.TracerProvider = provider, tp
-	p := newPublisher(t, typoStore{b.store}, sender, cfg)
+	p := newPublisher(t, b.store, sender, cfg)
 	stats, err := p.PublishPending(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 5, stats.Sent)
@@ -116,6 +89,12 @@ func TestMetricsAndSpansNameTheTopic(t *testing.T) {
 	assert.Equal(t, map[string]int{"send " + def: 2, "send " + pay: 3, "send (unknown)": 1}, spans)
 	got := b.countStatus(t, outbox.StatusFail)
 	assert.Equal(t, 1, got, "the event naming an unknown topic is dead-lettered")
+	failed, err := b.admin().List(ctx, outbox.Filter{Status: outbox.StatusFail})
+	require.NoError(t, err)
+	require.Len(t, failed, 1)
+	for _, name := range []string{typoTopic, def, pay} {
+		assert.Contains(t, failed[0].LastError, name, "the reason names the topic and the known ones")
+	}
 }
 
 // A topic that does not exist (and that the broker does not create) is a fault, not the
@@ -123,13 +102,14 @@ func TestMetricsAndSpansNameTheTopic(t *testing.T) {
 // even in a round whose other topics' events were sent; the others are sent.
 func TestMissingTopicDeadLettersNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
 	ctx := context.Background()
 	def := testsvc.NewTopic(t, "OUTBOX_MTP_DEF")
 	missing := testsvc.UniqueTable("OUTBOX_MTP_NONE")
+	db := testsvc.OpenDB(t)
+	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Routes: outbox.Routes{Topic: def,
+		Topics: []string{missing}, ByType: map[string]string{"TO_MISSING": missing}}})}
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: def, Topics: []string{missing},
-		TopicsByType: map[string]string{"TO_MISSING": missing}, GroupName: testsvc.UniqueTable("pg"),
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("pg"),
 		SendTimeout:     fastConfig("", nil).Tuning.SendTimeout,
 		ProducerOptions: []producer.Option{producer.WithCreateTopicKey(testsvc.UniqueTable("NO_TEMPLATE"))},
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/testsvc"
+	"github.com/go-outbox/outbox/outboxtest"
 )
 
 // startLikeTheREADME starts p in the README's form, and closes it when the test ends.
@@ -173,6 +175,8 @@ func (s *stuckSender) Send(_ context.Context, evs []outbox.Event, _ bool) []erro
 }
 
 func (s *stuckSender) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (s *stuckSender) Check(context.Context, []string) error { return nil }
 
 func (s *stuckSender) Close() error {
 	s.closed.Add(1)
@@ -361,6 +365,8 @@ func (s *orderSender) Send(ctx context.Context, evs []outbox.Event, keyOrder boo
 }
 
 func (s *orderSender) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (s *orderSender) Check(context.Context, []string) error { return nil }
 
 // makePoison sets n fresh events SENDING under a dead owner with expired leases, one
 // reclaim short of maxReclaims, and returns their ids.
@@ -555,4 +561,62 @@ func TestOnDeadLetterInOrder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 5, stats.DeadLettered)
 	assert.Equal(t, ids, told)
+}
+
+// Start refuses what cannot work, in every mode, in one error that names each problem
+// once: a table that does not exist (ErrNoTable, unordered too); a table that lacks columns
+// and indexes (each with the statement that adds it); and the topics the sender cannot
+// send to, beside the table's problems.
+func TestStartRefusesWhatCannotWorkInOneError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testsvc.OpenDB(t)
+	for _, o := range []outbox.Ordering{outbox.Unordered, outbox.KeyOrder} {
+		missing := testsvc.UniqueTable("t_none")
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: missing, Ordering: o})
+		require.NoError(t, err)
+		p := newPublisher(t, store, newRecorder(), fastConfig("no-table", &logSink{}))
+		err = p.Start(ctx)
+		require.ErrorIs(t, err, outbox.ErrNoTable, "%s", o)
+		assert.Equal(t, 1, strings.Count(err.Error(), missing), "%s: named once: %v", o, err)
+		assert.False(t, p.Health().Running, "%s", o)
+		require.NoError(t, p.Close())
+		_, err = store.Check(ctx)
+		require.ErrorIs(t, err, outbox.ErrNoTable)
+		_, err = store.Candidates(ctx, 1)
+		assert.ErrorIs(t, err, outbox.ErrNoTable, "a statement on the missing table says so too")
+	}
+
+	// A table of an earlier version, without the topic column and the reclaim's index, in
+	// key order without its index either; and a sender that lacks one of the topics.
+	b := topicSetup(t, outbox.MySQLConfig{Ordering: outbox.KeyOrder}, "orders", "payments")
+	b.exec(t, "ALTER TABLE {t} DROP COLUMN topic, DROP INDEX idx_status_claimed_at, DROP INDEX idx_biz_no_status, ADD INDEX idx_biz_no (biz_no)")
+	sender := outboxtest.NewMemorySender(defaultTopic, "orders")
+	p := newPublisher(t, b.store, sender, fastConfig("shape", &logSink{}))
+	err := p.Start(ctx)
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	t.Logf("Start: %v", err)
+	for _, problem := range []string{"a topic column", "idx_status_claimed_at", "idx_biz_no_status", "no topic payments"} {
+		assert.Equal(t, 1, strings.Count(err.Error(), problem), "%q named once in: %v", problem, err)
+	}
+	for _, fix := range []string{"ADD COLUMN topic", "ADD INDEX idx_status_claimed_at", "ADD INDEX idx_biz_no_status"} {
+		assert.Equal(t, 1, strings.Count(err.Error(), fix), "%q given once", fix)
+	}
+	require.NoError(t, p.Close())
+
+	// Every statement the error gives, run as given, makes the table serve the store.
+	_, stmts, ok := strings.Cut(err.Error(), "run: ")
+	require.True(t, ok)
+	stmts, _, _ = strings.Cut(stmts, " (see docs/upgrading.md)")
+	for _, stmt := range strings.SplitAfter(stmts, ";") {
+		if stmt = strings.TrimSpace(strings.TrimSuffix(stmt, ";")); stmt != "" {
+			_, err := b.db.ExecContext(ctx, stmt)
+			require.NoError(t, err, stmt)
+		}
+	}
+	_, err = b.store.Check(ctx)
+	require.NoError(t, err)
+	p = newPublisher(t, b.store, outboxtest.NewMemorySender(), fastConfig("shape-fixed", &logSink{}))
+	require.NoError(t, p.Start(ctx))
+	require.NoError(t, p.Close())
 }

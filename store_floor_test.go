@@ -264,7 +264,7 @@ func TestFailedClaimResetsTheFloor(t *testing.T) {
 	var armed atomic.Bool
 	armed.Store(true)
 	c.beforeExec = func(q string) error {
-		if strings.Contains(q, "SET claimed_at") && armed.CompareAndSwap(true, false) {
+		if strings.Contains(q, "claimed_at = IF(status = 'WAIT'") && armed.CompareAndSwap(true, false) {
 			return errors.New("connection lost")
 		}
 		return nil

@@ -84,16 +84,11 @@ type MySQLConfig struct {
 	// retention deletes in batches.
 	PartitionIDs int64
 
-	// Topics are the topics, besides "" (the sender's default topic, RocketMQConfig.Topic),
-	// that the events of this store may name ([EventInput.Topic]): a bounded set, so that
-	// [Tx.InsertEvent] refuses a topic outside it (a typo) with an error wrapping
-	// [ErrInvalidEvent] that names the known topics, and a metric labelled by topic stays
-	// bounded. Each is a RocketMQ topic name: 1 to 127 letters, digits, '_', '-', '%' or '|',
-	// none of the broker's own, no two alike. [Publisher.Start] refuses a sender whose
-	// [SenderInfo.Topics] lacks one of them. Empty (the default): every event goes to the
-	// default topic. A row written by a plain SQL INSERT is not checked at insert; the
-	// sender refuses a topic it does not route (docs/other-writers.md).
-	Topics []string
+	// Routes says which topic each event goes to (see [Routes] and docs/routing.md): the
+	// topic it names, else its event type's route, else the default topic. InsertEvent stores
+	// the topic it resolves on the row, and refuses a topic outside the set. Defaults to
+	// every event to "ORDER_EVENT_TOPIC".
+	Routes Routes
 
 	// The settings below are for servers and proxies that need them; most services leave
 	// them unset (see docs/configuration.md).
@@ -186,19 +181,25 @@ type MySQLStore struct {
 
 	relay *relayGate // nil without MySQLConfig.RelayTable
 
-	topics []string // MySQLConfig.Topics, as given
+	// routes are MySQLConfig.Routes; routeArgs the values of the claims' topic expression
+	// (mysqldialect.RouteTopic), their first arguments.
+	routes    routing
+	routeArgs []any
 }
 
 // mysqlQueries holds every statement with the configured table name in place.
 type mysqlQueries struct {
 	schema, insert, insertInline, candidates, claim, markSuccess, release, markFail, get, requeue string
 	lockDue, lockDueSteady, claimAndAck, payloads, markSuccessBatch, takeClaimTurn, endClaimTurn  string
-	expired, reclaim, reclaimFail, owned, releaseOwned                                            string
+	expired, reclaim, reclaimFail, owned, releaseOwned, renewLease                                string
 	requeueIDs, purgeCandidates, countPurgeable, purge, takePurgeLock, endPurgeLock               string
 	purgeCandidatesIn, countPurgeableIn                                                           string
 	// the failure history (schema.sql, failures): the release that records no failure (an
 	// event never tried), and the history's read after a dead letter
 	releaseQuiet, failuresOf string
+	// routeTopic is the row's topic with the routes applied (mysqldialect.RouteTopic), for
+	// the claims and the filters.
+	routeTopic string
 }
 
 // NewMySQLStore returns a store for the outbox table in db. It does not create the table;
@@ -231,13 +232,14 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 		return nil, fmt.Errorf("%w: PartitionIDs must be 0 (no partitions) or between %d and %d ids a partition, got %d",
 			ErrInvalidConfig, minPartitionIDs, int64(math.MaxInt64/(4*maxPartitions)), cfg.PartitionIDs)
 	}
-	topics, err := checkTopics(cfg.Topics)
+	routes, err := cfg.Routes.routing()
 	if err != nil {
 		return nil, err
 	}
-	s := &MySQLStore{db: db, table: table, topics: topics, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
-		pooledClaims: cfg.PooledClaims, claimTurnWait: claimTurnWait, q: newMySQLQueries(table), oq: newOrderQueries(table), born: time.Now(),
-		ordering: cfg.Ordering, scanFromStart: cfg.ScanFromStart}
+	routeTopic, routeArgs := mysqldialect.RouteTopic(routes.byType, routes.def)
+	s := &MySQLStore{db: db, table: table, routes: routes, routeArgs: routeArgs, maxPayload: maxPayload, concurrentClaims: cfg.ConcurrentClaims,
+		pooledClaims: cfg.PooledClaims, claimTurnWait: claimTurnWait, q: newMySQLQueries(table, routeTopic), oq: newOrderQueries(table, routeTopic),
+		born: time.Now(), ordering: cfg.Ordering, scanFromStart: cfg.ScanFromStart}
 	if s.ordering != Unordered {
 		s.q.schema = orderedSchema(s.q.schema)
 	}
@@ -254,10 +256,10 @@ func NewMySQLStore(db *sql.DB, cfg MySQLConfig) (*MySQLStore, error) {
 
 // CreateSchema creates the outbox table and its indexes (schema.sql, with the index of
 // [MySQLConfig.Ordering], and partitioned when [MySQLConfig.PartitionIDs] says so) if the
-// table is missing. A table that exists is left as it is, but one made by an earlier
-// version (without the event_id column, say), or one that cannot serve the store's
-// Ordering or partitions, is reported with the statements that fix it, so that a service
-// finds out at startup rather than in its first business transaction.
+// table is missing. A table that exists is left as it is, but one that cannot serve the
+// store (made by an earlier version, say) is reported as [MySQLStore.Check] reports it,
+// with the statements that fix it, so that a service finds out at startup rather than in
+// its first business transaction.
 func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.schema); err != nil {
 		if s.partitionIDs > 0 && isNoPartitioning(err) {
@@ -265,152 +267,21 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 		}
 		return fmt.Errorf("outbox: could not create table %s: %w", s.table, err)
 	}
-	var missing []string
-	for _, col := range newerColumns {
-		if col == "topic" {
-			continue // checkTopicColumn's, below, with its ALTER
-		}
-		var n int
-		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
-	WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`, s.table, col).Scan(&n); err != nil {
-			return fmt.Errorf("outbox: could not check table %s: %w", s.table, err)
-		}
-		if n == 0 {
-			missing = append(missing, col)
-		}
-	}
-	onlyFailures := len(missing) == 1 && missing[0] == mysqldialect.FailuresColumn
-	if len(missing) > 0 && !onlyFailures {
-		return fmt.Errorf("outbox: table %s has no %s column: %s", s.table, strings.Join(missing, " or "), upgradeHint)
-	}
-	// The topic column first: the failures column goes after it.
-	if err := s.checkTopicColumn(ctx); err != nil {
-		return err
-	}
-	if onlyFailures {
-		return s.noFailuresColumn()
-	}
-	if s.partitionIDs > 0 {
-		if err := s.checkPartitions(ctx); err != nil {
-			return err
-		}
-	}
-	if s.ordering != Unordered {
-		return s.checkOrdering(ctx)
-	}
-	return nil
+	return s.checkTable(ctx)
 }
 
-// Check implements [Store]: the store's [MySQLConfig.Ordering], whether the table has the
-// topic and failures columns (every claim reads the one, every failure writes the other; a
-// table made before them is refused with the ALTER TABLE that adds each, docs/upgrading.md), and, in key order, whether
-// the table has the index and the status value ordered claims need; with
-// [MySQLConfig.PartitionIDs], whether the table is partitioned by RANGE (id) with a
-// catch-all partition (the errors wrap [ErrInvalidConfig] and name the ALTER TABLE to run).
-// A table without the server-side defaults that other programs' plain INSERTs need
-// (docs/other-writers.md) is no error here: the store never needs them, and
-// [Publisher.Run] logs a warning that names them.
-func (s *MySQLStore) Check(ctx context.Context) (Ordering, error) {
-	// The topic column first: the failures column goes after it.
-	if err := s.checkTopicColumn(ctx); err != nil {
-		return s.ordering, err
-	}
-	if err := s.checkFailuresColumn(ctx); err != nil {
-		return s.ordering, err
-	}
-	if err := s.checkRelay(ctx); err != nil {
-		return s.ordering, err
-	}
-	if s.partitionIDs > 0 {
-		if err := s.checkPartitions(ctx); err != nil {
-			return s.ordering, err
-		}
-	}
-	if s.ordering == Unordered {
-		return Unordered, nil
-	}
-	return s.ordering, s.checkOrdering(ctx)
-}
-
-// checkTopics validates MySQLConfig.Topics and returns a copy of it.
-func checkTopics(topics []string) ([]string, error) {
-	seen := make(map[string]bool, len(topics))
-	for i, t := range topics {
-		switch {
-		case !topicRE.MatchString(t):
-			return nil, fmt.Errorf("%w: MySQLConfig.Topics[%d] %.140q must be 1 to 127 letters, digits, '_', '-', '%%' or '|' (RocketMQ's rule for a topic name)",
-				ErrInvalidConfig, i, t)
-		case systemTopic(t):
-			return nil, fmt.Errorf("%w: MySQLConfig.Topics[%d] %q is one of RocketMQ's own topics, which the broker refuses to take messages for",
-				ErrInvalidConfig, i, t)
-		case seen[t]:
-			return nil, fmt.Errorf("%w: MySQLConfig.Topics names %q twice", ErrInvalidConfig, t)
-		}
-		seen[t] = true
-	}
-	return slices.Clone(topics), nil
-}
-
-// storeTopics returns the topics the store's events may name besides "" (for the
-// publisher's check of its sender, see [Publisher.Start]).
-func (s *MySQLStore) storeTopics() []string { return s.topics }
-
-// newerColumns are the columns a table created by an earlier version of this package lacks.
-var newerColumns = []string{"event_id", "reclaim_count", "trace_parent", "trace_state", "topic", mysqldialect.FailuresColumn}
-
-// checkTopicColumn refuses, with the ALTER TABLE that fixes it (mysqldialect.AddTopicColumn:
-// after the trace columns, with a constant default, an instant change), a table that exists without
-// the topic column: every statement that reads events reads it, so such a table serves no
-// claim whether or not [MySQLConfig.Topics] is set. A table that does not exist is left to
-// the statements (and CreateSchema), as before.
-func (s *MySQLStore) checkTopicColumn(ctx context.Context) error {
-	var hasTable, hasTopic bool
-	rows, err := s.db.QueryContext(ctx, `SELECT LOWER(column_name) FROM information_schema.columns
-	WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN ('id', 'topic')`, s.table)
-	if err != nil {
-		return s.wrap("check the topic column", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return s.wrap("check the topic column", err)
-		}
-		hasTable, hasTopic = true, hasTopic || c == "topic"
-	}
-	if err := rows.Err(); err != nil {
-		return s.wrap("check the topic column", err)
-	}
-	if hasTable && !hasTopic {
-		return fmt.Errorf("%w: table %s has no topic column (it was created by an earlier version of this package): run: %s; (an instant change; see docs/upgrading.md)",
-			ErrInvalidConfig, s.table, mysqldialect.AddTopicColumn(s.table))
-	}
-	return nil
-}
-
-// checkFailuresColumn refuses, for Check, a table without the failure history's column (made
-// by an earlier version): every failure recorded (a retry, a dead letter, a reclaim) writes
-// it, and would fail on the server, leaving the row SENDING. A table that cannot be read is
-// no error here (the publisher logs the next statement's).
-func (s *MySQLStore) checkFailuresColumn(ctx context.Context) error {
-	// The table's columns, and how many of them are the history's: a table that is not
-	// there has none of either.
-	var cols, n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN column_name = ? THEN 1 END) FROM information_schema.columns
-	WHERE table_schema = DATABASE() AND table_name = ?`, mysqldialect.FailuresColumn, s.table).Scan(&cols, &n); err != nil {
-		return s.wrap("check the failures column", err)
-	}
-	if n == 0 && cols > 0 {
-		return s.noFailuresColumn()
-	}
-	return nil
-}
-
-// noFailuresColumn is the error for a table without the failure history's column, with the
-// statement that adds it.
-func (s *MySQLStore) noFailuresColumn() error {
-	return fmt.Errorf("%w: table %s has no %s column (the failure history): it was created by an earlier version of this package; add it, an instant change that the publishers need not stop for (docs/upgrading.md): %s",
-		ErrInvalidConfig, s.table, mysqldialect.FailuresColumn, mysqldialect.AddFailuresColumn(s.table))
+// Check implements [Store]: the store's [MySQLConfig.Ordering] and the topics of its
+// [MySQLConfig.Routes] (the default first), and whether the table can serve them. A table
+// that does not exist is refused with [ErrNoTable]; one that lacks a column or an index
+// the statements need (a table made by an earlier version), or, in key order, the index
+// and the status value ordered claims need, or that is not partitioned as
+// [MySQLConfig.PartitionIDs] says, or whose [MySQLConfig.RelayTable] is missing, with one
+// error wrapping [ErrInvalidConfig] that names every problem once and the statements that
+// fix them (docs/upgrading.md). A table without the server-side defaults that other
+// programs' plain INSERTs need (docs/other-writers.md) is no error here: the store never
+// needs them, and [Publisher.Start] logs a warning that names them.
+func (s *MySQLStore) Check(ctx context.Context) (StoreInfo, error) {
+	return StoreInfo{Ordering: s.ordering, Topics: slices.Clone(s.routes.set)}, s.checkTable(ctx)
 }
 
 // missingDefaults returns the columns, of those a plain SQL INSERT of biz_no, event_type and
@@ -560,10 +431,10 @@ func (s *MySQLStore) wrap(op string, err error) error {
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == mysqldialect.ErrNoSuchTable {
-		return fmt.Errorf("outbox: %s: table %s does not exist (create it with CreateSchema or schema.sql): %w", op, s.table, err)
+		return fmt.Errorf("outbox: %s: %w: table %s does not exist (create it with CreateSchema or schema.sql): %w", op, ErrNoTable, s.table, err)
 	}
 	if errors.As(err, &me) && me.Number == mysqldialect.ErrBadField {
-		for _, col := range newerColumns {
+		for _, col := range []string{"event_id", "reclaim_count", "trace_parent", "trace_state", "topic", mysqldialect.FailuresColumn} {
 			if strings.Contains(me.Message, col) {
 				return fmt.Errorf("outbox: %s: table %s has no %s column: %s: %w", op, s.table, col, upgradeHint, err)
 			}

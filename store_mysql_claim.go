@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-outbox/outbox/internal/mysqldialect"
@@ -27,6 +28,7 @@ func (s *MySQLStore) Candidates(ctx context.Context, limit int) ([]Event, error)
 	if err != nil {
 		return nil, s.wrap("select candidates", err)
 	}
+	s.resolveTopics(evs)
 	return evs, nil
 }
 
@@ -81,13 +83,26 @@ func (s *MySQLStore) Claim(ctx context.Context, ev Event, owner string) (bool, e
 		if s.relay != nil {
 			q = s.relay.orderedClaim[orderIndexOf(s.ordering)]
 		}
-		return s.execOne(ctx, "claim in key order", q, owner, ev.ID, ev.RetryCount, ev.BizNo, ev.ID)
+		return s.execOne(ctx, "claim in key order", q, s.routed(owner, ev.ID, ev.RetryCount, ev.BizNo, ev.ID)...)
 	}
 	q := s.q.claim
 	if s.relay != nil {
 		q = s.relay.claim
 	}
-	return s.execOne(ctx, "claim", q, owner, ev.ID, ev.RetryCount)
+	return s.execOne(ctx, "claim", q, s.routed(owner, ev.ID, ev.RetryCount)...)
+}
+
+// routed returns a claim's arguments: the values of its topic expression, then args.
+func (s *MySQLStore) routed(args ...any) []any {
+	return append(slices.Clone(s.routeArgs), args...)
+}
+
+// resolveTopics sets the topic of each event read from a row that names none (a plain
+// INSERT's): the topic the store's routes give it, which its claim writes on the row.
+func (s *MySQLStore) resolveTopics(evs []Event) {
+	for i := range evs {
+		evs[i].Topic = s.routes.resolve(evs[i].Topic, evs[i].EventType)
+	}
 }
 
 // ClaimDue implements [Store]: SELECT ... FOR UPDATE SKIP LOCKED and an UPDATE of the rows
@@ -240,6 +255,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 			evs[i].Payload = []byte{}
 		}
 	}
+	s.resolveTopics(evs)
 	res.Events = evs
 	return res, nil
 }
@@ -278,7 +294,7 @@ func (s *MySQLStore) claimAndAck(ctx context.Context, q querier, evs []Event, si
 		}
 	}
 	where, args := claimAndAckWhere(ids, succeeded, owner)
-	res, err := q.ExecContext(ctx, fmt.Sprintf(s.q.claimAndAck, where), args...)
+	res, err := q.ExecContext(ctx, fmt.Sprintf(s.q.claimAndAck, where), s.routed(args...)...)
 	if err != nil {
 		return 0, s.wrap("claim due events", err)
 	}

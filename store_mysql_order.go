@@ -231,6 +231,7 @@ func (s *MySQLStore) orderedCandidates(ctx context.Context, limit int) ([]Event,
 			evs[i].Payload = []byte{}
 		}
 	}
+	s.resolveTopics(evs)
 	return evs, nil
 }
 
@@ -260,54 +261,6 @@ const (
 	// For a table with an index of that name on other columns.
 	alterRedoOrderIndex = "ALTER TABLE t_event_record DROP INDEX idx_biz_no_status, ADD INDEX idx_biz_no_status (biz_no, status, id), ALGORITHM=INPLACE, LOCK=NONE"
 )
-
-// checkOrdering reports whether the table can serve ordered claims: it must have the index
-// idx_biz_no_status (biz_no, status, id), which the ordered claim names (FORCE INDEX), and
-// a status column that allows SKIPPED. The error wraps [ErrInvalidConfig] and names the
-// ALTER TABLE statements that make it so; docs/ordering.md explains them. An error reading
-// the table's definition is returned as it is.
-func (s *MySQLStore) checkOrdering(ctx context.Context) error {
-	indexes, err := s.indexColumns(ctx)
-	if err != nil {
-		return err
-	}
-	if len(indexes) == 0 {
-		return fmt.Errorf("%w: check ordering: table %s does not exist (create it with CreateSchema, MySQLConfig.Ordering set)", ErrInvalidConfig, s.table)
-	}
-	skipped, err := s.hasSkipped(ctx)
-	if err != nil {
-		return err
-	}
-	var (
-		lacks []string
-		fixes []string
-	)
-	if !skipped {
-		lacks = append(lacks, "its status column does not allow 'SKIPPED'")
-		fixes = append(fixes, alterSkipped)
-	}
-	switch cols, ok := indexes[orderIndex]; {
-	case !ok:
-		lacks = append(lacks, "it has no index idx_biz_no_status (biz_no, status, id)")
-		if _, old := indexes["idx_biz_no"]; old {
-			fixes = append(fixes, alterOrderIndex)
-		} else {
-			fixes = append(fixes, alterAddOrderIndex)
-		}
-	case cols != "biz_no,status,id":
-		lacks = append(lacks, fmt.Sprintf("its index idx_biz_no_status is on (%s), not (biz_no, status, id)", strings.ReplaceAll(cols, ",", ", ")))
-		fixes = append(fixes, alterRedoOrderIndex)
-	}
-	if len(lacks) == 0 {
-		return nil
-	}
-	r := strings.NewReplacer("t_event_record", mysqldialect.Quote(s.table))
-	for i := range fixes {
-		fixes[i] = r.Replace(fixes[i]) + ";"
-	}
-	return fmt.Errorf("%w: table %s cannot serve ordered claims: %s; run: %s (see docs/ordering.md)",
-		ErrInvalidConfig, s.table, strings.Join(lacks, ", and "), strings.Join(fixes, " "))
-}
 
 // indexColumns reads the table's indexes: name -> columns in order, comma-separated.
 func (s *MySQLStore) indexColumns(ctx context.Context) (map[string]string, error) {

@@ -20,10 +20,16 @@ const dueMarker = "/*due*/UTC_TIMESTAMP(3)"
 // Every time is UTC_TIMESTAMP(3): the database's clock, the same for every session whatever
 // its time_zone. (NOW() returns session-local time, so two instances whose connections have
 // different time zones would disagree about every lease by hours.)
-func newMySQLQueries(table string) mysqlQueries {
+//
+// routeTopic is the expression of a row's topic with the store's routes applied
+// (mysqldialect.RouteTopic): every claim assigns it, first in its SET, so that a row written
+// by a plain INSERT that named no topic has its topic from its claim on. Its values are the
+// claim's first arguments.
+func newMySQLQueries(table, routeTopic string) mysqlQueries {
 	r := strings.NewReplacer("t_event_record", mysqldialect.Quote(table))
 	q := mysqlQueries{
-		schema: r.Replace(schemaSQL),
+		routeTopic: routeTopic,
+		schema:     r.Replace(schemaSQL),
 
 		insert: r.Replace(`INSERT INTO t_event_record
 	(event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time,
@@ -52,7 +58,7 @@ func newMySQLQueries(table string) mysqlQueries {
 		// them, a candidate read before another instance failed it and pushed it back (WAIT
 		// again, retry later) would be claimed early, with a stale retry count.
 		claim: r.Replace(`UPDATE t_event_record
-	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	SET topic = ` + routeTopic + `, status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'WAIT' AND retry_count = ? AND next_retry_time <= UTC_TIMESTAMP(3)`),
 
 		// The batch claim, in one short transaction: lock up to n due WAIT rows, skipping rows
@@ -100,7 +106,8 @@ func newMySQLQueries(table string) mysqlQueries {
 		// default) or all at once (MariaDB's SIMULTANEOUS_ASSIGNMENT). The WHERE is built by
 		// claimAndAckWhere: a range on the primary key.
 		claimAndAck: r.Replace(`UPDATE t_event_record
-	SET claimed_at = IF(status = 'WAIT', UTC_TIMESTAMP(3), claimed_at),
+	SET topic = ` + routeTopic + `,
+	    claimed_at = IF(status = 'WAIT', UTC_TIMESTAMP(3), claimed_at),
 	    status = IF(status = 'WAIT', 'SENDING', 'SUCCESS'),
 	    claim_owner = ?, update_time = UTC_TIMESTAMP(3)
 	WHERE %s`),
@@ -170,6 +177,12 @@ func newMySQLQueries(table string) mysqlQueries {
 	    status = 'FAIL', reclaim_count = reclaim_count + 1, last_error = ?, update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'SENDING' AND claimed_at < DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? MICROSECOND)`),
 
+		// A lease renewed while its send is in flight, only under our own lease: claimed_at
+		// moves to now, so the reclaim (judged by claimed_at) leaves the row for another
+		// lease. Served by the primary key.
+		renewLease: r.Replace(`UPDATE t_event_record SET claimed_at = UTC_TIMESTAMP(3)
+	WHERE id IN (%s) AND status = 'SENDING' AND claim_owner = ?`),
+
 		// The rows an instance still holds when it has nothing in flight: after a claim whose
 		// COMMIT outcome is unknown, and when it stops. A lock-free SELECT (served by
 		// idx_status_claimed_at: SENDING rows are few) and an UPDATE by primary key that
@@ -185,15 +198,16 @@ func newMySQLQueries(table string) mysqlQueries {
 	       claim_owner, claimed_at, last_error, create_time, update_time, trace_parent, trace_state, topic, failures
 	FROM t_event_record WHERE id = ?`),
 
-		// A person's re-send of a dead letter: a fresh start, due now.
-		// The claim columns are cleared as a release clears them: the row waits, nobody holds it.
+		// A person's re-send of a dead letter: a fresh start, due now, to the topic given (its
+		// first placeholder), or to its own for ''. The claim columns are cleared as a release
+		// clears them: the row waits, nobody holds it.
 		requeue: r.Replace(`UPDATE t_event_record
-	SET status = 'WAIT', retry_count = 0, reclaim_count = 0, next_retry_time = UTC_TIMESTAMP(3),
-	    claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
+	SET topic = COALESCE(NULLIF(?, ''), topic), status = 'WAIT', retry_count = 0, reclaim_count = 0,
+	    next_retry_time = UTC_TIMESTAMP(3), claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'FAIL'`),
 		requeueIDs: r.Replace(`UPDATE t_event_record
-	SET status = 'WAIT', retry_count = 0, reclaim_count = 0, next_retry_time = UTC_TIMESTAMP(3),
-	    claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
+	SET topic = COALESCE(NULLIF(?, ''), topic), status = 'WAIT', retry_count = 0, reclaim_count = 0,
+	    next_retry_time = UTC_TIMESTAMP(3), claim_owner = '', claimed_at = '1970-01-01', update_time = UTC_TIMESTAMP(3)
 	WHERE id IN (%s) AND status = 'FAIL'`),
 
 		// Retention, in two steps as the reclaim: a lock-free SELECT of old SUCCESS (then
@@ -327,7 +341,7 @@ func openStatuses(o Ordering) string {
 	return "'WAIT', 'SENDING', 'FAIL'"
 }
 
-func newOrderQueries(table string) orderQueries {
+func newOrderQueries(table, routeTopic string) orderQueries {
 	r := strings.NewReplacer("t_event_record", mysqldialect.Quote(table))
 	var q orderQueries
 	for i, o := range []Ordering{KeyOrder, KeyOrderSkipDeadLetters} {
@@ -339,7 +353,7 @@ func newOrderQueries(table string) orderQueries {
 		// UPDATE (error 1093), not in a materialised derived table. Its biz no and id are
 		// parameters, so it is a range on (biz_no, status, id) that reads at most one entry.
 		q.claim[i] = r.Replace(`UPDATE t_event_record
-	SET status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
+	SET topic = ` + routeTopic + `, status = 'SENDING', claim_owner = ?, claimed_at = UTC_TIMESTAMP(3), update_time = UTC_TIMESTAMP(3)
 	WHERE id = ? AND status = 'WAIT' AND retry_count = ? AND next_retry_time <= UTC_TIMESTAMP(3)
 	  AND NOT EXISTS (SELECT 1 FROM (SELECT e.id FROM t_event_record e FORCE INDEX (` + orderIndex + `)
 	                                  WHERE e.biz_no = ? AND e.status IN (` + openStatuses(o) + `) AND e.id < ?

@@ -84,6 +84,14 @@ func (s *MySQLStore) expired(ctx context.Context, lease time.Duration) ([]expire
 	return out, nil
 }
 
+// RenewLease implements [Store]: one UPDATE by primary key, of the rows still the owner's.
+func (s *MySQLStore) RenewLease(ctx context.Context, ids []int64, owner string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.exec(ctx, "renew leases", fmt.Sprintf(s.q.renewLease, idList(ids)), owner)
+}
+
 // ReleaseOwned implements [Store], in pages of reclaimPage rows.
 func (s *MySQLStore) ReleaseOwned(ctx context.Context, owner, reason string) (int64, error) {
 	var total int64

@@ -104,6 +104,7 @@ func (t *Tx) insert(ctx context.Context, ev EventInput) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("outbox: insert event: generate the event id: %w", err)
 	}
+	topic := t.store.routes.resolve(ev.Topic, ev.EventType)
 	traceParent, traceState := traceOf(ctx)
 	if t.firstInsert.IsZero() {
 		t.firstInsert = time.Now()
@@ -115,10 +116,10 @@ func (t *Tx) insert(ctx context.Context, ev EventInput) (int64, error) {
 	var res sql.Result
 	if len(payload) <= maxInlinePayload {
 		res, err = t.ExecContext(ctx, fmt.Sprintf(insertInline, sqlText(eventID.String()), sqlText(ev.BizNo),
-			sqlText(ev.EventType), sqlBytes(payload), sqlText(traceParent), sqlText(traceState), sqlText(ev.Topic)))
+			sqlText(ev.EventType), sqlBytes(payload), sqlText(traceParent), sqlText(traceState), sqlText(topic)))
 	} else {
 		res, err = t.ExecContext(ctx, insert, eventID.String(), ev.BizNo, ev.EventType, payload,
-			traceParent, traceState, ev.Topic)
+			traceParent, traceState, topic)
 	}
 	if err != nil {
 		return 0, t.store.wrap("insert event", err)
@@ -249,7 +250,7 @@ func (s *MySQLStore) validateEvent(ev EventInput) error {
 	if err := validateDue(ev); err != nil {
 		return err
 	}
-	if err := s.validateTopic(ev.Topic); err != nil {
+	if err := s.routes.check(ev.Topic); err != nil {
 		return err
 	}
 	if len(ev.Payload) == 0 {
@@ -330,20 +331,4 @@ func validateKey(name, v string) error {
 		return fmt.Errorf("%w: %s %q contains a space: RocketMQ splits message keys on spaces and trims them around tags", ErrInvalidEvent, name, v)
 	}
 	return nil
-}
-
-// validateTopic checks an event's topic: "" (the sender's default) or one of the store's
-// [MySQLConfig.Topics]. A topic outside the set would be a typo that no sender routes, or a
-// new topic that a metric label or a consumer does not know of: refused here, at insert,
-// rather than dead-lettered later.
-func (s *MySQLStore) validateTopic(topic string) error {
-	if topic == "" || slices.Contains(s.topics, topic) {
-		return nil
-	}
-	known := "MySQLConfig.Topics is empty: name the topic there"
-	if len(s.topics) > 0 {
-		known = "MySQLConfig.Topics: " + strings.Join(s.topics, ", ")
-	}
-	return fmt.Errorf("%w: Topic %.140q is not one of the store's topics (%s; \"\" is the sender's default topic)",
-		ErrInvalidEvent, topic, known)
 }

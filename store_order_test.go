@@ -126,8 +126,8 @@ func orderingALTERs(t testing.TB) []string {
 
 // keyOrderCheck is what Check says of s's table for a store in KeyOrder.
 func keyOrderCheck(ctx context.Context, s outbox.Store) error {
-	o, err := outbox.WithOrderingForTest(s, outbox.KeyOrder).Check(ctx)
-	if o != outbox.KeyOrder {
+	info, err := outbox.WithOrderingForTest(s, outbox.KeyOrder).Check(ctx)
+	if o := info.Ordering; o != outbox.KeyOrder {
 		return fmt.Errorf("Check reported %s for a store in key order", o)
 	}
 	return err

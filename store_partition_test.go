@@ -140,9 +140,9 @@ func TestPartitionedOrderedSchema(t *testing.T) {
 	b := &bundle{db: testsvc.OpenDB(t)}
 	b.store = testsvc.NewStore(t, b.db, outbox.MySQLConfig{PartitionIDs: partIDs, Ordering: outbox.KeyOrder})
 	assert.Equal(t, []string{"p1000", "p2000", "p3000", "pmax"}, b.partitions(t))
-	ordering, err := b.store.Check(ctx)
+	info, err := b.store.Check(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, outbox.KeyOrder, ordering)
+	assert.Equal(t, outbox.KeyOrder, info.Ordering)
 }
 
 func TestPartitionIDsValidated(t *testing.T) {

@@ -1,9 +1,12 @@
 package outbox_test
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +16,20 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/testsvc"
+	"github.com/go-outbox/outbox/outboxtest"
 )
 
-// topicSetup is setup with a store whose events may name the topics given.
+// topicSetup is setup with a store whose events may name the topics given besides the
+// default one, defaultTopic.
 func topicSetup(t *testing.T, cfg outbox.MySQLConfig, topics ...string) *bundle {
 	t.Helper()
 	db := testsvc.OpenDB(t)
-	cfg.Topics = topics
+	cfg.Routes.Topics = topics
 	return &bundle{db: db, store: testsvc.NewStore(t, db, cfg)}
 }
+
+// defaultTopic is the default of Routes.Topic.
+const defaultTopic = "ORDER_EVENT_TOPIC"
 
 // insertTopic commits one event of bizNo to topic and returns its id.
 func (b *bundle) insertTopic(t testing.TB, bizNo, topic string) int64 {
@@ -29,9 +37,9 @@ func (b *bundle) insertTopic(t testing.TB, bizNo, topic string) int64 {
 	return b.insertInput(t, outbox.EventInput{BizNo: bizNo, EventType: "ORDER_CREATED", Payload: []byte(`{}`), Topic: topic})
 }
 
-// The topic an event names is written with its row and read back by every read of it: the
-// claims (batch and per row, at a steady rate and in a backlog), Admin's Get, GetByEventID
-// and List, and a dead letter's reclaim.
+// The topic an event names, or its default when it names none, is written with its row and
+// read back by every read of it: the claims (batch and per row, at a steady rate and in a
+// backlog), Admin's Get, GetByEventID and List, and a dead letter's reclaim.
 func TestEventTopicIsStoredAndReadByEveryRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -39,7 +47,10 @@ func TestEventTopicIsStoredAndReadByEveryRead(t *testing.T) {
 	topics := []string{"", "orders", "pay-ments_%|1"}
 	want := map[int64]string{}
 	for i, topic := range topics {
-		want[b.insertTopic(t, fmt.Sprintf("ORD-%d", i), topic)] = topic
+		want[b.insertTopic(t, fmt.Sprintf("ORD-%d", i), topic)] = cmp.Or(topic, defaultTopic)
+	}
+	for id, topic := range want {
+		assert.Equal(t, topic, b.column(t, id, "topic"), "the row of %d", id)
 	}
 
 	cands, err := b.store.Candidates(ctx, 10)
@@ -133,8 +144,8 @@ func TestInsertEventRefusesATopicOutsideTheSet(t *testing.T) {
 		topics []string
 		known  string
 	}{
-		{"with topics", []string{"orders", "payments"}, "orders, payments"},
-		{"without topics", nil, "MySQLConfig.Topics is empty"},
+		{"with topics", []string{"orders", "payments"}, "ORDER_EVENT_TOPIC, orders, payments"},
+		{"without topics", nil, "(ORDER_EVENT_TOPIC)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := topicSetup(t, outbox.MySQLConfig{}, c.topics...)
@@ -156,9 +167,9 @@ func TestInsertEventRefusesATopicOutsideTheSet(t *testing.T) {
 	}
 }
 
-// MySQLConfig.Topics are RocketMQ topic names, none of the broker's own, none twice:
-// anything else is refused by NewMySQLStore with an error wrapping ErrInvalidConfig that
-// names the topic.
+// MySQLConfig.Routes' topics are RocketMQ topic names, none of the broker's own, none
+// twice: anything else is refused by NewMySQLStore with an error wrapping ErrInvalidConfig
+// that names the topic.
 func TestMySQLConfigTopicsAreValidated(t *testing.T) {
 	t.Parallel()
 	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/none")
@@ -173,66 +184,79 @@ func TestMySQLConfigTopicsAreValidated(t *testing.T) {
 		{[]string{"has space"}, `"has space"`},
 		{[]string{strings.Repeat("t", 128)}, "1 to 127"},
 		{[]string{"orders", "payments", "orders"}, `"orders" twice`},
+		{[]string{"ORDER_EVENT_TOPIC"}, `"ORDER_EVENT_TOPIC" twice`},
 		{[]string{"TBW102"}, "RocketMQ's own"},
 		{[]string{"%RETRY%group"}, "RocketMQ's own"},
 	} {
-		_, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Topics: c.topics})
+		_, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Routes: outbox.Routes{Topics: c.topics}})
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig, "%q", c.topics)
 		assert.Contains(t, err.Error(), c.names)
 	}
-	_, err = outbox.NewMySQLStore(db, outbox.MySQLConfig{Topics: []string{strings.Repeat("t", 127), "a%|_-Z9"}})
+	_, err = outbox.NewMySQLStore(db, outbox.MySQLConfig{Routes: outbox.Routes{Topics: []string{strings.Repeat("t", 127), "a%|_-Z9"}}})
 	assert.NoError(t, err, "RocketMQ's longest name and every character it allows")
 }
 
-// topicSender is a recorder that says which topics it routes.
-type topicSender struct {
+// checkingSender is a recorder whose Check answers err, and records the topics it was asked.
+type checkingSender struct {
 	*recorder
-	info outbox.SenderInfo
+	err   error
+	asked *[]string
 }
 
-func (s topicSender) Info() outbox.SenderInfo { return s.info }
+func (s checkingSender) Check(_ context.Context, topics []string) error {
+	*s.asked = append(*s.asked, topics...)
+	return s.err
+}
 
-// Start refuses a sender that lists the topics it routes when one of the store's topics is
-// not among them (nor its default topic), naming it; a sender that lists none routes any.
-func TestStartRefusesASenderThatDoesNotRouteTheStoresTopics(t *testing.T) {
+// Start asks the sender about every topic of the store (the default first), and refuses
+// the start, with the sender's error, when the sender cannot send to one; a sender that
+// cannot be asked (its broker down) is logged, and the publisher starts.
+func TestStartAsksTheSenderAboutTheStoresTopics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := topicSetup(t, outbox.MySQLConfig{}, "orders", "payments")
+	refusal := fmt.Errorf("%w: no broker has topic payments", outbox.ErrInvalidConfig)
 	for _, c := range []struct {
 		name    string
-		info    outbox.SenderInfo
-		refused string
+		err     error
+		refused bool
 	}{
-		{"routes one of two", outbox.SenderInfo{Topic: "default", Topics: []string{"orders"}}, "payments"},
-		{"routes neither", outbox.SenderInfo{Topic: "default", Topics: []string{"shipments"}}, "orders, payments"},
-		{"routes both", outbox.SenderInfo{Topic: "default", Topics: []string{"shipments", "payments", "orders"}}, ""},
-		{"one is its default", outbox.SenderInfo{Topic: "orders", Topics: []string{"payments"}}, ""},
-		{"routes any", outbox.SenderInfo{Topic: "default"}, ""},
+		{"refused", refusal, true},
+		{"cannot tell", errors.New("the name server does not answer"), false},
+		{"fine", nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := newPublisher(t, b.store, topicSender{newRecorder(), c.info}, fastConfig("topics-"+strings.ReplaceAll(c.name, " ", "-"), &logSink{}))
+			var asked []string
+			logs := &logSink{}
+			p := newPublisher(t, b.store, checkingSender{newRecorder(), c.err, &asked}, fastConfig("topics-"+strings.ReplaceAll(c.name, " ", "-"), logs))
 			defer func() { require.NoError(t, p.Close()) }()
 			err := p.Start(ctx)
-			if c.refused == "" {
-				require.NoError(t, err)
+			assert.Equal(t, []string{defaultTopic, "orders", "payments"}, asked)
+			if c.refused {
+				require.ErrorIs(t, err, refusal)
+				assert.Equal(t, 1, strings.Count(err.Error(), "payments"), "named once: %v", err)
 				return
 			}
-			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
-			t.Logf("Start: %v", err)
-			assert.Contains(t, err.Error(), "does not route: "+c.refused)
+			require.NoError(t, err)
+			if c.err != nil {
+				assert.Equal(t, 1, logs.count(slog.LevelWarn, "outbox: could not check the sender's topics"))
+			}
 		})
 	}
-	// A store without topics starts with any sender.
-	plain := setup(t)
-	p := newPublisher(t, plain.store, topicSender{newRecorder(), outbox.SenderInfo{Topics: []string{"x"}}}, fastConfig("topics-plain", &logSink{}))
-	require.NoError(t, p.Start(ctx))
+	// The kit's sender made with topics refuses the others as the broker would.
+	mem := outboxtest.NewMemorySender(defaultTopic, "orders")
+	p := newPublisher(t, b.store, mem, fastConfig("topics-mem", &logSink{}))
+	err := p.Start(ctx)
+	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "no topic payments")
 	require.NoError(t, p.Close())
 }
 
 // A table made before the topic column is refused by Check (so by Start) and CreateSchema
 // with an error wrapping ErrInvalidConfig that gives the ALTER TABLE; the ALTER, run as the
 // error gives it, is instant (the server accepts it with ALGORITHM=INSTANT), and the table
-// then serves the store: the old rows go to the default topic, new ones carry theirs.
+// then serves the store: the old rows go to the default topic, which their claim writes on
+// them, new ones carry theirs.
 func TestTableWithoutTopicColumnGetsItsAlterFromCheck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -270,19 +294,24 @@ func TestTableWithoutTopicColumnGetsItsAlterFromCheck(t *testing.T) {
 	for _, ev := range rec.evs {
 		topics[ev.ID] = ev.Topic
 	}
-	assert.Equal(t, map[int64]string{old: "", later: "orders"}, topics)
+	assert.Equal(t, map[int64]string{old: defaultTopic, later: "orders"}, topics)
+	assert.Equal(t, defaultTopic, b.column(t, old, "topic"), "the claim wrote the old row's topic")
 }
 
-// Filter.Topics selects by topic for List, RequeueFailed and its dry run's count; "" is
-// the default topic; a topic that is no topic name is refused with ErrInvalidInput.
+// Filter.Topics selects by topic for List, RequeueFailed and its dry run's count; a row a
+// plain INSERT wrote without a topic is selected by the topic its routes give it; a topic
+// that is no topic name ("" among them) is refused with ErrInvalidInput.
 func TestFilterTopics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := topicSetup(t, outbox.MySQLConfig{}, "orders", "payments")
+	b := topicSetup(t, outbox.MySQLConfig{Routes: outbox.Routes{ByType: map[string]string{"PAID": "payments"}}}, "orders", "payments")
 	ids := map[string]int64{}
 	for _, topic := range []string{"", "orders", "payments"} {
 		ids[topic] = b.insertTopic(t, "ORD-"+topic, topic)
 	}
+	// A plain INSERT of a routed type that names no topic: the filter resolves it.
+	b.exec(t, "INSERT INTO {t} (biz_no, event_type, payload) VALUES ('ORD-PLAIN', 'PAID', '{}')")
+	ids["plain"] = b.lastID(t)
 	b.exec(t, "UPDATE {t} SET status = 'FAIL'")
 	list := func(f outbox.Filter) []int64 {
 		evs, err := b.admin().List(ctx, f)
@@ -294,22 +323,27 @@ func TestFilterTopics(t *testing.T) {
 		return got
 	}
 	assert.Equal(t, []int64{ids["orders"]}, list(outbox.Filter{Topics: []string{"orders"}}))
-	assert.Equal(t, []int64{ids["payments"], ids[""]}, list(outbox.Filter{Topics: []string{"", "payments"}}))
-	assert.Len(t, list(outbox.Filter{}), 3)
+	assert.Equal(t, []int64{ids["plain"], ids["payments"], ids[""]}, list(outbox.Filter{Topics: []string{defaultTopic, "payments"}}))
+	assert.Equal(t, []int64{ids["plain"], ids["payments"]}, list(outbox.Filter{Topics: []string{"payments"}}), "the plain INSERT by its type's route")
+	assert.Len(t, list(outbox.Filter{}), 4)
 	assert.Empty(t, list(outbox.Filter{Topics: []string{"shipments"}}))
+	assert.Equal(t, "payments", b.get(t, ids["plain"]).Topic, "Get resolves it too")
 
-	n, err := b.admin().RequeueFailed(ctx, outbox.Filter{Topics: []string{"payments", ""}}, outbox.RequeueOptions{DryRun: true})
+	n, err := b.admin().RequeueFailed(ctx, outbox.Filter{Topics: []string{"payments", defaultTopic}}, outbox.RequeueOptions{DryRun: true})
 	require.NoError(t, err)
-	assert.Equal(t, int64(2), n, "the dry run's count")
+	assert.Equal(t, int64(3), n, "the dry run's count")
 	n, err = b.admin().RequeueFailed(ctx, outbox.Filter{Topics: []string{"payments"}}, outbox.RequeueOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), n)
+	assert.Equal(t, int64(2), n)
 	assert.Equal(t, outbox.StatusWait, b.get(t, ids["payments"]).Status)
+	assert.Equal(t, outbox.StatusWait, b.get(t, ids["plain"]).Status)
 	assert.Equal(t, outbox.StatusFail, b.get(t, ids["orders"]).Status)
 	assert.Equal(t, outbox.StatusFail, b.get(t, ids[""]).Status)
 
-	_, err = b.admin().List(ctx, outbox.Filter{Topics: []string{"no.dots"}})
-	assert.ErrorIs(t, err, outbox.ErrInvalidInput)
+	for _, bad := range []string{"no.dots", ""} {
+		_, err = b.admin().List(ctx, outbox.Filter{Topics: []string{bad}})
+		assert.ErrorIs(t, err, outbox.ErrInvalidInput, "%q", bad)
+	}
 }
 
 // Key order is per biz no across topics: a key's events are claimed in id order whatever
@@ -342,4 +376,65 @@ func TestKeyOrderSpansTopics(t *testing.T) {
 	res := orderedClaim(t, b2.store, "a", outbox.KeyOrder, 10)
 	assert.Equal(t, want, idsOf(res.Events))
 	assert.Equal(t, []string{"payments", "orders", "payments"}, []string{res.Events[0].Topic, res.Events[1].Topic, res.Events[2].Topic})
+}
+
+// A dead letter can be requeued to another topic of the store's set, one by id or all a
+// filter selects: it goes out to that topic, and its row says so; a topic outside the set
+// is refused, naming the set, and nothing changes. In key order it keeps its place: it is
+// sent before the events of its biz no behind it, which then follow.
+func TestRequeueToAnotherTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := topicSetup(t, outbox.MySQLConfig{Ordering: outbox.KeyOrder}, "orders", "payments")
+	// A plain INSERT's typo, dead-lettered at its send, with an event of its key behind it.
+	b.exec(t, "INSERT INTO {t} (biz_no, event_type, payload, topic) VALUES ('ORD-1', 'ORDER_PAID', '{}', 'paymnets')")
+	typo := b.lastID(t)
+	behind := b.insertTopic(t, "ORD-1", "orders")
+	other := b.insertTopic(t, "ORD-2", "orders")
+	rec := newRecorder()
+	p := newPublisher(t, b.store, rec, fastConfig("requeue-to", &logSink{}))
+	stats, err := p.PublishPending(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, stats.DeadLettered)
+	require.Equal(t, outbox.StatusFail, b.get(t, typo).Status)
+	assert.Equal(t, outbox.StatusWait, b.get(t, behind).Status, "the key stops at its dead letter")
+	assert.Equal(t, outbox.StatusSuccess, b.get(t, other).Status)
+
+	admin := b.admin()
+	err = admin.RequeueTo(ctx, typo, "paymentz")
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	assert.ErrorContains(t, err, "ORDER_EVENT_TOPIC, orders, payments")
+	_, err = admin.RequeueFailed(ctx, outbox.Filter{IDs: []int64{typo}}, outbox.RequeueOptions{Topic: "paymentz"})
+	require.ErrorIs(t, err, outbox.ErrInvalidInput)
+	require.Equal(t, outbox.StatusFail, b.get(t, typo).Status, "a refused requeue changes nothing")
+	require.ErrorIs(t, admin.RequeueTo(ctx, other, "payments"), outbox.ErrNotDeadLetter)
+	assert.Equal(t, "orders", b.get(t, other).Topic, "nothing changed")
+
+	require.NoError(t, admin.RequeueTo(ctx, typo, "payments"))
+	ev := b.get(t, typo)
+	assert.Equal(t, outbox.StatusWait, ev.Status)
+	assert.Equal(t, "payments", ev.Topic)
+	stats, err = p.PublishPending(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, stats.Sent, "the requeued one, then the one behind it")
+	var order []int64
+	for _, e := range rec.events() {
+		if e.BizNo == "ORD-1" {
+			order = append(order, e.ID)
+			if e.ID == typo {
+				assert.Equal(t, "payments", e.Topic, "sent to the topic it was requeued to")
+			}
+		}
+	}
+	assert.Equal(t, []int64{typo, behind}, order, "key order kept")
+
+	// By filter: every dead letter it selects goes to the topic.
+	b.exec(t, "UPDATE {t} SET status = 'FAIL' WHERE id IN (?, ?)", behind, other)
+	n, err := admin.RequeueFailed(ctx, outbox.Filter{Topics: []string{"orders"}}, outbox.RequeueOptions{Topic: "payments"})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n)
+	assert.Equal(t, "payments", b.get(t, behind).Topic)
+	assert.Equal(t, "payments", b.get(t, other).Topic)
+	_, err = admin.SkipFailed(ctx, outbox.Filter{}, outbox.RequeueOptions{Topic: "payments"})
+	require.ErrorIs(t, err, outbox.ErrInvalidInput, "a skip sends nothing")
 }

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -120,67 +121,57 @@ func traceProperties(ev *Event) (parent, state string) {
 	return ev.TraceParent, state
 }
 
-// unknownTopicLabel names, in metrics and spans, a topic outside the sender's set (the
-// sender refuses the event): parentheses are in no topic name, so it is no topic's.
+// unknownTopicLabel names, in metrics and spans, a topic outside the store's set (such an
+// event is dead-lettered, never sent): parentheses are in no topic name, so it is no
+// topic's.
 const unknownTopicLabel = "(unknown)"
 
-// topicNames names an event's topic as its sender routes it ([SenderInfo]): the event's
-// own topic, else its event type's, else the sender's default topic; a topic outside the
-// sender's set is unknownTopicLabel, so that the names stay within the set. "" when the
-// sender names no topic.
+// topicNames names an event's topic in metrics and spans: its own ([Event.Topic]), within
+// the store's set of topics ([StoreInfo.Topics]), which the publisher learns from the
+// store's check; a topic outside it is unknownTopicLabel, so that the names stay bounded.
 type topicNames struct {
-	def    string
-	known  map[string]bool // nil: any (a sender that declares no set)
-	byType map[string]string
+	known atomic.Pointer[map[string]bool] // nil: any (a store that declares no set)
 }
 
-func newTopicNames(info SenderInfo) topicNames {
-	n := topicNames{def: info.Topic, byType: info.TopicsByType}
-	if info.Topics != nil {
-		n.known = make(map[string]bool, len(info.Topics)+1)
-		for _, t := range info.Topics {
-			n.known[t] = true
-		}
-		if info.Topic != "" {
-			n.known[info.Topic] = true
-		}
+// set makes topics the known set (nil: any).
+func (n *topicNames) set(topics []string) {
+	if topics == nil {
+		n.known.Store(nil)
+		return
 	}
-	return n
+	known := make(map[string]bool, len(topics))
+	for _, t := range topics {
+		known[t] = true
+	}
+	n.known.Store(&known)
 }
 
 // of returns the name of ev's topic.
-func (n topicNames) of(ev *Event) string {
-	t := ev.Topic
-	if t == "" {
-		t = n.byType[ev.EventType]
-	}
-	if t == "" {
-		t = n.def
-	}
-	if t != "" && n.known != nil && !n.known[t] {
+func (n *topicNames) of(ev *Event) string {
+	if known := n.known.Load(); known != nil && ev.Topic != "" && !(*known)[ev.Topic] {
 		return unknownTopicLabel
 	}
-	return t
+	return ev.Topic
 }
 
 // sendTracing makes the publisher's send spans. A nil *sendTracing (no
 // [Config.TracerProvider]) makes none and costs nothing.
 type sendTracing struct {
 	tracer trace.Tracer
-	topics topicNames
+	topics *topicNames
 	attrs  []attribute.KeyValue
 }
 
 // newSendTracing returns the send tracing for tp and the sender info says, or nil if tp is
-// nil. A span is named for its events' topic if the sender names one ("send ORDERS"), else
-// "outbox send"; a named store ([Config.StoreName]) is its attribute outbox.store.
-func newSendTracing(tp trace.TracerProvider, info SenderInfo, store string) *sendTracing {
+// nil. A span is named for its events' topic ("send ORDERS"), or "outbox send" for events
+// that name none; a named store ([Config.StoreName]) is its attribute outbox.store.
+func newSendTracing(tp trace.TracerProvider, info SenderInfo, topics *topicNames, store string) *sendTracing {
 	if tp == nil {
 		return nil
 	}
 	t := &sendTracing{
 		tracer: tp.Tracer(tracerName),
-		topics: newTopicNames(info),
+		topics: topics,
 		attrs:  []attribute.KeyValue{attribute.String("messaging.operation.type", "send")},
 	}
 	if info.System != "" {
@@ -224,7 +215,7 @@ func (t *sendTracing) start(ctx context.Context, evs ...Event) (context.Context,
 		byTopic[topic] = append(byTopic[topic], i)
 	}
 	if len(evs) == 0 {
-		order = []string{t.topics.def}
+		order = []string{""}
 	}
 	var spans sendSpans
 	sendCtx := ctx

@@ -108,6 +108,7 @@ func TestTraceContextTravelsThroughTheBroker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	topic := testsvc.NewTopic(t, "OUTBOX_TRACE")
+	b.routeTo(topic)
 	consumer := testsvc.Consume(t, topic)
 	tp, rec := newTracing(t)
 
@@ -131,7 +132,7 @@ func TestTraceContextTravelsThroughTheBroker(t *testing.T) {
 	cfg := fastConfig("order-trace", &logSink{})
 	cfg.Tuning.ClaimPerRow = false // one batch, one span; TestSendSpanPerEvent covers per-row
 	cfg.TracerProvider = tp
-	p := newPublisher(t, b.store, newFastRocketMQSender(t, topic), cfg)
+	p := newPublisher(t, b.store, newFastRocketMQSender(t), cfg)
 	stats, err := p.PublishPending(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 6, stats.Sent)
@@ -238,7 +239,7 @@ func TestSendSpanPerEvent(t *testing.T) {
 	require.Len(t, spans, 2)
 	sent := spans[b.get(t, ok).EventID]
 	require.NotNil(t, sent)
-	assert.Equal(t, "outbox send", sent.Name())
+	assert.Equal(t, "send ORDER_EVENT_TOPIC", sent.Name(), "named for the store's default topic")
 	require.Len(t, sent.Links(), 1)
 	assert.Equal(t, insert.SpanContext().WithRemote(true), sent.Links()[0].SpanContext)
 	assert.Equal(t, codes.Unset, sent.Status().Code)
@@ -277,6 +278,8 @@ func (f *failingFor) Send(_ context.Context, evs []outbox.Event, _ bool) []error
 }
 
 func (f *failingFor) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
+
+func (f *failingFor) Check(context.Context, []string) error { return nil }
 
 // A batch of more than 128 events, claimed and sent at once, gets one send span per 128 of
 // its events: an SDK keeps 128 links per span and drops the rest, so one span for the batch
@@ -320,7 +323,7 @@ func TestSendSpansLinkEveryEventOfALargeBatch(t *testing.T) {
 
 			var sender outbox.Sender = &failingFor{id: failing}
 			if real {
-				sender = newFastRocketMQSender(t, testsvc.NewTopic(t, "OUTBOX_TRACE_BATCH"))
+				sender = newFastRocketMQSender(t)
 			}
 			cfg := fastConfig("order-trace-batch", &logSink{})
 			cfg.Tuning.ClaimPerRow = false
@@ -390,7 +393,7 @@ func TestSendSpansLinkEveryEventOfALargeBatch(t *testing.T) {
 // The sender sets traceparent and tracestate only from well-formed stored values.
 func TestRocketMQMessageTraceProperties(t *testing.T) {
 	t.Parallel()
-	s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{Topic: "T"}, &fakeProducer{})
+	s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{}, &fakeProducer{})
 	require.NoError(t, err)
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, tc := range []struct {

@@ -91,6 +91,13 @@ func (c *console) single(kind act) func(http.ResponseWriter, *http.Request, *aud
 		}
 		sid := strconv.FormatInt(id, 10)
 		eventHref := c.href(nil, "stores", s.Name, "events", sid)
+		topic := ""
+		if kind == actRequeue {
+			topic = r.PostFormValue("topic")
+			if topic != "" {
+				a.with(slog.String("topic", topic))
+			}
+		}
 		if !confirmed(r) {
 			ev, err := s.admin.Get(r.Context(), id)
 			if err != nil {
@@ -101,12 +108,24 @@ func (c *console) single(kind act) func(http.ResponseWriter, *http.Request, *aud
 				c.failAction(w, r, a, fmt.Errorf("%w: event %d is %s", outbox.ErrNotDeadLetter, id, ev.Status))
 				return
 			}
+			if topic == ev.Topic {
+				topic = "" // its own: a plain requeue
+			}
+			if err := s.requeueTopic(r.Context(), topic); err != nil {
+				c.failAction(w, r, a, err)
+				return
+			}
 			a.outcome = "asked to confirm"
 			d := confirmData{
 				Question: fmt.Sprintf("%s dead letter %d of %s?", verb, id, s.Name),
 				Details: []kv{{"Event type", ev.EventType}, {"Biz no", ev.BizNo}, {"Event id", ev.EventID},
-					{"Last error", clip(ev.LastError, 300)}},
+					{"Topic", ev.Topic}, {"Last error", clip(ev.LastError, 300)}},
 				CanConfirm: true, Action: c.href(nil, "stores", s.Name, "events", sid, segment(kind)), Verb: verb, Cancel: eventHref,
+			}
+			if topic != "" {
+				d.Question = fmt.Sprintf("Requeue dead letter %d of %s to topic %s?", id, s.Name, topic)
+				d.Details = append(d.Details, kv{"To topic", topic})
+				d.Hidden = append(d.Hidden, kv{"topic", topic})
 			}
 			if kind == actSkip {
 				d.Class, d.Note = "danger", "A skipped event is never sent. Under key order, the events of its biz no behind it go on without it."
@@ -116,13 +135,16 @@ func (c *console) single(kind act) func(http.ResponseWriter, *http.Request, *aud
 			c.confirm(w, r, verb+" event", c.storeNav(s, ""), d)
 			return
 		}
-		act := s.admin.Requeue
-		if kind == actSkip {
-			act = s.admin.Skip
+		err := s.admin.Skip(r.Context(), id)
+		if kind == actRequeue {
+			err = s.admin.RequeueTo(r.Context(), id, topic)
 		}
-		if err := act(r.Context(), id); err != nil {
+		if err != nil {
 			c.failAction(w, r, a, err)
 			return
+		}
+		if topic != "" {
+			done = "requeued to topic " + topic + ": it is WAIT, due now"
 		}
 		c.done(w, r, a, 1, eventHref, fmt.Sprintf("Event %d %s.", id, done))
 	}

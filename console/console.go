@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -118,25 +119,31 @@ type storeView struct {
 	Store
 	admin *outbox.Admin
 
-	mu       sync.Mutex
-	checked  bool
-	keyOrder bool
+	mu      sync.Mutex
+	checked bool
+	info    outbox.StoreInfo
 }
 
-// keyOrdered reports whether the store publishes in key order, from [outbox.MySQLStore.Check]
-// at the first call that succeeds.
-func (s *storeView) keyOrdered(ctx context.Context) (bool, error) {
+// storeInfo reports how the store publishes (its ordering and topics), from
+// [outbox.MySQLStore.Check] at the first call that succeeds.
+func (s *storeView) storeInfo(ctx context.Context) (outbox.StoreInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.checked {
-		return s.keyOrder, nil
+		return s.info, nil
 	}
-	o, err := s.Store.Store.Check(ctx)
+	info, err := s.Store.Store.Check(ctx)
 	if err != nil {
-		return false, err
+		return outbox.StoreInfo{}, err
 	}
-	s.checked, s.keyOrder = true, o != outbox.Unordered
-	return s.keyOrder, nil
+	s.checked, s.info = true, info
+	return s.info, nil
+}
+
+// keyOrdered reports whether the store publishes in key order.
+func (s *storeView) keyOrdered(ctx context.Context) (bool, error) {
+	info, err := s.storeInfo(ctx)
+	return info.Ordering != outbox.Unordered, err
 }
 
 // inboxView is an inbox as the console shows it.
@@ -257,4 +264,20 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	c.mux.ServeHTTP(w, r)
+}
+
+// requeueTopic refuses a topic outside the store's set as a requeue's destination, with an
+// error that names the set ("" keeps the event's own).
+func (s *storeView) requeueTopic(ctx context.Context, topic string) error {
+	if topic == "" {
+		return nil
+	}
+	info, err := s.storeInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(info.Topics, topic) {
+		return fmt.Errorf("%w: topic %.140q is not one of the store's topics (%s)", outbox.ErrInvalidInput, topic, strings.Join(info.Topics, ", "))
+	}
+	return nil
 }

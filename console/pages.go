@@ -353,6 +353,7 @@ func (c *console) eventPage(w http.ResponseWriter, r *http.Request) {
 		Writes                bool
 		CSRF                  string
 		RequeueHref, SkipHref string
+		Topics                []string // the store's topics a requeue may send it to
 	}
 	data.Ev, data.Payload = ev, showBody(ev.Payload)
 	keyOrder, err := s.keyOrdered(r.Context())
@@ -372,6 +373,9 @@ func (c *console) eventPage(w http.ResponseWriter, r *http.Request) {
 		data.Writes, data.CSRF = true, c.csrfToken(w, r)
 		data.RequeueHref = c.href(nil, "stores", s.Name, "events", strconv.FormatInt(id, 10), "requeue")
 		data.SkipHref = c.href(nil, "stores", s.Name, "events", strconv.FormatInt(id, 10), "skip")
+		if info, err := s.storeInfo(r.Context()); err == nil {
+			data.Topics = info.Topics
+		}
 	}
 	c.render(w, r, http.StatusOK, "event", page{Title: fmt.Sprintf("Event %d of %s", id, s.Name), Nav: c.storeNav(s, ""), Data: data})
 }

@@ -23,7 +23,7 @@ import (
 // rejected messages and one of them; every answer carries the security headers.
 func TestPagesRenderRealData(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, outbox.MySQLConfig{Ordering: outbox.KeyOrder})
+	f := newFixture(t, outbox.MySQLConfig{Ordering: outbox.KeyOrder, Routes: outbox.Routes{Topic: "orders_topic"}})
 	wait := f.insert(t, "ORDER_CREATED", "ORD-1", []byte(`{}`))
 	dead := f.insert(t, "ORDER_PAID", "ORD-2", []byte(`{"order":2,"lines":[1,2]}`))
 	f.kill(t, dead, "broker refused: topic missing")
@@ -34,7 +34,7 @@ func TestPagesRenderRealData(t *testing.T) {
 	eventID := reject(t, in, "ORDER_PAID", "ORD-9", []byte(`{"x":1}`), "no such order")
 
 	b, _ := newConsole(t, console.Config{
-		Stores:  []console.Store{{Name: "orders", Store: f.store, RocketMQ: &outbox.RocketMQConfig{Topic: "orders_topic"}}},
+		Stores:  []console.Store{{Name: "orders", Store: f.store, RocketMQ: &outbox.RocketMQConfig{}}},
 		Inboxes: []console.Inbox{{Inbox: in}},
 	})
 

@@ -66,7 +66,7 @@ func newConsRig(t *testing.T, o consRigOptions) *consRig {
 	if r.inDB == nil {
 		r.inDB = db
 	}
-	r.store = testsvc.NewStore(t, db, outbox.MySQLConfig{Table: r.table, Ordering: o.ordering})
+	r.store = testsvc.NewStore(t, db, outbox.MySQLConfig{Table: r.table, Ordering: o.ordering, Routes: outbox.Routes{Topic: r.topic}})
 	if o.retries {
 		createRetryTopic(t, r.group)
 	}
@@ -138,7 +138,7 @@ func (r *consRig) publish(t *testing.T) {
 func (r *consRig) sender(t *testing.T) *outbox.RocketMQSender {
 	t.Helper()
 	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: r.topic, GroupName: testsvc.UniqueTable("pg"),
+		NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("pg"),
 	})
 	require.NoError(t, err)
 	return s

@@ -12,9 +12,9 @@ import (
 // Resend publishes the rejected message id again through sender, as the same event (its
 // event id, type, biz no, body and trace context), and deletes its row once the broker has
 // accepted it: for an operator, once the cause is fixed, to have the running consumers
-// handle it (outboxctl inbox resend does this). Every group subscribed to the sender's topic
-// receives it again; those that handled the event already suppress it as a duplicate, by its
-// event id. A row whose delete fails after the send stays, and a second resend is suppressed
+// handle it (outboxctl inbox resend does this). It goes to the topic it was consumed from
+// ([Message.Topic]): every group subscribed to that topic receives it again; those that
+// handled the event already suppress it as a duplicate, by its event id. A row whose delete fails after the send stays, and a second resend is suppressed
 // too. A message without a valid event id cannot be resent: nothing would tell its copies
 // apart. A missing id is an error wrapping [outbox.ErrNotFound]; [Inbox.RejectedByEventID]
 // finds the id of an event's rejected message.
@@ -34,7 +34,7 @@ func (in *Inbox) Resend(ctx context.Context, id int64, sender outbox.Sender) err
 		return fmt.Errorf("%w: rejected message %d has no valid event id (%s): it cannot be resent", outbox.ErrInvalidInput, id, r.ReasonClass)
 	}
 	ev := outbox.Event{
-		EventID: m.EventID, EventType: m.EventType, BizNo: m.BizNo, Payload: m.Body,
+		EventID: m.EventID, EventType: m.EventType, BizNo: m.BizNo, Payload: m.Body, Topic: m.Topic,
 		TraceParent: m.Properties[outbox.PropertyTraceParent], TraceState: m.Properties[outbox.PropertyTraceState],
 	}
 	errs := sender.Send(ctx, []outbox.Event{ev}, false)

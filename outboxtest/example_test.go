@@ -29,7 +29,7 @@ type mysqlHarness struct {
 func newMySQLHarness(t *testing.T, db *sql.DB, ordering outbox.Ordering) *mysqlHarness {
 	t.Helper()
 	name := "t_conformance_" + strings.ToLower(rand.Text())
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, Ordering: ordering, Topics: harnessTopics})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: name, Ordering: ordering, Routes: outbox.Routes{Topics: harnessTopics}})
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(t.Context()))
 	t.Cleanup(func() {

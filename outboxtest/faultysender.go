@@ -98,6 +98,11 @@ func NewFaultySender(inner outbox.Sender) *FaultySender {
 // Info implements [outbox.Sender]: the inner sender's.
 func (f *FaultySender) Info() outbox.SenderInfo { return f.inner.Info() }
 
+// Check implements [outbox.Sender]: the inner sender's.
+func (f *FaultySender) Check(ctx context.Context, topics []string) error {
+	return f.inner.Check(ctx, topics)
+}
+
 // Refuse makes every send of an event match takes fail with an error marked
 // [outbox.Permanent]: the broker refuses the message for good. nil takes every event.
 func (f *FaultySender) Refuse(match func(outbox.Event) bool) {

@@ -2,8 +2,10 @@ package outboxtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/go-outbox/outbox"
@@ -19,20 +21,31 @@ import (
 //	// ... Start, run the service's transaction ...
 //	evs, err := sent.WaitFor(ctx, 1) // the first event sent, once it is
 //
-// It accepts every event at once and records a copy of it, in the order the publisher
-// sent them, duplicates included: an event sent twice (a lost answer, a reclaim) is
-// recorded twice, with the same [outbox.Event.EventID]. With keyOrder it keeps each biz
-// no's events in the order given, as the Sender contract asks: it records them in that
-// order and fails none. A Send whose ctx is done records nothing and answers every event
-// with an error wrapping [outbox.ErrNotSent], as a sender whose timeout passed before the
-// event's turn.
+// It is the wire alone: what is sent when, retried or dead-lettered is decided by the
+// library ([outbox.Dispatch], the publisher's rounds) exactly as for the real sender. It
+// refuses, as [outbox.Permanent], what a RocketMQ broker refuses: an event without a
+// topic, an empty payload, and a payload over MaxMessageBytes (the broker's
+// maxMessageSize). Made with topics, it knows those topics only, as a cluster that does
+// not create topics on demand: Check refuses the others, and a send to one fails as
+// [outbox.Unavailable] (no route), as the real sender's does. It accepts every other event
+// at once and records a copy of it, in the order the publisher sent them, duplicates
+// included: an event sent twice (a lost answer, a reclaim) is recorded twice, with the
+// same [outbox.Event.EventID]. With keyOrder it keeps each biz no's events in the order
+// given, and a biz no whose event it refuses goes no further in the call (its later events
+// get [outbox.ErrNotSent]), as the Sender contract asks. A Send whose ctx is done records
+// nothing and answers every event with an error wrapping [outbox.ErrNotSent], as a sender
+// whose timeout passed before the event's turn.
 //
 // It is safe for concurrent use: several publishers may send through one MemorySender at
 // once while the test reads it. It has no Close, so the publisher's Close leaves it as it
 // was: the record stays readable after the publisher has closed, and one MemorySender may
 // serve publishers one after another. Wrap it in a [FaultySender] to make sends fail.
 type MemorySender struct {
-	topic string
+	// MaxMessageBytes is the largest payload it takes, as the broker's maxMessageSize: a
+	// larger one is refused as [outbox.Permanent]. Zero: 4 MiB, the broker's default.
+	MaxMessageBytes int
+
+	topics map[string]bool // nil: any topic
 
 	mu      sync.Mutex
 	events  []outbox.Event
@@ -40,26 +53,48 @@ type MemorySender struct {
 	changed chan struct{} // closed, and replaced, whenever the record changes
 }
 
-// NewMemorySender returns an empty MemorySender. topic, if given, is the topic its Info
-// reports ([outbox.SenderInfo.Topic], named in the publisher's send spans); it names no
-// topic without one.
-func NewMemorySender(topic ...string) *MemorySender {
+// defaultMaxMessageBytes is a RocketMQ broker's default maxMessageSize.
+const defaultMaxMessageBytes = 4 << 20
+
+// NewMemorySender returns an empty MemorySender. With topics, it knows those topics only
+// (see MemorySender); without, any.
+func NewMemorySender(topics ...string) *MemorySender {
 	s := &MemorySender{changed: make(chan struct{})}
-	if len(topic) > 0 {
-		s.topic = topic[0]
+	if len(topics) > 0 {
+		s.topics = make(map[string]bool, len(topics))
+		for _, t := range topics {
+			s.topics[t] = true
+		}
 	}
 	return s
 }
 
-// Info implements [outbox.Sender]: the topic NewMemorySender was given, System "memory",
-// and no send timeout of its own (the publisher's [outbox.Tuning.SendTimeout] bounds the
-// sends).
+// Info implements [outbox.Sender]: System "memory", and no send timeout of its own (the
+// publisher's [outbox.Tuning.SendTimeout] bounds the sends).
 func (s *MemorySender) Info() outbox.SenderInfo {
-	return outbox.SenderInfo{Topic: s.topic, System: "memory"}
+	return outbox.SenderInfo{System: "memory"}
 }
 
-// Send implements [outbox.Sender]: it records a copy of each event of evs and accepts it,
-// or, when ctx is done, records none and answers each with an error wrapping
+// Check implements [outbox.Sender]: made with topics, it refuses, in one error wrapping
+// [outbox.ErrInvalidConfig], the topics it does not know.
+func (s *MemorySender) Check(_ context.Context, topics []string) error {
+	if s.topics == nil {
+		return nil
+	}
+	var missing []string
+	for _, t := range topics {
+		if !s.topics[t] {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: outboxtest: the memory sender has no topic %s", outbox.ErrInvalidConfig, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// Send implements [outbox.Sender]: it records a copy of each event of evs it accepts (see
+// MemorySender), or, when ctx is done, records none and answers each with an error wrapping
 // [outbox.ErrNotSent].
 func (s *MemorySender) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
 	errs := make([]error, len(evs))
@@ -72,13 +107,48 @@ func (s *MemorySender) Send(ctx context.Context, evs []outbox.Event, keyOrder bo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
-	for _, ev := range evs {
+	var stopped map[string]error // with keyOrder: the biz nos refused in this call
+	recorded := 0
+	for i, ev := range evs {
+		if cause := stopped[ev.BizNo]; cause != nil {
+			errs[i] = fmt.Errorf("outboxtest: memory sender: %w: an earlier event of biz no %s failed: %s", outbox.ErrNotSent, ev.BizNo, cause.Error())
+			continue
+		}
+		if errs[i] = s.refuse(ev); errs[i] != nil {
+			if keyOrder {
+				if stopped == nil {
+					stopped = map[string]error{}
+				}
+				stopped[ev.BizNo] = errs[i]
+			}
+			continue
+		}
 		s.events = append(s.events, copyEvent(ev))
+		recorded++
 	}
-	if len(evs) > 0 {
+	if recorded > 0 {
 		s.notify()
 	}
 	return errs
+}
+
+// refuse returns why the broker would not take ev, or nil.
+func (s *MemorySender) refuse(ev outbox.Event) error {
+	limit := s.MaxMessageBytes
+	if limit <= 0 {
+		limit = defaultMaxMessageBytes
+	}
+	switch {
+	case ev.Topic == "":
+		return outbox.Permanent(errors.New("outboxtest: memory sender: the event names no topic"))
+	case s.topics != nil && !s.topics[ev.Topic]:
+		return outbox.Unavailable(fmt.Errorf("outboxtest: memory sender: topic %s has no route (the sender was made without it)", ev.Topic))
+	case len(ev.Payload) == 0:
+		return outbox.Permanent(errors.New("outboxtest: memory sender: the payload is empty; the broker takes no message without a body"))
+	case len(ev.Payload) > limit:
+		return outbox.Permanent(fmt.Errorf("outboxtest: memory sender: the payload is %d bytes, over the broker's %d", len(ev.Payload), limit))
+	}
+	return nil
 }
 
 // notify wakes every waiter; s.mu is held.
@@ -141,7 +211,7 @@ func (s *MemorySender) ByType(eventType string) []outbox.Event {
 }
 
 // ByTopic returns the recorded events whose [outbox.Event.Topic] is topic, in the order
-// they were sent; "" returns the events for the sender's default topic.
+// they were sent.
 func (s *MemorySender) ByTopic(topic string) []outbox.Event {
 	return s.Match(func(ev outbox.Event) bool { return ev.Topic == topic })
 }

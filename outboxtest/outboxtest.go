@@ -109,10 +109,10 @@ type Harness interface {
 }
 
 // TopicHarness is a [Harness] whose store takes events that name a topic
-// ([outbox.EventInput.Topic]): Topics returns the topics its Insert accepts (for
-// MySQLStore, [outbox.MySQLConfig.Topics]), at least one. The suite's topic case runs only
+// ([outbox.EventInput.Topic]): Topics returns topics its Insert accepts besides its default
+// (for MySQLStore, [outbox.Routes.Topics]), at least one. The suite's topic case runs only
 // for such a harness, and is skipped, with the reason, for a plain Harness, whose store
-// need take no topic but "" (the sender's default).
+// need take no topic but its default.
 type TopicHarness interface {
 	Harness
 	Topics() []string

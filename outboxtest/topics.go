@@ -15,9 +15,10 @@ var topicCases = []storeCase{
 	{"TopicKeptThroughClaimRetryAndReclaim", topicKeptThroughClaimRetryAndReclaim},
 }
 
-// topicKeptThroughClaimRetryAndReclaim: the topic an event names ([outbox.EventInput.Topic],
-// "" for the default) is the [outbox.Event.Topic] of every read of it: Get, Candidates,
-// ClaimDue, and again after a retry and after a reclaim.
+// topicKeptThroughClaimRetryAndReclaim: the topic an event names ([outbox.EventInput.Topic])
+// is the [outbox.Event.Topic] of every read of it: Get, Candidates, ClaimDue, and again after
+// a retry and after a reclaim; an event that names none is read with one topic of the
+// store's ([outbox.StoreInfo.Topics]), the same by every read.
 func topicKeptThroughClaimRetryAndReclaim(t *testing.T, f *fixture) {
 	th, ok := f.Harness.(TopicHarness)
 	if !ok || len(th.Topics()) == 0 {
@@ -28,7 +29,15 @@ func topicKeptThroughClaimRetryAndReclaim(t *testing.T, f *fixture) {
 		outbox.EventInput{BizNo: newKey(), EventType: "ORDER_CREATED", Payload: []byte(`{}`), Topic: topic},
 		outbox.EventInput{BizNo: newKey(), EventType: "ORDER_CREATED", Payload: []byte(`{}`)},
 	)
-	want := map[int64]string{ids[0]: topic, ids[1]: ""}
+	info, err := f.s.Check(f.ctx)
+	require.NoError(t, err)
+	def := f.get(ids[1]).Topic
+	assert.NotEmpty(t, def, "an event that names no topic is read with its store's")
+	if info.Topics != nil {
+		assert.Contains(t, info.Topics, def, "the unnamed event's topic is one of the store's")
+		assert.Contains(t, info.Topics, topic)
+	}
+	want := map[int64]string{ids[0]: topic, ids[1]: def}
 	check := func(what string, evs []outbox.Event) {
 		t.Helper()
 		for _, ev := range evs {

@@ -584,7 +584,7 @@ func (r *Relay) checkOrdering(ctx context.Context) error {
 	if r.cfg.Ordering == outbox.Unordered {
 		return nil
 	}
-	store, err := outbox.NewMySQLStore(r.db, outbox.MySQLConfig{Table: r.cfg.Table, Ordering: r.cfg.Ordering})
+	store, err := outbox.NewMySQLStore(r.db, outbox.MySQLConfig{Table: r.cfg.Table, Ordering: r.cfg.Ordering, Routes: r.cfg.Routes})
 	if err != nil {
 		return fmt.Errorf("relay: Ordering %s: %w", r.cfg.Ordering, err)
 	}

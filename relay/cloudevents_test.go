@@ -50,10 +50,10 @@ func TestRelaySendsCloudEvents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-ce")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
 	source := "/outbox-relay-test/" + strings.ToLower(topic)
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic,
-		GroupName: testsvc.UniqueTable("relay"), CloudEventsSource: source})
+	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("relay"), CloudEventsSource: source})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, sender.Close()) })
 

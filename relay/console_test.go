@@ -31,8 +31,9 @@ func TestConsoleOverARelayedTable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-console")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	faulty := outboxtest.NewFaultySender(rocketSender(t, topic))
+	faulty := outboxtest.NewFaultySender(rocketSender(t))
 	faulty.Refuse(func(ev outbox.Event) bool { return ev.BizNo == "poison" })
 
 	r, stop := start(t, e.dsn, faulty, e.config("relay-console-1"))

@@ -97,8 +97,9 @@ func TestRelaySendsDelayedEventsWhenDue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-delay")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	sender := &clockedSender{Sender: rocketSender(t, topic), db: e.db, at: map[string]time.Time{}}
+	sender := &clockedSender{Sender: rocketSender(t), db: e.db, at: map[string]time.Time{}}
 	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 
@@ -130,8 +131,9 @@ func TestRelayDelayedEventHoldsBackItsKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.KeyOrder)
 	topic := testsvc.NewTopic(t, "relay-delay-key")
+	e.routeTo(t, topic)
 	c := testsvc.ConsumeOrderly(t, topic)
-	sender := &clockedSender{Sender: rocketSender(t, topic), db: e.db, at: map[string]time.Time{}}
+	sender := &clockedSender{Sender: rocketSender(t), db: e.db, at: map[string]time.Time{}}
 	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 
@@ -211,8 +213,9 @@ func TestRelayResumedKeySendsEachEventOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.KeyOrder)
 	topic := testsvc.NewTopic(t, "relay-resume-once")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	gate := &gateSender{Sender: rocketSender(t, topic), key: "ORD-G", held: make(chan struct{}), open: make(chan struct{}),
+	gate := &gateSender{Sender: rocketSender(t), key: "ORD-G", held: make(chan struct{}), open: make(chan struct{}),
 		sends: map[string]int{}}
 	r, _ := start(t, e.dsn, gate, e.config("relay-1"))
 	waitLeader(t, r)
@@ -250,7 +253,8 @@ func TestRelayHoldsAnEventDueAtTheLastTime(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-delay-far")
-	sender := &clockedSender{Sender: rocketSender(t, topic), db: e.db, at: map[string]time.Time{}}
+	e.routeTo(t, topic)
+	sender := &clockedSender{Sender: rocketSender(t), db: e.db, at: map[string]time.Time{}}
 	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 

@@ -30,13 +30,13 @@ const childEnv = "OUTBOX_RELAY_TEST_CHILD"
 // runChild runs one relay until it is killed: it prints "LEADING" once it leads.
 func runChild() int {
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{os.Getenv("OUTBOX_CHILD_NAMESRV")},
-		Topic: os.Getenv("OUTBOX_CHILD_TOPIC"), GroupName: "relay-child-" + os.Getenv("OUTBOX_CHILD_ID")})
+		GroupName: "relay-child-" + os.Getenv("OUTBOX_CHILD_ID")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	r, err := relay.New(os.Getenv("OUTBOX_CHILD_DSN"), sender, relay.Config{Table: os.Getenv("OUTBOX_CHILD_TABLE"),
-		CheckpointTable: os.Getenv("OUTBOX_CHILD_CP"), InstanceID: os.Getenv("OUTBOX_CHILD_ID"),
+		CheckpointTable: os.Getenv("OUTBOX_CHILD_CP"), InstanceID: os.Getenv("OUTBOX_CHILD_ID"), Routes: outbox.Routes{Topic: os.Getenv("OUTBOX_CHILD_TOPIC")},
 		CheckpointInterval: 200 * time.Millisecond, FallbackAfter: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -168,6 +168,7 @@ func TestLeaderKilledWithSIGKILLIsReplaced(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-kill")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
 	a, aLeads := startChild(t, e, "relay-a", topic)
 	select {
@@ -201,8 +202,9 @@ func TestRelayRidesOutADatabaseRestartAndCrash(t *testing.T) {
 	srv := newServer(t)
 	e := newEnv(t, srv, outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-db")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	r, _ := start(t, e.dsn, rocketSender(t), e.config("relay-1"))
 	waitLeader(t, r)
 	w := startWriter(t, e, 3*time.Millisecond)
 	time.Sleep(time.Second)
@@ -234,8 +236,9 @@ func TestRelayRidesOutABrokerOutage(t *testing.T) {
 	}
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-outage")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	sender := rocketSender(t, topic)
+	sender := rocketSender(t)
 	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -307,6 +310,7 @@ func TestRelayDeadLettersARefusedMessageAndBlocksItsKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.KeyOrder)
 	topic := testsvc.NewTopic(t, "relay-refused")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
 	var dead atomic.Int64
 	cfg := e.config("relay-1")
@@ -315,7 +319,7 @@ func TestRelayDeadLettersARefusedMessageAndBlocksItsKey(t *testing.T) {
 			dead.Add(1)
 		}
 	}
-	r, _ := start(t, e.dsn, refusing{rocketSender(t, topic)}, cfg)
+	r, _ := start(t, e.dsn, refusing{rocketSender(t)}, cfg)
 	waitLeader(t, r)
 	ins := func(biz, payload string) (string, int64) {
 		tx, err := e.store.BeginTx(context.Background(), nil)
@@ -356,8 +360,9 @@ func TestRelayDeliversAKeysEventsInCommitOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.KeyOrder)
 	topic := testsvc.NewTopic(t, "relay-order")
+	e.routeTo(t, topic)
 	c := testsvc.ConsumeOrderly(t, topic)
-	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	r, _ := start(t, e.dsn, rocketSender(t), e.config("relay-1"))
 	waitLeader(t, r)
 
 	const keys = 40
@@ -407,8 +412,9 @@ func TestFleetSwitchesBetweenPollingAndTheRelay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-switch")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	sender := rocketSender(t, topic)
+	sender := rocketSender(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range 2 {

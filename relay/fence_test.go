@@ -29,6 +29,8 @@ func newCounting() *counting { return &counting{sent: map[string]int{}} }
 
 func (c *counting) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
+func (c *counting) Check(context.Context, []string) error { return nil }
+
 func (c *counting) Send(_ context.Context, evs []outbox.Event, _ bool) []error {
 	c.mu.Lock()
 	c.calls++

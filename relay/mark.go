@@ -76,8 +76,9 @@ func (t *term) markSent(ctx context.Context, evs []outbox.Event) (markResult, er
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markStatementTimeout)
 	defer cancel()
 	if t.info.flavor == gomysql.MariaDBFlavor {
-		args := make([]any, 0, len(evs)+3)
+		args := make([]any, 0, len(evs)+3+len(r.routeArgs))
 		args = append(args, r.cfg.Table, t.epoch, r.cfg.InstanceID)
+		args = append(args, r.routeArgs...)
 		for _, ev := range evs {
 			args = append(args, ev.ID)
 		}
@@ -137,7 +138,8 @@ func (t *term) markLocking(ctx context.Context, evs []outbox.Event) (res markRes
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("relay: mark sent: lock the rows: %w", err)
 	}
-	args := []any{r.cfg.Table, t.epoch, r.cfg.InstanceID}
+	args := append([]any{r.cfg.Table, t.epoch, r.cfg.InstanceID}, r.routeArgs...)
+	fixed := len(args)
 	for _, ev := range evs {
 		s, locked := status[ev.ID]
 		switch {
@@ -149,7 +151,7 @@ func (t *term) markLocking(ctx context.Context, evs []outbox.Event) (res markRes
 			res.done++
 		}
 	}
-	if waiting := len(args) - 3; waiting > 0 {
+	if waiting := len(args) - fixed; waiting > 0 {
 		out, err := tx.ExecContext(ctx, fmt.Sprintf(r.q.markSuccess, placeholders(waiting)), args...)
 		if err != nil {
 			return res, fmt.Errorf("relay: mark sent: %w", err)

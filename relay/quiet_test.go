@@ -58,9 +58,10 @@ func TestRelayCloseIsQuiet(t *testing.T) {
 	// Synced logs, as production runs them: the relay warns of anything else at Start.
 	e := newEnv(t, newServer(t, "--innodb-flush-log-at-trx-commit=1"), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "RELAY_QUIET")
+	e.routeTo(t, topic)
 	// The topic's route reaches the client first: a send before it is a warning of its own.
 	warm, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{testsvc.RocketMQNameServer(t)},
-		Topic: topic, GroupName: testsvc.UniqueTable("relay")})
+		GroupName: testsvc.UniqueTable("relay")})
 	require.NoError(t, err)
 	waitFor(t, time.Minute, "the topic's route", func() bool {
 		return warm.Send(context.Background(), []outbox.Event{{ID: 1, EventID: "warm", BizNo: "warm", EventType: "WARM", Payload: []byte("{}")}}, false)[0] == nil
@@ -68,7 +69,7 @@ func TestRelayCloseIsQuiet(t *testing.T) {
 	require.NoError(t, warm.Close())
 	logs := &recorder{}
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{testsvc.RocketMQNameServer(t)},
-		Topic: topic, GroupName: testsvc.UniqueTable("relay"), Logger: slog.New(logs)})
+		GroupName: testsvc.UniqueTable("relay"), Logger: slog.New(logs)})
 	require.NoError(t, err)
 	defer outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler))
 	stop := make(chan struct{})

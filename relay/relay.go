@@ -61,6 +61,13 @@ type Config struct {
 	// letter blocks its key under [outbox.KeyOrder] until a person requeues or skips it.
 	Ordering outbox.Ordering
 
+	// Routes must be the outbox store's ([outbox.MySQLConfig].Routes): the relay sends each
+	// event to the topic its row names, and an event whose row names none (a plain SQL
+	// INSERT's) to the topic these routes give it, which it then writes on the row; an event
+	// naming a topic outside them is dead-lettered. Defaults to every event to
+	// "ORDER_EVENT_TOPIC".
+	Routes outbox.Routes
+
 	// MaxAttempts, Backoff and OnDeadLetter mean what they mean for a publisher (see
 	// [outbox.Config]); retries are written to the row by the database clock. A send that
 	// fails because the broker is unavailable is retried without counting.
@@ -175,7 +182,11 @@ type Relay struct {
 	db     *sql.DB
 	conn   *mysql.Config
 	q      queries
-	m      *metrics
+	// routeArgs are the values of the writes' topic expression (mysqldialect.RouteTopic);
+	// info is the store the relay publishes, for outbox.Dispatch.
+	routeArgs []any
+	info      outbox.StoreInfo
+	m         *metrics
 
 	dead *deadLetters // runs OnDeadLetter; nil without it
 
@@ -259,9 +270,16 @@ func New(dsn string, sender outbox.Sender, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("%w: relay: the DSN: %w", outbox.ErrInvalidConfig, err)
 	}
 	db := sql.OpenDB(connector)
+	// The store's own check of the routes (it opens no connection).
+	if _, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: cfg.Table, Ordering: cfg.Ordering, Routes: cfg.Routes}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("relay: %w", err)
+	}
 	db.SetMaxOpenConns(6)
 	db.SetMaxIdleConns(maxIdleConns)
-	r := &Relay{cfg: cfg, sender: sender, db: db, conn: c, q: newQueries(cfg.Table, cfg.CheckpointTable)}
+	routeTopic, routeArgs := mysqldialect.RouteTopic(cfg.Routes.ByType, cfg.Routes.TopicOf(outbox.Event{}))
+	r := &Relay{cfg: cfg, sender: sender, db: db, conn: c, q: newQueries(cfg.Table, cfg.CheckpointTable, routeTopic), routeArgs: routeArgs,
+		info: outbox.StoreInfo{Ordering: cfg.Ordering, Topics: append([]string{cfg.Routes.TopicOf(outbox.Event{})}, cfg.Routes.Topics...)}}
 	r.health.InstanceID = cfg.InstanceID
 	if cfg.OnDeadLetter != nil {
 		r.dead = &deadLetters{fn: cfg.OnDeadLetter}

@@ -37,6 +37,7 @@ type env struct {
 	relayTbl string
 	dsn      string
 	ordering outbox.Ordering
+	cfg      outbox.MySQLConfig // the store's
 }
 
 func newServer(t *testing.T, extra ...string) *testsvc.MySQLServer {
@@ -55,6 +56,7 @@ func newEnvConfig(t *testing.T, srv *testsvc.MySQLServer, cfg outbox.MySQLConfig
 	e := &env{srv: srv, db: srv.OpenDB(t), table: testsvc.UniqueTable("t_relay"), ordering: cfg.Ordering, dsn: srv.DSN()}
 	e.relayTbl = e.table + "_cp"
 	cfg.Table, cfg.RelayTable = e.table, e.relayTbl
+	e.cfg = cfg
 	var err error
 	e.store, err = outbox.NewMySQLStore(e.db, cfg)
 	require.NoError(t, err)
@@ -78,12 +80,22 @@ func (e *env) insert(t testing.TB, n int, key func(i int) string) []string {
 	return ids
 }
 
+// routeTo makes topic the default of the store's routes, and of the relays' made by config
+// from now on: the events inserted after it go there.
+func (e *env) routeTo(t testing.TB, topic string) {
+	t.Helper()
+	e.cfg.Routes.Topic = topic
+	var err error
+	e.store, err = outbox.NewMySQLStore(e.db, e.cfg)
+	require.NoError(t, err)
+}
+
 func byIndex(prefix string) func(int) string {
 	return func(i int) string { return fmt.Sprintf("%s-%d", prefix, i) }
 }
 
 func (e *env) config(id string) relay.Config {
-	return relay.Config{Table: e.table, CheckpointTable: e.relayTbl, InstanceID: id, Ordering: e.ordering,
+	return relay.Config{Table: e.table, CheckpointTable: e.relayTbl, InstanceID: id, Ordering: e.ordering, Routes: e.cfg.Routes,
 		CheckpointInterval: 200 * time.Millisecond, FallbackAfter: 3 * time.Second,
 		Logger: testLogger()}
 }
@@ -112,9 +124,9 @@ func start(t *testing.T, dsn string, sender outbox.Sender, cfg relay.Config) (r 
 	return r, stop
 }
 
-func rocketSender(t *testing.T, topic string) outbox.Sender {
+func rocketSender(t *testing.T) outbox.Sender {
 	t.Helper()
-	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{testsvc.RocketMQNameServer(t)}, Topic: topic,
+	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{testsvc.RocketMQNameServer(t)},
 		GroupName: testsvc.UniqueTable("relay")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -181,12 +193,13 @@ func TestRelayPublishesEveryCommittedEventOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
 	before := e.insert(t, 50, byIndex("before"))
 	reader := sdkmetric.NewManualReader()
 	cfg := e.config("relay-1")
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	r, _ := start(t, e.dsn, rocketSender(t, topic), cfg)
+	r, _ := start(t, e.dsn, rocketSender(t), cfg)
 	waitLeader(t, r)
 	during := e.insert(t, 300, byIndex("during"))
 	c.WaitDistinct(t, len(before)+len(during), 60*time.Second)
@@ -220,8 +233,9 @@ func TestPublishersStandByWhileTheRelayLeads(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-standby")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	sender := rocketSender(t, topic)
+	sender := rocketSender(t)
 
 	r, stop := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
@@ -279,9 +293,10 @@ func TestStandbyTakesOverWhenTheLeadersLockIsKilled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-failover")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	a, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-a"))
-	b, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-b"))
+	a, _ := start(t, e.dsn, rocketSender(t), e.config("relay-a"))
+	b, _ := start(t, e.dsn, rocketSender(t), e.config("relay-b"))
 	leader := waitLeader(t, a, b)
 	standby := a
 	if leader == a {
@@ -339,8 +354,9 @@ func TestRelayRecoversFromAPurgedPosition(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-purge")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	sender := rocketSender(t, topic)
+	sender := rocketSender(t)
 	r, stop := start(t, e.dsn, sender, e.config("relay-1"))
 	waitLeader(t, r)
 	first := e.insert(t, 20, byIndex("first"))
@@ -372,8 +388,9 @@ func TestRelaySendsPlainSQLInserts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-plain")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	r, _ := start(t, e.dsn, rocketSender(t), e.config("relay-1"))
 	waitLeader(t, r)
 
 	_, err := e.db.Exec("INSERT INTO "+e.table+" (biz_no, event_type, payload) VALUES (?, ?, ?)", "plain-1", "ORDER_CREATED", []byte(`{"n":1}`))
@@ -479,8 +496,9 @@ func TestRelayHandsOverOnStatementsItCannotFollow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, newServer(t), outbox.Unordered)
 	topic := testsvc.NewTopic(t, "relay-hazard")
+	e.routeTo(t, topic)
 	c := testsvc.Consume(t, topic)
-	r, _ := start(t, e.dsn, rocketSender(t, topic), e.config("relay-1"))
+	r, _ := start(t, e.dsn, rocketSender(t), e.config("relay-1"))
 	waitLeader(t, r)
 	ids := e.insert(t, 5, byIndex("row"))
 	c.WaitDistinct(t, len(ids), 60*time.Second)

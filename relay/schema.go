@@ -101,7 +101,10 @@ type queries struct {
 	failuresOf string
 }
 
-func newQueries(table, cp string) queries {
+// routeTopic is the row's topic with the routes applied (mysqldialect.RouteTopic): the
+// marks and the dead letter write it last in their SET lists, so that a row written
+// without a topic has the one it was sent to; its values follow the SET list's others.
+func newQueries(table, cp, routeTopic string) queries {
 	table, cp = mysqldialect.Quote(table), mysqldialect.Quote(cp)
 	// The event's columns, then how long until it is due by the database clock (µs).
 	cols := "id, event_id, biz_no, event_type, payload, retry_count, next_retry_time, create_time, trace_parent, trace_state, topic, " +
@@ -122,7 +125,7 @@ func newQueries(table, cp string) queries {
 		giveBack: "UPDATE " + cp + " SET mode = 'polling', epoch = epoch + 1, updated_at = UTC_TIMESTAMP(3) " +
 			"WHERE outbox_table = ? AND epoch = ? AND mode = 'relay'",
 		markSuccess: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET t.status = 'SUCCESS', t.claim_owner = ?, " +
-			"t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id IN (%s)",
+			"t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3), t.topic = " + routeTopic + " WHERE t.status = 'WAIT' AND t.id IN (%s)",
 		// A failure goes to the row's history (the failures column) in the statement that
 		// records it, first in the SET list: its placeholders (the instance, the class, the
 		// message) come after the fence's.
@@ -130,7 +133,7 @@ func newQueries(table, cp string) queries {
 			"t.next_retry_time = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, t.update_time = UTC_TIMESTAMP(3) " +
 			"WHERE t.status = 'WAIT' AND t.id = ?",
 		fail: "UPDATE " + table + " t FORCE INDEX (PRIMARY)" + fence + " SET " + failureEntry + ", t.status = 'FAIL', t.retry_count = ?, t.last_error = LEFT(?, 1024), " +
-			"t.claim_owner = ?, t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3) WHERE t.status = 'WAIT' AND t.id = ?",
+			"t.claim_owner = ?, t.claimed_at = UTC_TIMESTAMP(3), t.update_time = UTC_TIMESTAMP(3), t.topic = " + routeTopic + " WHERE t.status = 'WAIT' AND t.id = ?",
 		waitingIDs: "SELECT id FROM " + table + " WHERE status = 'WAIT'",
 		eventsByID: "SELECT " + cols + " FROM " + table + " WHERE status = 'WAIT' AND id IN (%s) ORDER BY id",
 		keyWaiting: "SELECT " + cols + " FROM " + table + " WHERE status = 'WAIT' AND biz_no = ? ORDER BY id",

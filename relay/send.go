@@ -219,6 +219,9 @@ func (t *term) unblocked(evs []outbox.Event) []outbox.Event {
 
 func (t *term) sendBatch(pending []outbox.Event) error {
 	r := t.r
+	for i := range pending {
+		pending[i].Topic = r.cfg.Routes.TopicOf(pending[i]) // a plain INSERT's row names none
+	}
 	info := r.sender.Info()
 	timeout := r.cfg.SendTimeout
 	if info.SendTimeout > 0 {
@@ -232,11 +235,8 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 		// and what it sent is marked (a send cut half way may have reached the broker, and
 		// reads as one that timed out).
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), timeout)
-		errs := r.sender.Send(ctx, pending, t.keyOrder())
+		errs := outbox.Dispatch(ctx, r.sender, pending, r.info)
 		cancel()
-		if len(errs) != len(pending) {
-			return fmt.Errorf("relay: the sender returned %d results for %d events", len(errs), len(pending))
-		}
 		var sent []outbox.Event
 		var next []outbox.Event
 		unavailable := false
@@ -345,8 +345,8 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		class = mysqldialect.ClassPermanent
 	}
 	if attempt >= r.cfg.MaxAttempts || outbox.IsPermanent(cause) {
-		n, err := t.exec("dead letter", r.q.fail, ev.ID, r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
-			attempt, reason, r.cfg.InstanceID)
+		n, err := t.exec("dead letter", r.q.fail, ev.ID, append([]any{r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
+			attempt, reason, r.cfg.InstanceID}, r.routeArgs...)...)
 		if isLockWait(err) {
 			return t.rowHeld(ev, err)
 		}

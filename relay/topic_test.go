@@ -16,11 +16,14 @@ import (
 
 // An event's topic reaches the sender from the relay: from the binlog's row image (written
 // by InsertEvent, and by a plain SQL INSERT that names it) and from the table (an event that
-// was waiting when the relay took over).
+// was waiting when the relay took over). A plain INSERT that names none goes where the
+// routes send its type, and the relay writes that topic on its row; one that names a topic
+// outside the routes is dead-lettered, naming it.
 func TestRelayCarriesTheEventsTopic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnvConfig(t, newServer(t), outbox.MySQLConfig{Topics: []string{"orders", "payments"}})
+	e := newEnvConfig(t, newServer(t), outbox.MySQLConfig{Routes: outbox.Routes{Topics: []string{"orders", "payments"},
+		ByType: map[string]string{"REFUND": "payments"}}})
 	var (
 		mu  sync.Mutex
 		got = map[string]string{} // event id -> topic sent to
@@ -43,18 +46,31 @@ func TestRelayCarriesTheEventsTopic(t *testing.T) {
 	r, _ := start(t, e.dsn, sender, e.config("relay-topic"))
 	waitLeader(t, r)
 	want[insert("go-1", "orders")] = "orders"
-	want[insert("go-2", "")] = ""
+	want[insert("go-2", "")] = "ORDER_EVENT_TOPIC"
 	_, err := e.db.Exec("INSERT INTO " + e.table + " (biz_no, event_type, payload, topic) VALUES ('plain-1', 'ORDER_CREATED', '{}', 'payments')")
 	require.NoError(t, err)
 	var plain string
 	require.NoError(t, e.db.QueryRow("SELECT event_id FROM "+e.table+" WHERE biz_no = 'plain-1'").Scan(&plain))
 	want[plain] = "payments"
+	_, err = e.db.Exec("INSERT INTO " + e.table + " (biz_no, event_type, payload) VALUES ('plain-2', 'REFUND', '{}')")
+	require.NoError(t, err)
+	var routed string
+	require.NoError(t, e.db.QueryRow("SELECT event_id FROM "+e.table+" WHERE biz_no = 'plain-2'").Scan(&routed))
+	want[routed] = "payments"
+	_, err = e.db.Exec("INSERT INTO " + e.table + " (biz_no, event_type, payload, topic) VALUES ('plain-3', 'ORDER_CREATED', '{}', 'ordres')")
+	require.NoError(t, err)
 
 	waitFor(t, 60*time.Second, "every event sent", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == len(want)
 	})
+	waitFor(t, 60*time.Second, "the typo dead-lettered", func() bool { return e.statuses(t)["FAIL"] == 1 })
+	var topic, lastErr string
+	require.NoError(t, e.db.QueryRow("SELECT topic FROM "+e.table+" WHERE biz_no = 'plain-2'").Scan(&topic))
+	assert.Equal(t, "payments", topic, "the relay wrote the topic it sent the plain INSERT's row to")
+	require.NoError(t, e.db.QueryRow("SELECT last_error FROM "+e.table+" WHERE biz_no = 'plain-3'").Scan(&lastErr))
+	assert.Contains(t, lastErr, `"ordres"`)
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, want, got)

@@ -118,7 +118,7 @@ type filterFlags struct {
 }
 
 // topicList is the --topic flag: given more than once, or as a comma-separated list, it
-// keeps the events of any of the topics; "-" names the sender's default topic ("").
+// keeps the events of any of the topics.
 type topicList []string
 
 func (l *topicList) String() string { return strings.Join(*l, ",") }
@@ -126,11 +126,8 @@ func (l *topicList) String() string { return strings.Join(*l, ",") }
 func (l *topicList) Set(v string) error {
 	for t := range strings.SplitSeq(v, ",") {
 		t = strings.TrimSpace(t)
-		switch t {
-		case "":
-			return usagef("--topic %q: an empty topic name (the default topic is -)", v)
-		case "-":
-			t = ""
+		if t == "" {
+			return usagef("--topic %q: an empty topic name", v)
 		}
 		*l = append(*l, t)
 	}
@@ -143,7 +140,7 @@ func (ff *filterFlags) register(fs *flag.FlagSet, withStatus bool, limitHelp str
 	}
 	fs.StringVar(&ff.eventType, "type", "", "event type, exactly")
 	fs.StringVar(&ff.bizNo, "biz-no", "", "business key, exactly")
-	fs.Var(&ff.topics, "topic", "topic, exactly; repeat it or separate topics by commas for any of them; - is the sender's default topic")
+	fs.Var(&ff.topics, "topic", "topic, exactly; repeat it or separate topics by commas for any of them (a row written without one by the topic -route gives its type, else -default-topic)")
 	fs.Int64Var(&ff.minID, "min-id", 0, "smallest id (the row's, not the event_id), inclusive")
 	fs.Int64Var(&ff.maxID, "max-id", 0, "largest id, inclusive")
 	fs.StringVar(&ff.since, "since", "", "created at or after: RFC 3339 or YYYY-MM-DD[ HH:MM:SS] in UTC, or a duration ago (24h)")
@@ -195,7 +192,7 @@ type listed struct {
 	EventID         string     `json:"event_id"`
 	BizNo           string     `json:"biz_no"`
 	EventType       string     `json:"event_type"`
-	Topic           string     `json:"topic"` // "" for the sender's default topic
+	Topic           string     `json:"topic"`
 	Status          string     `json:"status"`
 	RetryCount      int        `json:"retry_count"`
 	ReclaimCount    int        `json:"reclaim_count"`
@@ -292,7 +289,7 @@ func (a *app) list(ctx context.Context, args []string) error {
 		fmt.Fprintln(tw, "ID\tSTATUS\tEVENT_TYPE\tBIZ_NO\tTOPIC\tRETRIES\tRECLAIMS\tBYTES\tCREATED (UTC)\tUPDATED (UTC)\tDUE (UTC)\tEVENT_ID\tLAST_ERROR")
 		for _, ev := range evs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", ev.ID, ev.Status, cell(ev.EventType, 40),
-				cell(ev.BizNo, 40), cmpOr(ev.Topic, "-"), ev.RetryCount, ev.ReclaimCount, ev.PayloadSize, stamp(ev.CreateTime), stamp(ev.UpdateTime),
+				cell(ev.BizNo, 40), ev.Topic, ev.RetryCount, ev.ReclaimCount, ev.PayloadSize, stamp(ev.CreateTime), stamp(ev.UpdateTime),
 				due(ev.Event), ev.EventID, cell(ev.LastError, 60))
 		}
 		if err := tw.Flush(); err != nil {
@@ -361,7 +358,7 @@ func (a *app) show(ctx context.Context, args []string) error {
 		{"due (UTC)", due(ev)},
 		{"event_type", ev.EventType},
 		{"biz_no", ev.BizNo},
-		{"topic", cmpOr(ev.Topic, "- (the sender's default topic)")},
+		{"topic", ev.Topic},
 		{"retry_count", strconv.Itoa(ev.RetryCount)},
 		{"reclaim_count", strconv.Itoa(ev.ReclaimCount)},
 		{"next_retry_time (UTC)", stamp(ev.NextRetryTime)},
@@ -478,8 +475,9 @@ func (a *app) resolve(ctx context.Context, refs []ref) ([]int64, error) {
 // ---- requeue
 
 func (a *app) requeue(ctx context.Context, args []string) error {
-	fs := a.newFlags("requeue", "requeue ID|EVENT_ID... | requeue [filter flags] (--yes | dry run) [--batch N] [--json]",
+	fs := a.newFlags("requeue", "requeue ID|EVENT_ID... | requeue [filter flags] (--yes | dry run) [--to-topic TOPIC] [--batch N] [--json]",
 		"Returns dead letters (FAIL) to WAIT: retry and reclaim counts reset, due now, claim cleared.\n"+
+			"With --to-topic they go to that topic (one of the stores' topics: -default-topic, -topics) instead of their own.\n"+
 			"By id or event_id: every one must be a FAIL event, or nothing changes. By filter (at least one filter\n"+
 			"flag, or --all): prints how many FAIL events match, and requeues them only with --yes,\n"+
 			"in batches, each logged. Only FAIL rows are ever changed. A filter that matches no FAIL event\n"+
@@ -489,6 +487,7 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 	all := fs.Bool("all", false, "select every FAIL event (instead of a filter)")
 	yes := fs.Bool("yes", false, "requeue; without it, a filter only reports what it would change")
 	batch := fs.Int("batch", 500, "rows per statement")
+	toTopic := fs.String("to-topic", "", "send them to this `TOPIC`, one of the stores' topics (-default-topic, -topics), instead of their own")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -523,7 +522,7 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 	if err := a.open(ctx); err != nil {
 		return err
 	}
-	opts := outbox.RequeueOptions{BatchRows: *batch}
+	opts := outbox.RequeueOptions{BatchRows: *batch, Topic: *toTopic}
 	if byID {
 		if f.IDs, err = a.resolve(ctx, refs); err != nil {
 			return err
@@ -568,6 +567,10 @@ func (a *app) requeue(ctx context.Context, args []string) error {
 	}
 	if *asJSON {
 		return writeJSON(a.stdout, map[string]any{"matched": n, "requeued": total, "batches": batches, "dry_run": false})
+	}
+	if *toTopic != "" {
+		fmt.Fprintf(a.stdout, "requeued %d of %d matching FAIL events to topic %s in %d batches\n", total, n, *toTopic, batches)
+		return nil
 	}
 	fmt.Fprintf(a.stdout, "requeued %d of %d matching FAIL events in %d batches\n", total, n, batches)
 	return nil

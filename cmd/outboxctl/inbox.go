@@ -28,7 +28,6 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", 100, "rejected: at most this many rows (1 to 1000)")
 	asJSON := fs.Bool("json", false, "rejected: JSON output")
 	namesrv := fs.String("namesrv", os.Getenv("OUTBOX_NAMESRV"), "resend: RocketMQ name servers, comma-separated; defaults to $OUTBOX_NAMESRV")
-	topic := fs.String("topic", "", "resend: the topic the group consumes (required)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -58,8 +57,8 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 		if refs, err = parseRefs(pos); err != nil { // a rejected row's id, or its event id
 			return err
 		}
-		if *namesrv == "" || *topic == "" {
-			return usagef("resend needs --namesrv (or $OUTBOX_NAMESRV) and --topic")
+		if *namesrv == "" {
+			return usagef("resend needs --namesrv (or $OUTBOX_NAMESRV)")
 		}
 	} else if err := noArgs(pos); err != nil {
 		return err
@@ -76,7 +75,7 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 	if sub == "rejected" {
 		return a.listRejected(ctx, in, *after, *limit, *asJSON)
 	}
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: strings.Split(*namesrv, ","), Topic: *topic})
+	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: strings.Split(*namesrv, ",")})
 	if err != nil {
 		return err
 	}
@@ -99,7 +98,7 @@ func (a *app) inbox(ctx context.Context, args []string) error {
 			}
 			return err
 		}
-		fmt.Fprintf(a.stdout, "rejected message %d resent to %s and deleted\n", id, *topic)
+		fmt.Fprintf(a.stdout, "rejected message %d resent and deleted\n", id)
 	}
 	return nil
 }

@@ -122,9 +122,10 @@ func main() {
 // app is one invocation: its global settings and where it writes.
 type app struct {
 	dsn, table     string
-	stores         []namedStore // -store and -stores, in order
-	on             string       // -on: the store to run against, or all
-	each           bool         // the command runs against every store (-on all)
+	routes         outbox.Routes // -default-topic, -topics and -route: the stores' MySQLConfig.Routes
+	stores         []namedStore  // -store and -stores, in order
+	on             string        // -on: the store to run against, or all
+	each           bool          // the command runs against every store (-on all)
 	connectTimeout time.Duration
 	stdout, stderr io.Writer
 	store          *outbox.MySQLStore
@@ -182,6 +183,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		func(s string) error { storeFlags = append(storeFlags, s); return nil })
 	storesFile := fs.String("stores", "", "a `FILE` of named databases, one NAME=DSN a line (# comments), as -store")
 	fs.StringVar(&a.on, "on", "", "the store to run the command against (`NAME`), or all for each in turn; needed with several stores")
+	fs.StringVar(&a.routes.Topic, "default-topic", os.Getenv("OUTBOX_DEFAULT_TOPIC"), "the stores' default `TOPIC` (MySQLConfig.Routes.Topic); defaults to $OUTBOX_DEFAULT_TOPIC, else ORDER_EVENT_TOPIC")
+	fs.Func("topics", "the stores' other topics (MySQLConfig.Routes.Topics), comma-separated: the set a requeue may move a dead letter to; defaults to $OUTBOX_TOPICS",
+		func(s string) error { a.routes.Topics = splitList(s); return nil })
+	a.routes.Topics = splitList(os.Getenv("OUTBOX_TOPICS"))
+	fs.Func("route", "an event type's topic, `TYPE=TOPIC` (MySQLConfig.Routes.ByType), for the rows a plain INSERT wrote without a topic; repeat for each",
+		func(s string) error {
+			typ, topic, ok := strings.Cut(s, "=")
+			if !ok || typ == "" || topic == "" {
+				return fmt.Errorf("want TYPE=TOPIC, got %q", s)
+			}
+			if a.routes.ByType == nil {
+				a.routes.ByType = map[string]string{}
+			}
+			a.routes.ByType[typ] = topic
+			return nil
+		})
 	fs.Usage = func() {
 		fmt.Fprint(stderr, globalUsage)
 		fs.PrintDefaults()
@@ -342,7 +359,7 @@ func (a *app) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: a.table})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: a.table, Routes: a.routes})
 	if err != nil {
 		_ = db.Close()
 		return err
@@ -391,4 +408,15 @@ func noArgs(pos []string) error {
 		return usagef("unexpected argument %q", strings.Join(pos, " "))
 	}
 	return nil
+}
+
+// splitList splits a comma-separated list, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -45,12 +45,8 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 	basicFile := fs.String("basic-auth-file", "", "a `FILE` holding user:password (instead of $"+envBasicAuth+")")
 	lease := fs.Duration("lease", 0, "the publishers' lease (Tuning.Lease), to flag claims held past half of it; 0: not judged")
 	relayTable := fs.String("relay-table", "", "the binlog relay's checkpoint table, to show who publishes (e.g. t_outbox_relay)")
-	defaultTopic := fs.String("default-topic", "", "the publishers' default topic (RocketMQConfig.Topic), for the message properties shown")
-	var routes []string
-	fs.Func("route", "an event type's topic, `TYPE=TOPIC`, as RocketMQConfig.TopicsByType; repeat for each",
-		func(s string) error { routes = append(routes, s); return nil })
 	var inboxFlags []string
-	fs.Func("inbox", "an inbox's consumer group to show, `[STORE/]GROUP[=TOPIC]`: its rejected messages; =TOPIC (the topic it consumes) with --namesrv offers resend; repeat for each",
+	fs.Func("inbox", "an inbox's consumer group to show, `[STORE/]GROUP`: its rejected messages; with --namesrv it offers resend; repeat for each",
 		func(s string) error { inboxFlags = append(inboxFlags, s); return nil })
 	inboxTable := fs.String("inbox-table", "t_inbox", "the inbox table; the rejected messages are in it plus _rejected")
 	namesrv := fs.String("namesrv", os.Getenv("OUTBOX_NAMESRV"), "RocketMQ name servers for resend, comma-separated; defaults to $OUTBOX_NAMESRV")
@@ -73,21 +69,7 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 		return usagef("--listen %s is not a loopback address: give a token ($%s or --token-file) or basic-auth credentials ($%s or --basic-auth-file)",
 			*listen, envToken, envBasicAuth)
 	}
-	var rmq *outbox.RocketMQConfig
-	if *defaultTopic != "" || len(routes) > 0 {
-		rmq = &outbox.RocketMQConfig{Topic: *defaultTopic, TopicsByType: map[string]string{}}
-		for _, r := range routes {
-			typ, topic, ok := strings.Cut(r, "=")
-			if !ok || typ == "" || topic == "" {
-				return usagef("--route %q: want TYPE=TOPIC", r)
-			}
-			rmq.TopicsByType[typ] = topic
-			if topic != rmq.Topic && topic != cmpOr(*defaultTopic, "ORDER_EVENT_TOPIC") {
-				rmq.Topics = append(rmq.Topics, topic)
-			}
-		}
-	}
-	inboxes, err := parseInboxes(inboxFlags, stores, *namesrv)
+	inboxes, err := parseInboxes(inboxFlags, stores)
 	if err != nil {
 		return err
 	}
@@ -122,14 +104,14 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 		}
 		dbs = append(dbs, db)
 		dbOf[st.name] = db
-		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: a.table, RelayTable: *relayTable})
+		store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: a.table, RelayTable: *relayTable, Routes: a.routes})
 		if err != nil {
 			return err
 		}
 		if _, err := store.Check(ctx); err != nil {
 			return fmt.Errorf("store %s: %w", name, err)
 		}
-		cfg.Stores = append(cfg.Stores, console.Store{Name: name, Store: store, Lease: *lease, RocketMQ: rmq})
+		cfg.Stores = append(cfg.Stores, console.Store{Name: name, Store: store, Lease: *lease})
 	}
 	for _, ib := range inboxes {
 		in, err := inbox.New(dbOf[ib.store], inbox.Config{Group: ib.group, Table: *inboxTable})
@@ -137,8 +119,8 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 			return err
 		}
 		entry := console.Inbox{Inbox: in}
-		if ib.topic != "" {
-			sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: strings.Split(*namesrv, ","), Topic: ib.topic, Logger: logger})
+		if *namesrv != "" {
+			sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: strings.Split(*namesrv, ","), Logger: logger})
 			if err != nil {
 				return err
 			}
@@ -209,23 +191,21 @@ func loopbackOnly(h http.Handler) http.Handler {
 	})
 }
 
-// inboxFlag is one --inbox: the store whose database holds the inbox, the group, and the
-// topic to resend to ("" offers no resend).
-type inboxFlag struct{ store, group, topic string }
+// inboxFlag is one --inbox: the store whose database holds the inbox, and the group.
+type inboxFlag struct{ store, group string }
 
-func parseInboxes(flags []string, stores []namedStore, namesrv string) ([]inboxFlag, error) {
+func parseInboxes(flags []string, stores []namedStore) ([]inboxFlag, error) {
 	var out []inboxFlag
 	for _, f := range flags {
 		var ib inboxFlag
-		rest, topic, _ := strings.Cut(f, "=")
-		ib.topic = topic
+		rest := f
 		if store, group, ok := strings.Cut(rest, "/"); ok {
 			ib.store, ib.group = store, group
 		} else {
 			ib.group = rest
 		}
 		if ib.group == "" {
-			return nil, usagef("--inbox %q: want [STORE/]GROUP[=TOPIC]", f)
+			return nil, usagef("--inbox %q: want [STORE/]GROUP", f)
 		}
 		switch {
 		case ib.store == "" && len(stores) > 1:
@@ -240,9 +220,6 @@ func parseInboxes(flags []string, stores []namedStore, namesrv string) ([]inboxF
 			if !found {
 				return nil, usagef("--inbox %q: unknown store %q", f, ib.store)
 			}
-		}
-		if ib.topic != "" && namesrv == "" {
-			return nil, usagef("--inbox %q: resending to %s needs --namesrv (or $OUTBOX_NAMESRV)", f, ib.topic)
 		}
 		out = append(out, ib)
 	}

@@ -82,6 +82,8 @@ func (p *printer) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) [
 
 func (p *printer) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
+func (p *printer) Check(context.Context, []string) error { return nil }
+
 func (p *printer) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -893,7 +893,7 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 	if err != nil {
 		return nil, err
 	}
-	storeCfg := outbox.MySQLConfig{Table: o.table, Ordering: ordering(o)}
+	storeCfg := outbox.MySQLConfig{Table: o.table, Ordering: ordering(o), Routes: outbox.Routes{Topic: o.topic}}
 	if o.relay {
 		// The publishers stand by while a relay leads, and take over if it goes silent.
 		storeCfg.RelayTable = relayTable
@@ -906,7 +906,6 @@ func newInstance(o options, i int, lostAcks *atomic.Int64, tp trace.TracerProvid
 	instanceID := fmt.Sprintf("order-%d-%s", i, outbox.DefaultInstanceID())
 	rmq, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers:  []string{o.namesrv},
-		Topic:        o.topic,
 		InstanceName: instanceID,
 	})
 	if err != nil {

@@ -569,7 +569,7 @@ func TestOrderedMakesItsTableOrdered(t *testing.T) {
 	require.NoError(t, err)
 	ordering, err := store.Check(ctx)
 	require.NoError(t, err, "the table serves ordered claims")
-	assert.Equal(t, outbox.KeyOrder, ordering)
+	assert.Equal(t, outbox.KeyOrder, ordering.Ordering)
 	assert.Contains(t, out.String(), "ADD INDEX idx_biz_no_status (biz_no, status, id)")
 	assert.Contains(t, out.String(), "'SKIPPED'")
 	var old int

@@ -44,8 +44,9 @@ import (
 	"github.com/go-outbox/outbox/inbox"
 )
 
-// DefaultTopic is the topic of a message whose event names none ([outbox.Event.Topic] ""),
-// unless [SenderTopic] says otherwise: the RocketMQ sender's default topic.
+// DefaultTopic is the topic of a message whose event names none ([outbox.Event.Topic] "":
+// an event made by hand; a store's events name theirs): the default of
+// [outbox.Routes.Topic].
 const DefaultTopic = "ORDER_EVENT_TOPIC"
 
 // The message properties the RocketMQ client sets besides the library's own: the keys
@@ -62,16 +63,11 @@ const (
 type Option func(*options)
 
 type options struct {
-	topic      string
 	keyOrder   bool
 	ceSource   string
 	ceType     string
 	cloudEvent bool
 }
-
-// SenderTopic is the sender's default topic ([outbox.RocketMQConfig.Topic]), where an event
-// that names no topic goes. Without it, [DefaultTopic].
-func SenderTopic(topic string) Option { return func(o *options) { o.topic = topic } }
 
 // KeyOrder makes the message one the sender sent in key order (a store made with
 // [outbox.KeyOrder]): its biz no is its sharding key, as an orderly consumer receives it.
@@ -137,7 +133,7 @@ func Message(ev outbox.Event, opts ...Option) *inbox.Message {
 		BizNo:      ev.BizNo,
 		Body:       append([]byte(nil), ev.Payload...),
 		Properties: props,
-		Topic:      cmp.Or(ev.Topic, o.topic, DefaultTopic),
+		Topic:      cmp.Or(ev.Topic, DefaultTopic),
 		MsgID:      msgID,
 		Deliveries: 1,
 		BornAt:     time.Now(),

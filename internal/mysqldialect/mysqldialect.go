@@ -12,6 +12,7 @@ package mysqldialect
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -166,4 +167,25 @@ func OutboxColumns() []string { return slices.Clone(outboxColumns) }
 // MySQL 8.0.29+. The store's Check and the relay's name it in their refusal of such a table.
 func AddTopicColumn(table string) string {
 	return "ALTER TABLE " + Quote(table) + " ADD COLUMN topic VARCHAR(127) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '' AFTER trace_state"
+}
+
+// RouteTopic is the SQL expression of an outbox row's topic with its store's routes applied
+// to a row that names none (written by a plain INSERT that leaves the topic column out):
+// the topic of its event type in byType, else def. It is written with placeholders, and
+// returns the values they take, in order, so that a statement built once per table runs
+// for any routes. The types are taken in sorted order, so that the text is the same for
+// the same routes.
+func RouteTopic(byType map[string]string, def string) (string, []any) {
+	if len(byType) == 0 {
+		return "IF(topic = '', ?, topic)", []any{def}
+	}
+	var b strings.Builder
+	b.WriteString("IF(topic = '', CASE event_type")
+	args := make([]any, 0, 2*len(byType)+1)
+	for _, typ := range slices.Sorted(maps.Keys(byType)) {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, typ, byType[typ])
+	}
+	b.WriteString(" ELSE ? END, topic)")
+	return b.String(), append(args, def)
 }

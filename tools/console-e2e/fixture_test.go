@@ -67,7 +67,6 @@ func newFixture(t *testing.T, ordering outbox.Ordering, broker bool) *fixture {
 		f.consumer = testsvc.Consume(t, topic)
 		f.rocketmq = &outbox.RocketMQConfig{
 			NameServers: []string{testsvc.RocketMQNameServer(t)},
-			Topic:       topic,
 			GroupName:   testsvc.UniqueTable("pg_console"),
 		}
 		s, err := outbox.NewRocketMQSender(*f.rocketmq)

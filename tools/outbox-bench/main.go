@@ -202,7 +202,7 @@ func main() {
 			}
 			for _, k := range []int{1, 3} {
 				rows = append(rows, drainRow{what: "RocketMQ", d: bench.Drain{PerRow: perRow, Instances: k, Events: n,
-					Sender: rocketmqSenders(*namesrv, *topic)}})
+					Sender: rocketmqSenders(*namesrv), Topic: *topic}})
 			}
 		}
 	}
@@ -350,11 +350,10 @@ func median(xs []float64) float64 {
 
 // rocketmqSenders makes each instance a RocketMQ sender of its own, which its publisher's
 // Close closes.
-func rocketmqSenders(namesrv, topic string) bench.SenderFactory {
+func rocketmqSenders(namesrv string) bench.SenderFactory {
 	return func(i int) (outbox.Sender, error) {
 		return outbox.NewRocketMQSender(outbox.RocketMQConfig{
 			NameServers:  []string{namesrv},
-			Topic:        topic,
 			InstanceName: fmt.Sprintf("bench-%d-%d", i, time.Now().UnixNano()),
 		})
 	}

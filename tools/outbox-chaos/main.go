@@ -321,7 +321,7 @@ func (c *chaos) run(ctx context.Context, dir string) int {
 		return 2
 	}
 	c.db.SetMaxOpenConns(o.writers + 4)
-	c.store, err = outbox.NewMySQLStore(c.db, outbox.MySQLConfig{Table: c.table, RelayTable: c.relayCP})
+	c.store, err = outbox.NewMySQLStore(c.db, outbox.MySQLConfig{Table: c.table, RelayTable: c.relayCP, Routes: outbox.Routes{Topic: o.topic}})
 	if err == nil {
 		err = c.store.CreateSchema(ctx)
 	}

@@ -106,13 +106,12 @@ func publish(o publishOptions) error {
 		return err
 	}
 	defer db.Close()
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, RelayTable: o.relayTable})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: o.table, RelayTable: o.relayTable, Routes: outbox.Routes{Topic: o.topic}})
 	if err != nil {
 		return err
 	}
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers:  strings.Split(o.namesrv, ","),
-		Topic:        o.topic,
 		InstanceName: o.instance + "-" + fmt.Sprint(os.Getpid()),
 		Logger:       logger,
 	})
@@ -274,6 +273,10 @@ func (s *recordingSender) Send(ctx context.Context, evs []outbox.Event, keyOrder
 }
 
 func (s *recordingSender) Info() outbox.SenderInfo { return s.inner.Info() }
+
+func (s *recordingSender) Check(ctx context.Context, topics []string) error {
+	return s.inner.Check(ctx, topics)
+}
 
 func (s *recordingSender) Close() error { return s.inner.Close() }
 

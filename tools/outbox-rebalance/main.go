@@ -165,7 +165,7 @@ type bench struct {
 func runCase(ctx context.Context, db *sql.DB, o options, topic, name string, before bool) (result, error) {
 	id := suffix()
 	table, group := "t_rb_"+id, "cg_rb_"+id
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: table, Ordering: outbox.KeyOrder})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: table, Ordering: outbox.KeyOrder, Routes: outbox.Routes{Topic: topic}})
 	if err != nil {
 		return result{}, err
 	}
@@ -187,7 +187,7 @@ func runCase(ctx context.Context, db *sql.DB, o options, topic, name string, bef
 	b := &bench{o: o, db: db, store: store, in: in, topic: topic, before: before, committed: map[string]time.Time{},
 		bizNoOf: map[string]string{}, nOf: map[string]int{}, first: map[string]time.Time{}, byBizNo: map[string][]handled{}}
 
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{o.namesrv}, Topic: topic, GroupName: "pg_rb_" + id})
+	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{o.namesrv}, GroupName: "pg_rb_" + id})
 	if err != nil {
 		return result{}, err
 	}

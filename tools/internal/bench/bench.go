@@ -121,6 +121,9 @@ type Drain struct {
 	// beside its publisher, whose store stands by while a relay leads (RelayTable). The
 	// server needs its binlog on, as docs/relay.md says.
 	Relay bool
+	// Topic is the publishers' stores' default topic (MySQLConfig.Routes.Topic), where the
+	// drained events go; empty: the library's default.
+	Topic string
 }
 
 // DrainResult is what a drain measured.
@@ -336,7 +339,7 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 		if err != nil {
 			return out, err
 		}
-		mc := outbox.MySQLConfig{Table: name, Ordering: d.Ordering,
+		mc := outbox.MySQLConfig{Table: name, Ordering: d.Ordering, Routes: outbox.Routes{Topic: d.Topic},
 			ConcurrentClaims: d.ConcurrentClaims, PooledClaims: d.Eager, ScanFromStart: d.Eager}
 		if d.Relay {
 			mc.RelayTable = relayTable(name)
@@ -505,6 +508,10 @@ func (c countingSender) Send(ctx context.Context, evs []outbox.Event, keyOrder b
 }
 
 func (c countingSender) Info() outbox.SenderInfo { return c.s.Info() }
+
+func (c countingSender) Check(ctx context.Context, topics []string) error {
+	return c.s.Check(ctx, topics)
+}
 
 func (c countingSender) Close() error {
 	if cl, ok := c.s.(io.Closer); ok {

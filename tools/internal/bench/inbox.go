@@ -424,7 +424,7 @@ func NewTopic(ctx context.Context, nameServers []string, broker string, messages
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: nameServers, Topic: t.Name,
+	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: nameServers,
 		InstanceName: fmt.Sprintf("bench-inbox-producer-%d", time.Now().UnixNano())})
 	if err != nil {
 		t.Delete()
@@ -440,6 +440,7 @@ func NewTopic(ctx context.Context, nameServers []string, broker string, messages
 				t.Delete()
 				return nil, err
 			}
+			evs[i].Topic = t.Name
 		}
 		for _, err := range sender.Send(ctx, evs, false) {
 			if err != nil {

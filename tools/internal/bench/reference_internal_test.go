@@ -29,6 +29,8 @@ func (c *tally) Send(_ context.Context, evs []outbox.Event, _ bool) []error {
 
 func (c *tally) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
+func (c *tally) Check(context.Context, []string) error { return nil }
+
 func (c *tally) sent() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -104,9 +104,9 @@ func (k killable) dead() error {
 	return nil
 }
 
-func (k killable) Check(ctx context.Context) (outbox.Ordering, error) {
+func (k killable) Check(ctx context.Context) (outbox.StoreInfo, error) {
 	if err := k.dead(); err != nil {
-		return outbox.Unordered, err
+		return outbox.StoreInfo{}, err
 	}
 	return k.Store.Check(ctx)
 }

@@ -224,6 +224,8 @@ func (r *recorder) Send(_ context.Context, evs []outbox.Event, _ bool) []error {
 
 func (r *recorder) Info() outbox.SenderInfo { return outbox.SenderInfo{} }
 
+func (r *recorder) Check(context.Context, []string) error { return nil }
+
 func (r *recorder) sent() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
