@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"math"
 	"time"
 )
@@ -27,4 +28,30 @@ func DefaultBackoff(n int) time.Duration {
 // delay is b's delay before retry n, kept between zero and limit.
 func (b Backoff) delay(n int, limit time.Duration) time.Duration {
 	return min(max(b(n), 0), limit)
+}
+
+// RetryPolicy is the one rule of what a failed send leads to, which the [Publisher] and the
+// binlog relay both follow: a retry after a backoff, or a dead letter. Its fields mean what
+// the publisher's [Config.MaxAttempts], [Config.Backoff] and [Tuning.MaxBackoff] mean; zero
+// ones take their defaults (4 attempts, [DefaultBackoff], 1 hour).
+type RetryPolicy struct {
+	MaxAttempts int
+	Backoff     Backoff
+	MaxBackoff  time.Duration
+}
+
+// Next returns what the attempt-th failed attempt (1 for the first) of an event leads to:
+// a dead letter (dead) when the error is [Permanent] or attempt has reached MaxAttempts
+// ([RetryForever] never does), else a retry after delay, Backoff(attempt) kept between
+// zero and MaxBackoff, added to the database's clock.
+func (r RetryPolicy) Next(attempt int, cause error) (delay time.Duration, dead bool) {
+	maxAttempts := cmp.Or(r.MaxAttempts, maxAttemptsDefault)
+	if IsPermanent(cause) || (maxAttempts != RetryForever && attempt >= maxAttempts) {
+		return 0, true
+	}
+	b := r.Backoff
+	if b == nil {
+		b = DefaultBackoff
+	}
+	return b.delay(attempt, cmp.Or(r.MaxBackoff, maxBackoffDefault)), false
 }

@@ -310,12 +310,9 @@ func (c Config) stopTimeout() time.Duration {
 	return d
 }
 
-// maxRetry is how many retries MaxAttempts allows.
-func (c Config) maxRetry() int {
-	if c.MaxAttempts == RetryForever {
-		return RetryForever
-	}
-	return c.MaxAttempts - 1
+// retryPolicy is the publisher's rule for failed sends.
+func (c Config) retryPolicy() RetryPolicy {
+	return RetryPolicy{MaxAttempts: c.MaxAttempts, Backoff: c.Backoff, MaxBackoff: c.Tuning.MaxBackoff}
 }
 
 // coalesceTarget is the coalescing window's target: zero, off, with EagerClaims.

@@ -198,7 +198,7 @@ func (d *keyDispatch) run(ctx context.Context, refusal func(*Event) error) {
 			k.next++
 			for _, i := range seg {
 				err := d.errs[i]
-				if err == nil {
+				if stored(err) {
 					continue
 				}
 				if k.stop == nil {

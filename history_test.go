@@ -316,7 +316,7 @@ func TestTableWithoutTheFailuresColumnIsRefusedWithItsAlter(t *testing.T) {
 
 	_, err := b.store.Check(ctx)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "has no failures column")
+	assert.Contains(t, err.Error(), "lacks a failures column")
 	assert.Contains(t, err.Error(), alter)
 	err = b.store.CreateSchema(ctx)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)

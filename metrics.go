@@ -44,6 +44,7 @@ type metrics struct {
 	log *slog.Logger
 
 	sent, retried, deadLettered, reclaimed, claimsLost, leasesLost, outages metric.Int64Counter
+	unconfirmedSent                                                         metric.Int64Counter
 	sendDuration, commitToSend                                              metric.Float64Histogram
 
 	// Observed: registered while Run runs (observe).
@@ -98,6 +99,7 @@ func newMetrics(cfg Config, store Store, topics *topicNames, log *slog.Logger) (
 	}
 	m.sent = counter("outbox.events.sent", "Events the broker accepted.")
 	m.retried = counter("outbox.events.retried", "Failed sends released for a later retry, with backoff.")
+	m.unconfirmedSent = counter("outbox.events.unconfirmed", "Events the broker stored without confirming them flushed or replicated in time (counted in outbox.events.sent too); sent once, not again.")
 	m.deadLettered = counter("outbox.events.dead_lettered", "Events marked FAIL: a permanent error, the last retry, or too many reclaims.")
 	m.reclaimed = counter("outbox.events.reclaimed", "SENDING events returned to WAIT because their lease expired (their instance died or stalled).")
 	m.claimsLost = counter("outbox.claims.lost", "Per-row claims another instance won first.")
@@ -272,7 +274,7 @@ func (m *metrics) sendDone(ctx context.Context, ev Event, start time.Time, err *
 	}
 	end := time.Now()
 	m.sendDuration.Record(ctx, end.Sub(start).Seconds(), m.sendOutcome(*err))
-	if *err == nil {
+	if stored(*err) {
 		m.accepted(ctx, ev, end)
 	}
 }
@@ -292,7 +294,7 @@ func (m *metrics) batchSent(ctx context.Context, evs []Event, send func() []erro
 		unavailable := 0
 		for i, err := range errs {
 			switch {
-			case err == nil:
+			case stored(err):
 				m.accepted(ctx, evs[i], end)
 			case IsUnavailable(err):
 				unavailable++
@@ -311,7 +313,7 @@ func (m *metrics) batchSent(ctx context.Context, evs []Event, send func() []erro
 
 func (m *metrics) sendOutcome(err error) metric.MeasurementOption {
 	switch {
-	case err == nil:
+	case stored(err):
 		return m.outcomeSent
 	case IsUnavailable(err):
 		return m.outcomeUnavailable
@@ -346,6 +348,14 @@ func (m *metrics) accepted(ctx context.Context, ev Event, end time.Time) {
 		return
 	}
 	m.commitToSend.Record(ctx, max(age, 0).Seconds(), attr)
+}
+
+// unconfirmed counts an event the broker stored without confirming it durable in time.
+func (m *metrics) unconfirmed(ctx context.Context, ev Event) {
+	if m == nil {
+		return
+	}
+	m.unconfirmedSent.Add(ctx, 1, m.eventAttrs(&ev))
 }
 
 // retry counts a failed send released for a later retry.

@@ -306,7 +306,7 @@ type SenderFunc func(ctx context.Context, ev Event) error
 // Send calls f for each event of evs in turn (see [SenderFunc]).
 func (f SenderFunc) Send(ctx context.Context, evs []Event, keyOrder bool) []error {
 	errs := make([]error, len(evs))
-	sent := false
+	accepted := false
 	var failedKeys map[string]error // with keyOrder: the biz nos with a failed send, and its error
 	var failedAt map[string]string  // and the event id of the event that failed
 	for i, ev := range evs {
@@ -319,15 +319,15 @@ func (f SenderFunc) Send(ctx context.Context, evs []Event, keyOrder bool) []erro
 			continue
 		}
 		errs[i] = f.call(ctx, ev)
-		if errs[i] != nil && keyOrder {
+		if !stored(errs[i]) && keyOrder {
 			if failedKeys == nil {
 				failedKeys, failedAt = map[string]error{}, map[string]string{}
 			}
 			failedKeys[ev.BizNo], failedAt[ev.BizNo] = errs[i], ev.EventID
 		}
-		if errs[i] == nil {
-			sent = true
-		} else if !sent && IsUnavailable(errs[i]) {
+		if stored(errs[i]) {
+			accepted = true
+		} else if !accepted && IsUnavailable(errs[i]) {
 			for j := i + 1; j < len(evs); j++ {
 				errs[j] = errs[i]
 			}
@@ -374,11 +374,22 @@ var (
 	// same [Config.InstanceID] is running in this process; the relay and the inbox's
 	// consumer return it too.
 	ErrAlreadyRunning = errors.New("outbox: already running")
+	// ErrUnconfirmed is a sender's answer for an event the broker stored but could not
+	// confirm in time as durable (RocketMQ's FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
+	// SLAVE_NOT_AVAILABLE: not flushed to disk, or not copied to a replica, yet). The
+	// event is sent: the publisher records it SUCCESS, spends no attempt on it, sends it no
+	// second time, counts it in outbox.events.unconfirmed and logs a warning (see
+	// docs/rocketmq.md). In key order its biz no goes on.
+	ErrUnconfirmed = errors.New("outbox: stored, not confirmed")
 	// ErrNotSent is a sender's answer for an event it did not try: the send timeout passed
 	// before its turn, or, in key order, an earlier event of the same biz no failed. The
 	// publisher returns such an event to WAIT with no attempt counted.
 	ErrNotSent = errors.New("outbox: not sent")
 )
+
+// stored reports whether a sender's answer for an event says the broker stored it: nil, or
+// [ErrUnconfirmed].
+func stored(err error) bool { return err == nil || errors.Is(err, ErrUnconfirmed) }
 
 // errNotSent is ErrNotSent for an event whose turn never came before the batch's deadline.
 var errNotSent = fmt.Errorf("%w: the batch's send timeout passed before its turn", ErrNotSent)

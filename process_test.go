@@ -42,7 +42,7 @@ func runChild() int {
 		return 2
 	}
 	defer db.Close()
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: os.Getenv("OUTBOX_CHILD_TABLE")})
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: os.Getenv("OUTBOX_CHILD_TABLE"), Routes: outbox.Routes{Topic: os.Getenv("OUTBOX_CHILD_TOPIC")}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

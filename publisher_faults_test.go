@@ -12,8 +12,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/testsvc"
 )
 
 // switchSender is a broker that can be taken down: while down, every send fails with fail()
@@ -438,4 +440,58 @@ func TestClaimCutShortIsFollowedAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An event the broker stored without confirming it flushed or replicated in time
+// (ErrUnconfirmed: RocketMQ's FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE)
+// counts as sent: SUCCESS, no attempt spent, never sent again, counted in
+// outbox.events.unconfirmed and logged at warn; in key order its biz no goes on in the same
+// round. A fault alone dead-letters nothing, even with MaxAttempts 1.
+func TestUnconfirmedSendCountsAsSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testsvc.OpenDB(t)
+	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder})}
+	first := b.insertInput(t, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte("{}")})
+	second := b.insertInput(t, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_PAID", Payload: []byte("{}")})
+	var mu sync.Mutex
+	calls := map[int64]int{}
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls[ev.ID]++
+		if ev.ID == first {
+			return fmt.Errorf("rocketmq: send stored, not confirmed: status 2 (FLUSH_SLAVE_TIMEOUT): %w", outbox.ErrUnconfirmed)
+		}
+		return nil
+	})
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(ctx) })
+	logs := &logSink{}
+	cfg := fastConfig("unconfirmed", logs)
+	cfg.MaxAttempts, cfg.MeterProvider = 1, provider
+	p := newPublisher(t, b.store, sender, cfg)
+	sent := 0
+	for range 3 {
+		stats, err := p.PublishPending(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, stats.Retried+stats.DeadLettered, "%+v", stats)
+		sent += stats.Sent
+	}
+	assert.Equal(t, 2, sent)
+	for _, id := range []int64{first, second} {
+		ev := b.get(t, id)
+		assert.Equal(t, outbox.StatusSuccess, ev.Status, "event %d", id)
+		assert.Zero(t, ev.RetryCount, "event %d: no attempt spent", id)
+	}
+	assert.Equal(t, map[int64]int{first: 1, second: 1}, calls, "each sent once")
+	assert.Equal(t, 1, logs.count(slog.LevelWarn, "did not confirm it flushed or replicated in time"))
+	c := collect(t, reader)
+	assert.Equal(t, map[string]float64{"event_type=ORDER_CREATED,topic=ORDER_EVENT_TOPIC": 1}, c.values["outbox.events.unconfirmed"])
+	total := 0.0
+	for _, v := range c.values["outbox.events.sent"] {
+		total += v
+	}
+	assert.Equal(t, 2.0, total, "counted in the sent events too")
 }

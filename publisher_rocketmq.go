@@ -162,10 +162,12 @@ type RocketMQConfig struct {
 //	    code 16 NO_PERMISSION (broker or topic not writable, ACL), code 17 TOPIC_NOT_EXIST,
 //	    and code 1 SYSTEM_ERROR when the broker says it is busy or short of in-sync replicas;
 //	  - the sender is closed: [ErrClosed].
-//	Anything else (retried with backoff, counted against [Config.MaxAttempts]):
-//	  - other codes, and a status other than SEND_OK (FLUSH_DISK_TIMEOUT,
-//	    FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). With those statuses the broker has
-//	    stored the message: the retry sends it again, so they are a source of duplicates.
+//	Stored, not confirmed ([ErrUnconfirmed]: sent, never sent again, counted in
+//	outbox.events.unconfirmed): a status other than SEND_OK (FLUSH_DISK_TIMEOUT,
+//	FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). The broker has stored the message but not
+//	yet flushed it or copied it to a replica; RocketMQ's Java client returns such a result
+//	without an exception, and a resend would store it twice and make it no safer.
+//	Anything else (retried with backoff, counted against [Config.MaxAttempts]): other codes.
 //
 // A timeout is not proof that nothing was stored: the broker may have written the message
 // and its answer been lost. The next send then delivers it twice; consumers deduplicate on
@@ -565,8 +567,10 @@ func sendOutcome(what string, res *primitive.SendResult, err error) error {
 	}
 	if res.Status != primitive.SendOK {
 		// The broker stored the message but could not flush it, or copy it to a slave, in
-		// time: retried like any failure, so the message may be delivered twice.
-		return fmt.Errorf("rocketmq: %s not confirmed: status %d (%s)", what, res.Status, sendStatusName(res.Status))
+		// time. It is sent, as RocketMQ's own Java client takes it (SendResult, no
+		// exception, and no retry unless retryAnotherBrokerWhenNotStoreOK): sending it again
+		// would store it twice and make it no safer.
+		return fmt.Errorf("rocketmq: %s stored, not confirmed: status %d (%s): %w", what, res.Status, sendStatusName(res.Status), ErrUnconfirmed)
 	}
 	return nil
 }

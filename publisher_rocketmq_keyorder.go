@@ -304,7 +304,8 @@ func (l *lane) send(ctx context.Context, b *keyOrderedBatch) {
 		}
 		err := b.sendChunk(ctx, live, l.queue)
 		switch {
-		case err == nil:
+		case stored(err):
+			fillAt(b.errs, live, err)
 		case IsPermanent(err) && len(live) > 1:
 			// One message refused the batch: find it, sending one by one (each biz no still
 			// stopped at its first failure).
@@ -344,7 +345,9 @@ func (b *keyOrderedBatch) oneByOne(ctx context.Context, at []int, queue *primiti
 			b.errs[i] = stop
 			continue
 		}
-		if err := b.sendChunk(ctx, []int{i}, queue); err != nil {
+		if err := b.sendChunk(ctx, []int{i}, queue); stored(err) {
+			b.errs[i] = err
+		} else {
 			b.failChunk([]int{i}, err)
 		}
 	}

@@ -144,7 +144,8 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 	if IsPermanent(cause) {
 		class = mysqldialect.ClassPermanent
 	}
-	if attempt > p.cfg.maxRetry() || IsPermanent(cause) {
+	delay, dead := p.cfg.retryPolicy().Next(attempt, cause)
+	if dead {
 		var history []Failure
 		return write{
 			what: "dead letter", ids: []int64{ev.ID}, single: outcomeDeadLettered,
@@ -164,7 +165,6 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 			},
 		}
 	}
-	delay := p.cfg.Backoff.delay(attempt, p.cfg.Tuning.MaxBackoff)
 	return write{
 		what: "retry", ids: []int64{ev.ID}, single: outcomeRetried,
 		exec: func(ctx context.Context) (int64, error) {

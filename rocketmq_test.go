@@ -568,6 +568,7 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 	ev := outbox.Event{Topic: "T", ID: 7, EventID: eventID, BizNo: "ORD-7", EventType: "ORDER_PAID", Payload: []byte("{}")}
 	const (
 		ok = iota
+		unconfirmed
 		plain
 		permanent
 		unavailable
@@ -583,10 +584,10 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 		class   int
 	}{
 		{"SendOK", &primitive.SendResult{Status: primitive.SendOK}, nil, "", ok},
-		// The broker stored the message but did not confirm it: a retry, and a duplicate.
-		{"FlushDiskTimeout", &primitive.SendResult{Status: primitive.SendFlushDiskTimeout}, nil, "FLUSH_DISK_TIMEOUT", plain},
-		{"FlushSlaveTimeout", &primitive.SendResult{Status: primitive.SendFlushSlaveTimeout}, nil, "FLUSH_SLAVE_TIMEOUT", plain},
-		{"SlaveNotAvailable", &primitive.SendResult{Status: primitive.SendSlaveNotAvailable}, nil, "SLAVE_NOT_AVAILABLE", plain},
+		// The broker stored the message but did not confirm it durable: sent, not again.
+		{"FlushDiskTimeout", &primitive.SendResult{Status: primitive.SendFlushDiskTimeout}, nil, "FLUSH_DISK_TIMEOUT", unconfirmed},
+		{"FlushSlaveTimeout", &primitive.SendResult{Status: primitive.SendFlushSlaveTimeout}, nil, "FLUSH_SLAVE_TIMEOUT", unconfirmed},
+		{"SlaveNotAvailable", &primitive.SendResult{Status: primitive.SendSlaveNotAvailable}, nil, "SLAVE_NOT_AVAILABLE", unconfirmed},
 		// The message itself.
 		{"MessageIllegal", nil, errors.New("CODE: 13, DESC: the message is illegal, maybe msg body or properties length not matched. msg body length limit 4194304B, msg properties length limit 32KB."), "CODE: 13", permanent},
 		{"MessageIllegalTyped", nil, primitive.MQBrokerErr{ResponseCode: 13, ErrorMessage: "illegal"}, "CODE: 13", permanent},
@@ -622,6 +623,7 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 			s, err := outbox.NewRocketMQSenderWithProducerForTest(outbox.RocketMQConfig{}, fp)
 			require.NoError(t, err)
 			err = sendAlone(context.Background(), s, ev)
+			assert.Equal(t, c.class == unconfirmed, errors.Is(err, outbox.ErrUnconfirmed), "unconfirmed: %v", err)
 			if c.class == ok {
 				require.NoError(t, err)
 			} else {

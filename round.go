@@ -263,9 +263,10 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	sent := make([]Event, 0, len(evs))
 	sentTo := map[string]bool{} // the topics an event was sent to
 	for i, ev := range evs {
-		if errs[i] == nil {
+		if stored(errs[i]) {
 			sent = append(sent, ev)
 			sentTo[p.topics.of(&ev)] = true
+			p.unconfirmed(ctx, ev, errs[i])
 		}
 	}
 	switch {
@@ -277,7 +278,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	}
 	var unavailable error // the first failure that says the broker is down
 	for i, ev := range evs {
-		if err := errs[i]; err != nil {
+		if err := errs[i]; !stored(err) {
 			p.outcomeSafe(ctx, stats, ev, func() outcome {
 				// Only a send to the same topic makes the failure the message's own: a topic
 				// that does not exist is unavailable for its events alone.
@@ -380,7 +381,8 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 	if ctx.Err() != nil {
 		return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", outcomeReleased))
 	}
-	if err := p.send(held, ev); err != nil {
+	err = p.send(held, ev)
+	if !stored(err) {
 		o, down := p.failed(held, stats, ev, err, othersSent)
 		if !down {
 			err = nil // the broker answered, if only to refuse this message
@@ -389,7 +391,19 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 		return o
 	}
 	p.brokerAnswered(ctx, nil)
+	p.unconfirmed(ctx, ev, err)
 	return p.record(held, stats, p.successWrite([]Event{ev}))
+}
+
+// unconfirmed counts and logs an event the broker stored without confirming it durable in
+// time ([ErrUnconfirmed]): sent, and not sent again. err is its sender's answer.
+func (p *Publisher) unconfirmed(ctx context.Context, ev Event, err error) {
+	if err == nil {
+		return
+	}
+	p.m.unconfirmed(ctx, ev)
+	p.log.WarnContext(ctx, "outbox: the broker stored an event but did not confirm it flushed or replicated in time; it counts as sent",
+		slog.Int64("id", ev.ID), slog.String("event_id", ev.EventID), slog.String("topic", ev.Topic), slog.Any("error", err))
 }
 
 // claimContext is the context of a claim: bounded by StoreTimeout and not cut by the

@@ -596,7 +596,7 @@ func TestStartRefusesWhatCannotWorkInOneError(t *testing.T) {
 	err := p.Start(ctx)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	t.Logf("Start: %v", err)
-	for _, problem := range []string{"a topic column", "idx_status_claimed_at", "idx_biz_no_status", "no topic payments"} {
+	for _, problem := range []string{"a topic column", "an index idx_status_claimed_at", "an index idx_biz_no_status", "no topic payments"} {
 		assert.Equal(t, 1, strings.Count(err.Error(), problem), "%q named once in: %v", problem, err)
 	}
 	for _, fix := range []string{"ADD COLUMN topic", "ADD INDEX idx_status_claimed_at", "ADD INDEX idx_biz_no_status"} {

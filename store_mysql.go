@@ -267,7 +267,7 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 		}
 		return fmt.Errorf("outbox: could not create table %s: %w", s.table, err)
 	}
-	return s.checkTable(ctx)
+	return s.checkTable(ctx, false) // the relay's table is relay.CreateSchema's
 }
 
 // Check implements [Store]: the store's [MySQLConfig.Ordering] and the topics of its
@@ -281,7 +281,7 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 // programs' plain INSERTs need (docs/other-writers.md) is no error here: the store never
 // needs them, and [Publisher.Start] logs a warning that names them.
 func (s *MySQLStore) Check(ctx context.Context) (StoreInfo, error) {
-	return StoreInfo{Ordering: s.ordering, Topics: slices.Clone(s.routes.set)}, s.checkTable(ctx)
+	return StoreInfo{Ordering: s.ordering, Topics: slices.Clone(s.routes.set)}, s.checkTable(ctx, true)
 }
 
 // missingDefaults returns the columns, of those a plain SQL INSERT of biz_no, event_type and

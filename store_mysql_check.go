@@ -119,12 +119,12 @@ func (s *MySQLStore) shapeFixes(sh tableShape) []tableFix {
 
 // checkTable reports whether the table can serve the store: it exists, with every column
 // and index the store's statements need (and, in key order, those ordered claims need),
-// partitioned as [MySQLConfig.PartitionIDs] says, with the relay's checkpoint table when
-// [MySQLConfig.RelayTable] names one. What it lacks is one error wrapping
-// [ErrInvalidConfig] ([ErrNoTable] for a missing table) that names each problem once and
-// the statements that fix them. An error reading the table's definition is returned as it
-// is.
-func (s *MySQLStore) checkTable(ctx context.Context) error {
+// partitioned as [MySQLConfig.PartitionIDs] says, and, withRelay, with the relay's
+// checkpoint table when [MySQLConfig.RelayTable] names one. What it lacks is one error
+// wrapping [ErrInvalidConfig] ([ErrNoTable] for a missing table) that names each problem
+// once and the statements that fix them. An error reading the table's definition is
+// returned as it is.
+func (s *MySQLStore) checkTable(ctx context.Context, withRelay bool) error {
 	sh, err := s.readShape(ctx)
 	if err != nil {
 		return err
@@ -148,10 +148,12 @@ func (s *MySQLStore) checkTable(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.checkRelay(ctx); errors.Is(err, ErrInvalidConfig) {
-		others = append(others, err)
-	} else if err != nil {
-		return err
+	if withRelay {
+		if err := s.checkRelay(ctx); errors.Is(err, ErrInvalidConfig) {
+			others = append(others, err)
+		} else if err != nil {
+			return err
+		}
 	}
 	if len(problems) == 0 {
 		return joinRefusals(others)

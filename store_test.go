@@ -96,7 +96,7 @@ func TestMySQLStoreTableWithoutEventIDNamesTheUpgrade(t *testing.T) {
 	err := b.store.CreateSchema(ctx)
 	require.Error(t, err)
 	t.Logf("CreateSchema: %v", err)
-	assert.Contains(t, err.Error(), "no event_id or reclaim_count column")
+	assert.Contains(t, err.Error(), "lacks the event_id, reclaim_count columns")
 	assert.Contains(t, err.Error(), "docs/upgrading.md")
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)

@@ -432,7 +432,7 @@ func TestTableWithoutTraceColumnsNamesTheUpgrade(t *testing.T) {
 
 	err := b.store.CreateSchema(ctx)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "no trace_parent or trace_state column")
+	assert.Contains(t, err.Error(), "lacks the trace_parent, trace_state columns")
 	assert.Contains(t, err.Error(), "docs/upgrading.md")
 	tx, err := b.store.BeginTx(ctx, nil)
 	require.NoError(t, err)

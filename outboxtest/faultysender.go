@@ -237,7 +237,7 @@ func (f *FaultySender) Send(ctx context.Context, evs []outbox.Event, keyOrder bo
 	)
 	fail := func(i int, err error) {
 		errs[i] = err
-		if keyOrder && err != nil {
+		if keyOrder && err != nil && !errors.Is(err, outbox.ErrUnconfirmed) {
 			if stopped == nil {
 				stopped = map[string]bool{}
 			}

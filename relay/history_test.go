@@ -107,3 +107,36 @@ func TestRelayRefusesATableWithoutTheFailuresColumnNamingTheAlter(t *testing.T) 
 	require.NoError(t, err)
 	waitFor(t, 30*time.Second, "the event sent", func() bool { return sent.Load() == 1 })
 }
+
+// The relay caps its retries' backoff by MaxBackoff, by the rule the publisher follows
+// (outbox.RetryPolicy): a backoff of a thousand hours waits MaxBackoff, so the event's
+// second and last attempt comes, and dead-letters it, within seconds.
+func TestRelayCapsTheBackoff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	cfg := e.config("relay-cap")
+	cfg.MaxAttempts = 2
+	cfg.Backoff = func(int) time.Duration { return 1000 * time.Hour }
+	cfg.MaxBackoff = time.Second
+	sender := outbox.SenderFunc(func(_ context.Context, ev outbox.Event) error {
+		return errors.New("broker said no")
+	})
+	r, _ := start(t, e.dsn, sender, cfg)
+	waitLeader(t, r)
+	ctx := context.Background()
+	id, err := insertOne(ctx, e, "bad")
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the first failure recorded", func() bool { return e.statuses(t)["WAIT"] == 1 && retries(t, e, id) == 1 })
+	var dueIn float64
+	require.NoError(t, e.db.QueryRow("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), next_retry_time) / 1e6 FROM "+e.table+" WHERE event_id = ?", id).Scan(&dueIn))
+	assert.LessOrEqual(t, dueIn, 1.0, "the retry is due within MaxBackoff, by the database clock")
+	waitFor(t, 30*time.Second, "the dead letter after the capped backoff", func() bool { return e.statuses(t)["FAIL"] == 1 })
+}
+
+// retries is the retry count of the event whose event id is eventID.
+func retries(t *testing.T, e *env, eventID string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.db.QueryRow("SELECT retry_count FROM "+e.table+" WHERE event_id = ?", eventID).Scan(&n))
+	return n
+}

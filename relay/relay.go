@@ -68,11 +68,13 @@ type Config struct {
 	// "ORDER_EVENT_TOPIC".
 	Routes outbox.Routes
 
-	// MaxAttempts, Backoff and OnDeadLetter mean what they mean for a publisher (see
-	// [outbox.Config]); retries are written to the row by the database clock. A send that
-	// fails because the broker is unavailable is retried without counting.
+	// MaxAttempts, Backoff, MaxBackoff and OnDeadLetter mean what they mean for a publisher
+	// (see [outbox.Config] and [outbox.Tuning]), and the relay follows the publisher's rule
+	// ([outbox.RetryPolicy]); retries are written to the row by the database clock. A send
+	// that fails because the broker is unavailable is retried without counting.
 	MaxAttempts int
 	Backoff     outbox.Backoff
+	MaxBackoff  time.Duration
 	//
 	// OnDeadLetter is called once for each event the relay dead-letters, after its row is
 	// FAIL, with the row's failure history in [outbox.Event.Failures] (the relay's failures:
@@ -140,6 +142,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxAttempts < 0 {
 		return c, fmt.Errorf("%w: relay: MaxAttempts %d is negative", outbox.ErrInvalidConfig, c.MaxAttempts)
+	}
+	if c.MaxBackoff < 0 {
+		return c, fmt.Errorf("%w: relay: MaxBackoff %s is negative", outbox.ErrInvalidConfig, c.MaxBackoff)
 	}
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, defaultMaxAttempts)
 	if c.Backoff == nil {

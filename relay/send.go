@@ -243,7 +243,7 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 		for i, ev := range pending {
 			err := errs[i]
 			switch {
-			case err == nil:
+			case err == nil || errors.Is(err, outbox.ErrUnconfirmed):
 				sent = append(sent, ev)
 			case errors.Is(err, outbox.ErrNotSent):
 				next = append(next, ev)
@@ -344,7 +344,8 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	if outbox.IsPermanent(cause) {
 		class = mysqldialect.ClassPermanent
 	}
-	if attempt >= r.cfg.MaxAttempts || outbox.IsPermanent(cause) {
+	delay, dead := outbox.RetryPolicy{MaxAttempts: r.cfg.MaxAttempts, Backoff: r.cfg.Backoff, MaxBackoff: r.cfg.MaxBackoff}.Next(attempt, cause)
+	if dead {
 		n, err := t.exec("dead letter", r.q.fail, ev.ID, append([]any{r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
 			attempt, reason, r.cfg.InstanceID}, r.routeArgs...)...)
 		if isLockWait(err) {
@@ -371,7 +372,6 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		}
 		return nil
 	}
-	delay := r.cfg.Backoff(attempt)
 	n, err := t.exec("retry", r.q.retry, ev.ID, r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
 		attempt, reason, delay.Microseconds())
 	if isLockWait(err) {
