@@ -30,9 +30,10 @@ type Health struct {
 	// Running, an old LastRoundOK says the store is failing or a round is stuck. Zero if
 	// never.
 	LastRoundOK time.Time
-	// LastError is the store error of the last round that met one, if that round came after
-	// LastRoundOK (nil otherwise); LastErrorAt is when.
-	LastError   error
+	// LastError is the text of the store error of the last round that met one, if that
+	// round came after LastRoundOK ("" otherwise); LastErrorAt is when. A string, so that
+	// Health encodes as it reads (as JSON, for a health endpoint), as the relay's does.
+	LastError   string
 	LastErrorAt time.Time
 	// BrokerUnavailable reports that the publisher finds the broker unavailable: it has
 	// paused its claims and probes it. BrokerUnavailableSince is when that began.
@@ -64,7 +65,7 @@ func (p *Publisher) Health() Health {
 		BrokerUnavailableSince: h.downSince,
 	}
 	if h.lastErr != nil && !h.lastErrAt.Before(h.lastOK) {
-		out.LastError, out.LastErrorAt = h.lastErr, h.lastErrAt
+		out.LastError, out.LastErrorAt = h.lastErr.Error(), h.lastErrAt
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -49,22 +50,26 @@ func TestHealth(t *testing.T) {
 	require.Eventually(t, func() bool { return !p.Health().LastRoundOK.IsZero() }, time.Minute, 5*time.Millisecond)
 	h = p.Health()
 	assert.True(t, h.Running)
-	assert.NoError(t, h.LastError)
+	assert.Empty(t, h.LastError)
 	assert.False(t, h.BrokerUnavailable)
 
 	// The store fails: the error is reported, and LastRoundOK stops moving.
 	storeDown.Store(true)
 	b.insert(t, 1) // something to claim, in the per-row mode
-	require.Eventually(t, func() bool { return p.Health().LastError != nil }, time.Minute, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return p.Health().LastError != "" }, time.Minute, 5*time.Millisecond)
 	h = p.Health()
-	assert.ErrorContains(t, h.LastError, "database unreachable")
+	assert.Contains(t, h.LastError, "database unreachable")
+	encoded, err := json.Marshal(h)
+	require.NoError(t, err)
+	assert.Contains(t, string(encoded), `"LastError":"`, "the error encodes as its text, not {}")
+	assert.Contains(t, string(encoded), "database unreachable")
 	assert.True(t, h.LastErrorAt.After(h.LastRoundOK))
 	assert.True(t, h.Running)
 	okBefore := h.LastRoundOK
 
 	// It recovers: the error is gone once a round reaches the store again.
 	storeDown.Store(false)
-	require.Eventually(t, func() bool { return p.Health().LastError == nil }, time.Minute, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return p.Health().LastError == "" }, time.Minute, 5*time.Millisecond)
 	h = p.Health()
 	assert.True(t, h.LastRoundOK.After(okBefore))
 	assert.True(t, h.LastErrorAt.IsZero())
@@ -76,7 +81,7 @@ func TestHealth(t *testing.T) {
 	require.Eventually(t, func() bool { return p.Health().BrokerUnavailable }, time.Minute, 5*time.Millisecond)
 	h = p.Health()
 	assert.False(t, h.BrokerUnavailableSince.Before(before))
-	assert.NoError(t, h.LastError, "a broker outage is not a store error")
+	assert.Empty(t, h.LastError, "a broker outage is not a store error")
 	assert.True(t, p.Health().BrokerUnavailable)
 
 	brokerDown.Store(false)

@@ -1003,6 +1003,8 @@ func (l *lossyAcks) sendOne(ctx context.Context, ev outbox.Event, keyOrder bool)
 
 func (l *lossyAcks) Info() outbox.SenderInfo { return l.inner.Info() }
 
+func (l *lossyAcks) Check(ctx context.Context, topics []string) error { return l.inner.Check(ctx, topics) }
+
 func (l *lossyAcks) Close() error { return l.inner.Close() }
 
 // pointsService awards points for ORDER_CREATED, once per event; with -ordered it also
