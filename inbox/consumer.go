@@ -176,7 +176,10 @@ func NewConsumer(in *Inbox, h Handler, cfg ConsumerConfig) (*Consumer, error) {
 }
 
 // Start checks the inbox's tables, starts a push consumer and returns: the consumer
-// consumes in the background until ctx is cancelled, Stop or Close is called. It returns its
+// consumes in the background until ctx is cancelled, Stop or Close is called. For a new
+// group it first has the topic's brokers create the group's retry topic (by the group's
+// heartbeat, sent ahead of the push consumer's), so that the RocketMQ client finds that topic
+// at its start instead of warning that it does not exist. It returns its
 // refusal: an error wrapping [outbox.ErrClosed] after Close, [outbox.ErrAlreadyRunning]
 // while a run (or its shutdown) is in progress, [outbox.ErrInvalidConfig] when a table of
 // the inbox is missing or lacks a column (a database that cannot be reached is logged, not
@@ -299,6 +302,7 @@ func (c *Consumer) start(ctx context.Context) (*run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: create the push consumer: %w", err)
 	}
+	c.ensureRetryTopic(ctx, push)
 	r := newRun(push)
 	if keeper != nil {
 		if rb, ok := push.(interface{ Rebalance() }); ok {

@@ -1,20 +1,17 @@
 package inbox_test
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/google/uuid"
@@ -52,9 +49,6 @@ type consRigOptions struct {
 	ordering      outbox.Ordering
 	inDB          *sql.DB // defaults to the shared test server
 	maxDeliveries int
-	// retries creates the group's retry topic before any consumer starts (see
-	// createRetryTopic), for the tests that wait for redeliveries through it.
-	retries bool
 }
 
 func newConsRig(t *testing.T, o consRigOptions) *consRig {
@@ -67,9 +61,6 @@ func newConsRig(t *testing.T, o consRigOptions) *consRig {
 		r.inDB = db
 	}
 	r.store = testsvc.NewStore(t, db, outbox.MySQLConfig{Table: r.table, Ordering: o.ordering, Routes: outbox.Routes{Topic: r.topic}})
-	if o.retries {
-		createRetryTopic(t, r.group)
-	}
 	ctx := context.Background()
 	_, err := r.inDB.ExecContext(ctx, "CREATE TABLE `"+r.effects+"` ("+
 		"seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, "+
@@ -89,30 +80,6 @@ func newConsRig(t *testing.T, o consRigOptions) *consRig {
 		}
 	})
 	return r
-}
-
-// createRetryTopic creates group's retry topic, %RETRY%group, on the test broker and waits
-// until its route can be read. The broker creates it at the group's first heartbeat, after
-// the consumer has looked up the routes of its topics at its start; the consumer then finds
-// it at its next route refresh, up to 30 s later, and until then a message sent back for
-// redelivery sits in it unseen. A group that has run before has its retry topic; a test's
-// group is new.
-func createRetryTopic(t *testing.T, group string) {
-	t.Helper()
-	ns := testsvc.RocketMQNameServer(t)
-	broker := cmp.Or(os.Getenv(testsvc.RocketMQBrokerEnv), "127.0.0.1:10911")
-	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{ns})))
-	require.NoError(t, err)
-	defer func() { _ = adm.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	topic := "%RETRY%" + group
-	require.NoError(t, adm.CreateTopic(ctx, admin.WithTopicCreate(topic), admin.WithBrokerAddrCreate(broker),
-		admin.WithReadQueueNums(1), admin.WithWriteQueueNums(1)))
-	require.Eventually(t, func() bool {
-		mqs, err := adm.FetchPublishMessageQueues(ctx, topic)
-		return err == nil && len(mqs) > 0
-	}, 60*time.Second, 200*time.Millisecond, "route of %s", topic)
 }
 
 // publish starts the real publisher on the rig's table and topic; it stops when t ends.
@@ -408,7 +375,7 @@ func TestConsumerSuppressesDuplicatesSentOnPurpose(t *testing.T) {
 // the effect happens once, on the second delivery.
 func TestConsumerRedeliversAFailedDelivery(t *testing.T) {
 	t.Parallel()
-	r := newConsRig(t, consRigOptions{retries: true})
+	r := newConsRig(t, consRigOptions{})
 	r.publish(t)
 	var c callCount
 	h := r.effectHandler("c1", func(_ context.Context, _ *sql.Tx, msg *inbox.Message) error {
@@ -445,7 +412,7 @@ func TestConsumerRedeliversAFailedDelivery(t *testing.T) {
 // back through the retry topic: a redelivery of the rejected one would have come too).
 func TestConsumerRejectsAPermanentFailureOnce(t *testing.T) {
 	t.Parallel()
-	r := newConsRig(t, consRigOptions{retries: true})
+	r := newConsRig(t, consRigOptions{})
 	r.publish(t)
 	var c callCount
 	h := r.effectHandler("c1", func(_ context.Context, _ *sql.Tx, msg *inbox.Message) error {
@@ -544,7 +511,7 @@ func TestConsumerDatabaseOutageRestart(t *testing.T) {
 	t.Parallel()
 	srv := testsvc.PrivateMySQL(t)
 	inDB := srv.OpenDB(t)
-	r := newConsRig(t, consRigOptions{inDB: inDB, retries: true})
+	r := newConsRig(t, consRigOptions{inDB: inDB})
 	r.publish(t)
 	gate := make(chan struct{})
 	var gated atomic.Int32
@@ -835,7 +802,7 @@ func (w *warnings) get() []string {
 // wait for the growing ones (10 s, 30 s, ... 2 h).
 func TestConsumerRedeliversAFaultPastTheClientsDeadLetterLimit(t *testing.T) {
 	t.Parallel()
-	r := newConsRig(t, consRigOptions{retries: true})
+	r := newConsRig(t, consRigOptions{})
 	r.publish(t)
 	const fails = 20 // the client's default limit is 16
 	var c callCount

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -41,7 +42,8 @@ const consumerChildEnv = "INBOX_TEST_CONSUMER_CHILD"
 
 // childConfig is what a consumer process consumes, and how its handler behaves. The
 // handler writes the effect row as the rig's does (handled_by = Name) and announces each
-// call on stdout: "CALL <event id> <deliveries>".
+// call on stdout: "CALL <event id> <deliveries> <the message's RETRY_TOPIC property, the
+// topic it was sent back from, or ->".
 type childConfig struct {
 	DSN        string
 	NameServer string
@@ -56,6 +58,8 @@ type childConfig struct {
 	MaxDeliveries int
 	// FailEvent's every delivery fails, after its effect is written.
 	FailEvent string
+	// FailOnceEvent's first delivery fails, after its effect is written.
+	FailOnceEvent string
 	// BlockBizNo's handler announces "BLOCKED <event id>" after writing its effect, and
 	// then never returns.
 	BlockBizNo string
@@ -132,7 +136,7 @@ func runConsumerChild(raw string) int {
 	}
 	q := "INSERT INTO `" + cfg.Effects + "` (event_id, biz_no, deliveries, handled_by) VALUES (?, ?, ?, ?)"
 	h := func(ctx context.Context, tx *sql.Tx, msg *inbox.Message) error {
-		say("CALL %s %d", msg.EventID, msg.Deliveries)
+		say("CALL %s %d %s", msg.EventID, msg.Deliveries, cmp.Or(msg.Properties["RETRY_TOPIC"], "-"))
 		if _, err := tx.ExecContext(ctx, q, msg.EventID, msg.BizNo, msg.Deliveries, cfg.Name); err != nil {
 			return err
 		}
@@ -147,6 +151,8 @@ func runConsumerChild(raw string) int {
 		switch {
 		case msg.EventID == cfg.FailEvent:
 			return errors.New("this event fails every delivery")
+		case msg.EventID == cfg.FailOnceEvent && msg.Deliveries == 1:
+			return errors.New("this event's first delivery fails")
 		case msg.BizNo == cfg.BlockBizNo && cfg.BlockBizNo != "":
 			say("BLOCKED %s", msg.EventID)
 			time.Sleep(time.Hour) // until the process is killed
@@ -181,6 +187,8 @@ func runConsumerChild(raw string) int {
 type call struct {
 	EventID    string
 	Deliveries int
+	RetryTopic string    // the topic the message was sent back from; empty on a first delivery
+	At         time.Time // when the test read the announcement
 }
 
 // consumerProc is a consumer process.
@@ -232,10 +240,14 @@ func (r *consRig) startConsumer(t *testing.T, bin string, cfg childConfig) *cons
 				p.loud = append(p.loud, rest)
 				p.mu.Unlock()
 			case "CALL":
-				id, n, _ := strings.Cut(rest, " ")
-				deliveries, _ := strconv.Atoi(n)
+				f := append(strings.Fields(rest), "", "", "")
+				deliveries, _ := strconv.Atoi(f[1])
+				c := call{EventID: f[0], Deliveries: deliveries, At: time.Now()}
+				if f[2] != "-" {
+					c.RetryTopic = f[2]
+				}
 				p.mu.Lock()
-				p.calls = append(p.calls, call{EventID: id, Deliveries: deliveries})
+				p.calls = append(p.calls, c)
 				p.mu.Unlock()
 			}
 		}

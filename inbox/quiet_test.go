@@ -23,7 +23,7 @@ import (
 func TestConsumerCloseIsQuiet(t *testing.T) {
 	bin, err := plainTestBinary()
 	require.NoError(t, err)
-	r := newConsRig(t, consRigOptions{retries: true}) // a new group's missing retry topic is a start-up warning of its own
+	r := newConsRig(t, consRigOptions{})
 	r.publish(t)
 	stop := make(chan struct{})
 	loaded := make(chan struct{})

@@ -55,3 +55,27 @@ func TestLockAndUnlockAtTheBroker(t *testing.T) {
 	_, err = rmqlock.Route(ctx, []string{"127.0.0.1:1"}, topic)
 	assert.Error(t, err)
 }
+
+// A heartbeat of a new group makes the broker create the group's retry topic, which the
+// name server routes as soon as the broker has answered; the member then leaves the group.
+func TestHeartbeatAndLeaveCreatesTheRetryTopic(t *testing.T) {
+	ns := testsvc.RocketMQNameServer(t)
+	topic := testsvc.NewTopic(t, "RMQHB")
+	group := testsvc.UniqueTable("cg_hb")
+	retry := "%RETRY%" + group
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := rmqlock.Route(ctx, []string{ns}, retry)
+	require.ErrorIs(t, err, rmqlock.ErrResponse, "a new group has no retry topic")
+	route, err := rmqlock.Route(ctx, []string{ns}, topic)
+	require.NoError(t, err)
+	for _, addr := range route {
+		require.NoError(t, rmqlock.HeartbeatAndLeave(ctx, addr, rmqlock.Member{
+			ClientID: "10.0.0.1@hb", Group: group, ConsumeType: "CONSUME_PASSIVELY", MessageModel: "CLUSTERING",
+			ConsumeFromWhere: "CONSUME_FROM_FIRST_OFFSET", Subscriptions: map[string]string{topic: "A || B", retry: "*"},
+		}))
+	}
+	got, err := rmqlock.Route(ctx, []string{ns}, retry)
+	require.NoError(t, err, "the retry topic is routed once the broker has answered")
+	assert.Equal(t, route, got, "on the topic's brokers")
+}
