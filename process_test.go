@@ -42,7 +42,12 @@ func runChild() int {
 		return 2
 	}
 	defer db.Close()
-	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: os.Getenv("OUTBOX_CHILD_TABLE"), Routes: outbox.Routes{Topic: os.Getenv("OUTBOX_CHILD_TOPIC")}})
+	ordering := outbox.Unordered
+	if os.Getenv("OUTBOX_CHILD_ORDERING") == "key" {
+		ordering = outbox.KeyOrder
+	}
+	store, err := outbox.NewMySQLStore(db, outbox.MySQLConfig{Table: os.Getenv("OUTBOX_CHILD_TABLE"), Ordering: ordering,
+		Routes: outbox.Routes{Topic: os.Getenv("OUTBOX_CHILD_TOPIC")}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -64,6 +69,23 @@ func runChild() int {
 	}
 	ctx := context.Background()
 	switch mode {
+	case "hold":
+		// A publisher with the default lease and reclaim interval whose sends never return:
+		// it holds its claims, renewing their leases, until it is killed.
+		sender := outbox.SenderFunc(func(context.Context, outbox.Event) error { time.Sleep(time.Hour); return nil })
+		hooked := &hookStore{Store: store, afterClaim: func(_ context.Context, ev outbox.Event, won bool) {
+			if won {
+				announce("SENDING", ev.ID)
+			}
+		}}
+		p, err := outbox.NewPublisher(hooked, sender, outbox.Config{InstanceID: os.Getenv("OUTBOX_CHILD_ID"),
+			Logger: slog.New(slog.DiscardHandler), Tuning: outbox.Tuning{ClaimPerRow: testPerRow, BatchSize: 10}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		_ = p.Run(ctx)
+		return 3 // unreachable: the send never returns
 	case "hang":
 		// A send that ignores its context and never returns in practice. (A sleep rather
 		// than an empty select, which the runtime could report as a deadlock.)
@@ -199,6 +221,91 @@ func TestProcessKilledMidSendIsReclaimedByAnother(t *testing.T) {
 		got := b.get(t, id)
 		assert.Equal(t, outbox.StatusSuccess, got.Status)
 		assert.Equal(t, "proc-b", got.ClaimOwner)
+	}
+}
+
+// After a SIGKILL, the survivors send the dead instance's claims within seconds, with the
+// default settings (Tuning.Lease 15 s, ReclaimInterval 5 s): unordered and in key order,
+// where the keys of the events it held wait for them and then go on in order. While the
+// instance is alive, its send hangs longer than a lease, and its leases are renewed: the
+// survivor, running beside it, sends none of them. docs/operations.md gives the figures.
+func TestKilledInstancesClaimsAreSentWithinSeconds(t *testing.T) {
+	t.Parallel()
+	for _, o := range []outbox.Ordering{outbox.Unordered, outbox.KeyOrder} {
+		t.Run(o.String(), func(t *testing.T) {
+			t.Parallel()
+			db := testsvc.OpenDB(t)
+			b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: o})}
+			var ids []int64
+			for i := range 40 {
+				ids = append(ids, b.insertInput(t, outbox.EventInput{BizNo: fmt.Sprintf("ORD-%d", i%8), EventType: "ORDER_STEP", Payload: []byte("{}")}))
+			}
+			hold := childCmd(t, "hold", "proc-hold-"+o.String(), outbox.TableForTest(b.store))
+			if o != outbox.Unordered {
+				hold.Env = append(hold.Env, "OUTBOX_CHILD_ORDERING=key")
+			}
+			stdout, err := hold.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, hold.Start())
+			t.Cleanup(func() { _ = hold.Process.Kill(); _ = hold.Wait() })
+			held := map[int64]bool{}
+			sc := bufio.NewScanner(stdout)
+			require.True(t, sc.Scan(), "the instance never claimed")
+			var first int64
+			_, err = fmt.Sscanf(sc.Text(), "SENDING %d", &first)
+			require.NoError(t, err)
+			held[first] = true
+			go func() {
+				for sc.Scan() { // the rest of its claim: read, to keep its pipe flowing
+				}
+			}()
+
+			// The survivor, with the defaults, beside the live instance.
+			rec := newRecorder()
+			survivor := newPublisher(t, b.store, rec, outbox.Config{InstanceID: "survivor-" + o.String(), Logger: slog.New(&logSink{}),
+				Tuning: outbox.Tuning{ClaimPerRow: testPerRow}})
+			require.NoError(t, survivor.Start(context.Background()))
+			t.Cleanup(func() { assert.NoError(t, survivor.Close()) })
+
+			// Past a whole lease, the live instance's claims are still its own.
+			time.Sleep(18 * time.Second)
+			var mine []int64
+			rows, err := db.Query("SELECT id FROM `"+outbox.TableForTest(b.store)+"` WHERE status = 'SENDING' AND claim_owner = ?", "proc-hold-"+o.String())
+			require.NoError(t, err)
+			for rows.Next() {
+				var id int64
+				require.NoError(t, rows.Scan(&id))
+				mine = append(mine, id)
+			}
+			require.NoError(t, rows.Err())
+			require.NoError(t, rows.Close())
+			require.Contains(t, mine, first, "a live send keeps its claims past the lease")
+			for _, id := range mine {
+				assert.Zero(t, rec.count(id), "event %d, held by a live instance, is not sent by another", id)
+			}
+
+			require.NoError(t, hold.Process.Signal(syscall.SIGKILL))
+			killed := time.Now()
+			require.Eventually(t, func() bool {
+				for _, id := range ids {
+					if rec.count(id) == 0 {
+						return false
+					}
+				}
+				return true
+			}, time.Minute, 50*time.Millisecond, "every event sent by the survivor")
+			took := time.Since(killed)
+			t.Logf("%s: the killed instance's %d claims sent by the survivor %s after the kill (lease 15 s, reclaim every 5 s)",
+				o, len(mine), took.Round(100*time.Millisecond))
+			assert.Less(t, took, 30*time.Second, "the survivors take over within Lease + ReclaimInterval, and a round")
+			if o != outbox.Unordered {
+				last := map[string]int64{}
+				for _, ev := range rec.events() {
+					assert.Greater(t, ev.ID, last[ev.BizNo], "biz no %s in order", ev.BizNo)
+					last[ev.BizNo] = ev.ID
+				}
+			}
+		})
 	}
 }
 
