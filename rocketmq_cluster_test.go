@@ -144,3 +144,63 @@ func TestRocketMQClusterSurvivesABroker(t *testing.T) {
 	}
 	t.Logf("duplicate deliveries: %d", dups)
 }
+
+// In key order, a broker of two away (SIGKILLed, so its queues stay in the route) for
+// longer than the whole retry schedule (MaxAttempts 3, 200 ms apart) spends no attempt and
+// dead-letters nothing: the sends to its queues fail as unavailable, the publisher pauses
+// and probes, and once the broker is back every event is sent, each biz no in order at an
+// orderly consumer. Not parallel: it kills broker-b.
+func TestKeyOrderSurvivesABrokerAwayLongerThanItsRetries(t *testing.T) {
+	testsvc.RocketMQBrokerB(t)
+	db := testsvc.OpenDB(t)
+	topic, brokers := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEY_AWAY")
+	require.Len(t, brokers, 2, "the topic is on both brokers")
+	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder, Routes: outbox.Routes{Topic: topic}})}
+	consumer := testsvc.ConsumeOrderly(t, topic)
+	cfg := outbox.Config{
+		InstanceID: "key-away", PollInterval: 20 * time.Millisecond, Logger: slog.New(&logSink{}),
+		MaxAttempts: 3, Backoff: func(int) time.Duration { return 200 * time.Millisecond },
+		Tuning: outbox.Tuning{ClaimPerRow: testPerRow, MaxProbeDelay: time.Second},
+	}
+	p := newPublisher(t, b.store, newRocketMQSender(t, nil), cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	const keys, per = 30, 6
+	rank := map[string]int64{} // event id -> its place in its biz no
+	insertStep := func(step int) {
+		tx, err := b.store.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		for k := range keys {
+			id, err := tx.InsertEvent(ctx, outbox.EventInput{BizNo: fmt.Sprintf("ORD-%d", k), EventType: fmt.Sprintf("STEP_%d", step),
+				Payload: fmt.Appendf(nil, `{"key":%d,"step":%d}`, k, step)})
+			require.NoError(t, err)
+			rank[id] = int64(step + 1)
+		}
+		require.NoError(t, tx.Commit())
+	}
+	insertStep(0)
+	consumer.WaitDistinct(t, keys, time.Minute)
+	testsvc.KillBrokerB(t)
+	killed := time.Now()
+	for step := 1; step < per; step++ {
+		insertStep(step)
+		time.Sleep(2 * time.Second)
+	}
+	time.Sleep(max(0, 20*time.Second-time.Since(killed))) // away far longer than the retries
+	assert.Zero(t, b.countStatus(t, outbox.StatusFail), "nothing dead-lettered while the broker is away")
+	assert.Positive(t, b.countStatus(t, outbox.StatusWait), "the away broker's keys wait")
+	t.Logf("broker-b away for %s", time.Since(killed).Round(time.Second))
+	testsvc.StartBrokerB(t)
+
+	require.Eventually(t, func() bool { return b.countStatus(t, outbox.StatusSuccess) == keys*per }, 3*time.Minute, 100*time.Millisecond,
+		"every event sent once the broker is back")
+	assert.Zero(t, b.countStatus(t, outbox.StatusFail))
+	var spent int
+	require.NoError(t, db.QueryRow("SELECT COALESCE(SUM(retry_count), 0) FROM `"+outbox.TableForTest(b.store)+"`").Scan(&spent))
+	assert.Zero(t, spent, "no attempt spent on the broker's absence")
+	consumer.WaitDistinct(t, keys*per, 3*time.Minute)
+	assert.Empty(t, consumer.Inversions(func(eventID string) int64 { return rank[eventID] }), "each biz no in order")
+}
