@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(importProbeEnv) != "" {
 		os.Exit(runImportProbe())
 	}
+	if os.Getenv(closeProbeEnv) != "" {
+		os.Exit(runCloseProbe())
+	}
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}

@@ -52,6 +52,58 @@ func TestImportLeavesTheRocketMQClientLoggerAlone(t *testing.T) {
 		"a warning logged through the client's logger reaches stderr, as the client's default logger writes it")
 }
 
+// closeProbeEnv makes the test binary build a RocketMQ sender on the name server it names,
+// send nothing, close it and exit; with closeProbeRouteEnv set, after routing the client's
+// logs to a slog logger on stdout, at debug, as a service's main does.
+const (
+	closeProbeEnv      = "OUTBOX_TEST_CLOSE_PROBE"
+	closeProbeRouteEnv = "OUTBOX_TEST_CLOSE_PROBE_ROUTE"
+)
+
+func runCloseProbe() int {
+	if os.Getenv(closeProbeRouteEnv) != "" {
+		outbox.RouteRocketMQClientLogs(slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	}
+	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{os.Getenv(closeProbeEnv)}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		return 2
+	}
+	time.Sleep(100 * time.Millisecond) // the client's background loops run
+	if err := s.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		return 2
+	}
+	return 0
+}
+
+// A sender's Close prints the RocketMQ client's own shutdown lines on stderr through the
+// client's default logger, until the service routes the client's logs: with the one call
+// in main, RouteRocketMQClientLogs, they go to the service's slog (at debug: routine), and
+// nothing reaches stderr.
+func TestSenderCloseLogsOnlyWhereTheServiceRoutesTheClient(t *testing.T) {
+	t.Parallel()
+	ns := testsvc.RocketMQNameServer(t)
+	run := func(route bool) (stdout, stderr string) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), closeProbeEnv+"="+ns, "ROCKETMQ_GO_LOG_LEVEL=")
+		if route {
+			cmd.Env = append(cmd.Env, closeProbeRouteEnv+"=1")
+		}
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		require.NoError(t, cmd.Run(), "stderr: %s", errOut.String())
+		return out.String(), errOut.String()
+	}
+	_, stderr := run(false)
+	assert.Contains(t, stderr, "clientMap", "unrouted, the client's shutdown lines reach stderr")
+	stdout, stderr := run(true)
+	assert.Empty(t, stderr, "routed, nothing reaches stderr")
+	assert.Contains(t, stdout, "component=rocketmq-client", "the client's lines are in the service's slog")
+	assert.Contains(t, stdout, "clientMap", "its shutdown lines among them")
+	assert.NotContains(t, stdout, "level=INFO", "at debug: they are routine")
+}
+
 // RouteRocketMQClientLogs, the opt-in, sends the client's logs to the logger given: warnings
 // at warn, routine lines at debug.
 func TestRouteRocketMQClientLogs(t *testing.T) {
