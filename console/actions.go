@@ -135,8 +135,10 @@ func (c *console) single(kind act) func(http.ResponseWriter, *http.Request, *aud
 			c.confirm(w, r, verb+" event", c.storeNav(s, ""), d)
 			return
 		}
-		err := s.admin.Skip(r.Context(), id)
-		if kind == actRequeue {
+		var err error
+		if kind == actSkip {
+			err = s.admin.Skip(r.Context(), id)
+		} else {
 			err = s.admin.RequeueTo(r.Context(), id, topic)
 		}
 		if err != nil {

@@ -333,3 +333,47 @@ func TestDatabaseDownChangesNothing(t *testing.T) {
 	assert.Equal(t, "0", last["rows"])
 	assert.NotEmpty(t, last["error"])
 }
+
+// A dead letter requeued to another topic of its store: the event page offers the store's
+// topics, the confirmation names the one chosen, the confirmed requeue writes it on the row,
+// and the audit record names it; a topic outside the store's set is refused (400) and
+// changes nothing. Once requeued, its old error shows as an earlier attempt's, not in red.
+func TestRequeueToAnotherTopic(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, outbox.MySQLConfig{Routes: outbox.Routes{Topics: []string{"PAY", "SHIP"}}})
+	id := f.dead(t, "ORDER_PAID", "B-1")
+	b, log := writable(t, f)
+	path := fmt.Sprintf("/stores/s/events/%d", id)
+	ev := b.get(path)
+	require.Equal(t, http.StatusOK, ev.status, ev.body)
+	for _, topic := range []string{"ORDER_EVENT_TOPIC", "PAY", "SHIP"} {
+		assert.Contains(t, ev.body, `<option value="`+topic+`"`, "the store's topics are offered")
+	}
+	assert.Contains(t, ev.body, `class="err" id="last-error"`, "a dead letter's error is its state")
+
+	bad := b.post(path+"/requeue", url.Values{"csrf": {ev.csrf(t)}, "topic": {"PAYY"}})
+	assert.Equal(t, http.StatusBadRequest, bad.status, bad.body)
+	assert.Contains(t, bad.body, "ORDER_EVENT_TOPIC, PAY, SHIP")
+	assert.Equal(t, outbox.StatusFail, f.status(t, id))
+
+	conf := b.post(path+"/requeue", url.Values{"csrf": {ev.csrf(t)}, "topic": {"PAY"}})
+	require.Equal(t, http.StatusOK, conf.status, conf.body)
+	assert.Contains(t, conf.body, "to topic PAY")
+	done := b.post(path+"/requeue", url.Values{"csrf": {conf.csrf(t)}, "confirm": {"yes"}, "topic": {"PAY"}})
+	require.Equal(t, http.StatusOK, done.status, done.body)
+	assert.Contains(t, done.body, "requeued to topic PAY")
+	got, err := outbox.NewAdmin(f.store).Get(context.Background(), id)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.StatusWait, got.Status)
+	assert.Equal(t, "PAY", got.Topic)
+	assert.Contains(t, done.body, `<td id="topic">PAY</td>`)
+	assert.NotContains(t, done.body, `class="err" id="last-error"`, "the old error is no longer shown as its state")
+	assert.Contains(t, done.body, "of an earlier attempt")
+
+	recs := log.all()
+	require.Len(t, recs, 3)
+	for _, r := range recs[1:] {
+		assert.Equal(t, "PAY", r["topic"], "the audit names the topic")
+	}
+	assert.Equal(t, "PAYY", recs[0]["topic"], "and the refused one's")
+}
