@@ -1003,7 +1003,9 @@ func (l *lossyAcks) sendOne(ctx context.Context, ev outbox.Event, keyOrder bool)
 
 func (l *lossyAcks) Info() outbox.SenderInfo { return l.inner.Info() }
 
-func (l *lossyAcks) Check(ctx context.Context, topics []string) error { return l.inner.Check(ctx, topics) }
+func (l *lossyAcks) Check(ctx context.Context, topics []string) error {
+	return l.inner.Check(ctx, topics)
+}
 
 func (l *lossyAcks) Close() error { return l.inner.Close() }
 
