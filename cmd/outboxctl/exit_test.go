@@ -49,7 +49,7 @@ func TestExitStatuses(t *testing.T) {
 	inboxT, _ := inboxTable(t, "cg_exit")
 	ns := testsvc.RocketMQNameServer(t)
 	resend := func(id string) []string {
-		return []string{"inbox", "resend", "--group", "cg_exit", "--inbox-table", inboxT, "--namesrv", ns, "--topic", "T", id}
+		return []string{"inbox", "resend", "--group", "cg_exit", "--inbox-table", inboxT, "--namesrv", ns, id}
 	}
 	missingEventID := uuid.NewString()
 

@@ -23,10 +23,16 @@ import (
 // returns the rejected row's id.
 func rejectOne(t *testing.T, in *inbox.Inbox, eventID string) int64 {
 	t.Helper()
+	return rejectOneFrom(t, in, eventID, "T")
+}
+
+// rejectOneFrom is rejectOne of a message consumed from topic, where a resend sends it.
+func rejectOneFrom(t *testing.T, in *inbox.Inbox, eventID, topic string) int64 {
+	t.Helper()
 	ctx := context.Background()
 	msg := &inbox.Message{EventID: eventID, EventType: "ORDER_CREATED", BizNo: "ORD-1", Body: []byte(`{"n":1}`),
 		Properties: map[string]string{outbox.PropertyEventID: eventID, outbox.PropertyEventType: "ORDER_CREATED", outbox.PropertyBizNo: "ORD-1"},
-		Topic:      "T", MsgID: "MSG-1", Deliveries: 1}
+		Topic:      topic, MsgID: "MSG-1", Deliveries: 1}
 	o, err := in.Handle(ctx, msg, func(context.Context, *sql.Tx, *inbox.Message) error {
 		return outbox.Permanent(errors.New("the payload has no user"))
 	})
@@ -59,7 +65,8 @@ func TestInboxRejectedAndResend(t *testing.T) {
 		_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + "`, `" + table + "_rejected`")
 	})
 	eventID := uuid.Must(uuid.NewV7()).String()
-	id := rejectOne(t, in, eventID)
+	topic := testsvc.NewTopic(t, "INBOX_RESEND")
+	id := rejectOneFrom(t, in, eventID, topic)
 	rejectOne(t, other, uuid.Must(uuid.NewV7()).String())
 
 	env := []string{"OUTBOX_DSN=" + testsvc.MySQLDSN(t)}
@@ -83,18 +90,17 @@ func TestInboxRejectedAndResend(t *testing.T) {
 		{"inbox"},
 		{"inbox", "rejected"},
 		{"inbox", "rejected", "--group", "no spaces allowed", "--inbox-table", table},
-		{"inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--topic", "T", "--namesrv", "127.0.0.1:9876"},
-		{"inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--topic", "T", "--namesrv", "127.0.0.1:9876", "x"},
+		{"inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--namesrv", "127.0.0.1:9876"},
+		{"inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--namesrv", "127.0.0.1:9876", "x"},
 		{"inbox", "resend", "--group", "cg_points", "--inbox-table", table, fmt.Sprint(id)},
 	} {
 		r := runEnv(t, env, args...)
 		assert.Equal(t, 2, r.code, "%v: %s", args, r.stderr)
 	}
 
-	topic := testsvc.NewTopic(t, "INBOX_RESEND")
 	c := testsvc.Consume(t, topic)
 	ns := testsvc.RocketMQNameServer(t)
-	r = runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--topic", topic, "--namesrv", ns, fmt.Sprint(id))
+	r = runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--namesrv", ns, fmt.Sprint(id))
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, fmt.Sprintf("rejected message %d resent", id))
 	c.WaitDistinct(t, 1, 30*time.Second)
@@ -106,7 +112,7 @@ func TestInboxRejectedAndResend(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left, "the row is gone once the broker took the message")
 
-	r = runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--topic", topic, "--namesrv", ns, fmt.Sprint(id))
+	r = runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--namesrv", ns, fmt.Sprint(id))
 	assert.Equal(t, exitNotFound, r.code, "a second resend finds nothing")
 	assert.Contains(t, r.stderr, "not found")
 }
@@ -124,15 +130,15 @@ func TestInboxResendByEventID(t *testing.T) {
 		_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + "`, `" + table + "_rejected`")
 	})
 	eventID, kept := uuid.Must(uuid.NewV7()).String(), uuid.Must(uuid.NewV7()).String()
-	rejectOne(t, in, eventID)
-	keptID := rejectOne(t, in, kept)
+	topic := testsvc.NewTopic(t, "INBOX_RESEND_EVENT")
+	rejectOneFrom(t, in, eventID, topic)
+	keptID := rejectOneFrom(t, in, kept, topic)
 
 	env := []string{"OUTBOX_DSN=" + testsvc.MySQLDSN(t)}
-	topic := testsvc.NewTopic(t, "INBOX_RESEND_EVENT")
 	c := testsvc.Consume(t, topic)
 	ns := testsvc.RocketMQNameServer(t)
 	resend := func(ref string) result {
-		return runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--topic", topic, "--namesrv", ns, ref)
+		return runEnv(t, env, "inbox", "resend", "--group", "cg_points", "--inbox-table", table, "--namesrv", ns, ref)
 	}
 
 	r := resend(uuid.Must(uuid.NewV7()).String())

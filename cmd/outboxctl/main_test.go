@@ -239,7 +239,7 @@ func TestListAndShow(t *testing.T) {
 	require.Len(t, lines, 4)
 	// The row id is labelled id, the UUID consumers see event_id.
 	assert.Regexp(t, `^ID\s+STATUS\s+EVENT_TYPE\s+BIZ_NO\s+TOPIC\s+RETRIES\s+RECLAIMS\s+BYTES\s+CREATED \(UTC\)\s+UPDATED \(UTC\)\s+DUE \(UTC\)\s+EVENT_ID\s+LAST_ERROR$`, lines[0])
-	assert.Regexp(t, fmt.Sprintf(`^%d\s+FAIL\s+ORDER_PAID\s+ORD-3\s+-\s+4\s+1\s+2\s.*\s%s\s+broker said no$`, failed, f.eventID(t, failed)), lines[1])
+	assert.Regexp(t, fmt.Sprintf(`^%d\s+FAIL\s+ORDER_PAID\s+ORD-3\s+ORDER_EVENT_TOPIC\s+4\s+1\s+2\s.*\s%s\s+broker said no$`, failed, f.eventID(t, failed)), lines[1])
 	assert.Equal(t, strings.Index(lines[0], "EVENT_ID"), strings.Index(lines[1], f.eventID(t, failed)), "the event_id under its header")
 	// Aligned: every row's STATUS column starts where the header's does.
 	col := strings.Index(lines[0], "STATUS")

@@ -204,8 +204,11 @@ func parseInboxes(flags []string, stores []namedStore) ([]inboxFlag, error) {
 		} else {
 			ib.group = rest
 		}
-		if ib.group == "" {
+		switch {
+		case ib.group == "":
 			return nil, usagef("--inbox %q: want [STORE/]GROUP", f)
+		case strings.Contains(ib.group, "="):
+			return nil, usagef("--inbox %q: want [STORE/]GROUP (a resend goes to the topic the message was consumed from: name no topic)", f)
 		}
 		switch {
 		case ib.store == "" && len(stores) > 1:

@@ -165,8 +165,11 @@ func TestServeWritesWithBasicAuth(t *testing.T) {
 	f.set(t, dead, outbox.StatusFail, time.Hour)
 	paid := f.insert(t, "ORDER_PAID", "ORD-9", []byte(`{}`))
 	f.set(t, paid, outbox.StatusSending, time.Hour)
-	s := startServe(t, append(f.env, "OUTBOX_CONSOLE_BASIC_AUTH=ops:correct-horse"), "serve", "--listen", "127.0.0.1:0", "--allow-writes", "--prefix", "/ops/outbox/",
-		"--default-topic", "ORDERS_T", "--route", "ORDER_PAID=PAY_T", "--lease", "1m")
+	// Both as a plain INSERT writes them, naming no topic: the stores' routes give theirs.
+	_, err := f.db.Exec("UPDATE `"+f.table+"` SET topic = '' WHERE id IN (?, ?)", dead, paid)
+	require.NoError(t, err)
+	s := startServe(t, append(f.env, "OUTBOX_CONSOLE_BASIC_AUTH=ops:correct-horse"), "-default-topic", "ORDERS_T", "-topics", "PAY_T",
+		"-route", "ORDER_PAID=PAY_T", "serve", "--listen", "127.0.0.1:0", "--allow-writes", "--prefix", "/ops/outbox/", "--lease", "1m")
 	require.True(t, strings.HasSuffix(s.url, "/ops/outbox/"), s.url)
 
 	res, err := http.Get(s.url)
@@ -190,8 +193,8 @@ func TestServeWritesWithBasicAuth(t *testing.T) {
 	store := mc.DBName // a -dsn store is named after its database
 	page := get(t, c, s.url+fmt.Sprintf("stores/%s/events/%d", store, dead))
 	require.Contains(t, page, `id="requeue"`)
-	assert.Contains(t, page, "ORDERS_T", "the properties shown are those of --default-topic")
-	assert.Contains(t, get(t, c, s.url+fmt.Sprintf("stores/%s/events/%d", store, paid)), "PAY_T", "and of --route")
+	assert.Contains(t, page, "ORDERS_T", "the topic shown is -default-topic's")
+	assert.Contains(t, get(t, c, s.url+fmt.Sprintf("stores/%s/events/%d", store, paid)), "PAY_T", "and -route's")
 	assert.Regexp(t, `id="stale-claims">1 SENDING claim`, get(t, c, s.url+"stores/"+store), "--lease judges the claims")
 	m := csrfInput.FindStringSubmatch(page)
 	require.NotNil(t, m)
@@ -264,8 +267,8 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{[]string{"serve", "--listen", "nonsense"}, nil, "want HOST:PORT"},
 		{[]string{"serve", "--token-file", short}, nil, "at least 16"},
 		{[]string{"serve"}, []string{"OUTBOX_CONSOLE_BASIC_AUTH=nopassword"}, "want user:password"},
-		{[]string{"serve", "--route", "X"}, nil, "want TYPE=TOPIC"},
-		{[]string{"serve", "--inbox", "g=T"}, nil, "needs --namesrv"},
+		{[]string{"-route", "X", "serve"}, nil, "want TYPE=TOPIC"},
+		{[]string{"serve", "--inbox", "g=T"}, nil, "a resend goes to the topic the message was consumed from"},
 		{[]string{"serve", "--prefix", "ops"}, nil, "Prefix"},
 		{[]string{"-on", "x", "serve"}, nil, "leave out -on"},
 		{[]string{"serve", "--inbox", "nosuch/g"}, nil, `unknown store "nosuch"`},
@@ -323,8 +326,9 @@ func TestServeInboxRejected(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, res.StatusCode, "a group not given")
 }
 
-// --inbox GROUP=TOPIC with --namesrv and --allow-writes: a rejected message resent from the
-// console reaches the real broker as the same event, and its row is gone.
+// --inbox GROUP with --namesrv and --allow-writes: a rejected message resent from the
+// console reaches the real broker, in the topic it was consumed from, as the same event,
+// and its row is gone.
 func TestServeInboxResend(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -334,12 +338,12 @@ func TestServeInboxResend(t *testing.T) {
 	require.NoError(t, in.CreateSchema(context.Background()))
 	t.Cleanup(func() { _, _ = f.db.Exec("DROP TABLE IF EXISTS `" + table + "`, `" + table + "_rejected`") })
 	eventID := uuid.Must(uuid.NewV7()).String()
-	id := rejectOne(t, in, eventID)
 	topic := testsvc.NewTopic(t, "CONSOLE_RESEND")
+	id := rejectOneFrom(t, in, eventID, topic)
 	consumer := testsvc.Consume(t, topic)
 	ns := testsvc.RocketMQNameServer(t)
 
-	s := startServe(t, f.env, "serve", "--listen", "127.0.0.1:0", "--allow-writes", "--inbox", "cg_points="+topic,
+	s := startServe(t, f.env, "serve", "--listen", "127.0.0.1:0", "--allow-writes", "--inbox", "cg_points",
 		"--inbox-table", table, "--namesrv", ns)
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
