@@ -440,3 +440,49 @@ func TestRequeueToAnotherTopic(t *testing.T) {
 	_, err = admin.SkipFailed(ctx, outbox.Filter{}, outbox.RequeueOptions{Topic: "payments"})
 	require.ErrorIs(t, err, outbox.ErrInvalidInput, "a skip sends nothing")
 }
+
+// Under KeyOrder a dead letter stops its biz no in every topic: PAID (its own topic) is
+// refused for good, and SHIPPED (another topic), written after it, waits for a person,
+// whether it was claimed with it or later; other biz nos go on. Under
+// KeyOrderSkipDeadLetters the dead letter blocks nothing: SHIPPED goes on without it.
+func TestDeadLetterStopsItsKeyInEveryTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, o := range []outbox.Ordering{outbox.KeyOrder, outbox.KeyOrderSkipDeadLetters} {
+		b := topicSetup(t, outbox.MySQLConfig{Ordering: o, Routes: outbox.Routes{ByType: map[string]string{"ORDER_PAID": "PAY", "ORDER_SHIPPED": "SHIP"}}},
+			"PAY", "SHIP")
+		ids := map[string]int64{}
+		for _, biz := range []string{"ORD-1", "ORD-2"} {
+			for _, typ := range []string{"ORDER_CREATED", "ORDER_PAID", "ORDER_SHIPPED"} {
+				ids[biz+"/"+typ] = b.insertInput(t, outbox.EventInput{BizNo: biz, EventType: typ, Payload: []byte("{}")})
+			}
+		}
+		later := b.insertInput(t, outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_SHIPPED", Payload: []byte(`{"again":1}`)})
+		rec := newRecorder()
+		rec.fail = func(ev outbox.Event) error {
+			if ev.BizNo == "ORD-1" && ev.EventType == "ORDER_PAID" {
+				return outbox.Permanent(errors.New("the broker refused the message"))
+			}
+			return nil
+		}
+		p := newPublisher(t, b.store, rec, fastConfig("dead-key-"+o.String(), &logSink{}))
+		for range 5 {
+			_, err := p.PublishPending(ctx)
+			require.NoError(t, err)
+		}
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, ids["ORD-1/ORDER_CREATED"]).Status, "%s", o)
+		assert.Equal(t, outbox.StatusFail, b.get(t, ids["ORD-1/ORDER_PAID"]).Status, "%s", o)
+		for _, typ := range []string{"ORDER_CREATED", "ORDER_PAID", "ORDER_SHIPPED"} {
+			assert.Equal(t, outbox.StatusSuccess, b.get(t, ids["ORD-2/"+typ]).Status, "%s: another biz no goes on", o)
+		}
+		for _, id := range []int64{ids["ORD-1/ORDER_SHIPPED"], later} {
+			if o == outbox.KeyOrder {
+				assert.Equal(t, outbox.StatusWait, b.get(t, id).Status, "%s: event %d waits behind the dead letter, in another topic", o, id)
+				assert.Zero(t, rec.count(id), "%s: never sent", o)
+			} else {
+				assert.Equal(t, outbox.StatusSuccess, b.get(t, id).Status, "%s: event %d goes on without the dead letter", o, id)
+			}
+		}
+		require.NoError(t, p.Close())
+	}
+}
