@@ -113,10 +113,10 @@ func ExamplePermanent() {
 func ExampleNewPublisher_invalidConfig() {
 	store := &outbox.MySQLStore{}
 	sender := outbox.SenderFunc(func(context.Context, outbox.Event) error { return nil })
-	_, err := outbox.NewPublisher(store, sender, outbox.Config{Tuning: outbox.Tuning{Lease: time.Minute, SendTimeout: 10 * time.Second}})
+	_, err := outbox.NewPublisher(store, sender, outbox.Config{Tuning: outbox.Tuning{Lease: 500 * time.Millisecond}})
 	fmt.Println(err)
 	// Output:
-	// outbox: invalid config: Tuning.SendTimeout (10s, the sender's own when left zero) must be at most a tenth of Tuning.Lease (1m0s), or a slow send outlives its lease and is sent twice
+	// outbox: invalid config: Tuning.Lease must be at least 1s, got 500ms
 }
 
 // exampleDB opens the database the tests use (OUTBOX_TEST_MYSQL_DSN), for the examples.

@@ -154,7 +154,7 @@ func TestKeyOrderSurvivesABrokerAwayLongerThanItsRetries(t *testing.T) {
 	testsvc.RocketMQBrokerB(t)
 	db := testsvc.OpenDB(t)
 	topic, brokers := testsvc.NewTopicOnEveryBroker(t, "OUTBOX_KEY_AWAY")
-	require.Len(t, brokers, 2, "the topic is on both brokers")
+	require.Equal(t, 2, brokers, "the topic is on both brokers")
 	b := &bundle{db: db, store: testsvc.NewStore(t, db, outbox.MySQLConfig{Ordering: outbox.KeyOrder, Routes: outbox.Routes{Topic: topic}})}
 	consumer := testsvc.ConsumeOrderly(t, topic)
 	cfg := outbox.Config{

@@ -462,7 +462,7 @@ func TestRelayRefusesKeyOrderOnAnUnorderedTable(t *testing.T) {
 	r, err := relay.New(e.dsn, okSender(new(atomic.Int64)), cfg)
 	require.NoError(t, err)
 	defer r.Close()
-	requireConfigError(t, r.Start(context.Background()), "Config.Ordering key", "cannot serve ordered claims", "idx_biz_no_status")
+	requireConfigError(t, r.Start(context.Background()), "Config.Ordering key", "cannot serve the store", "lacks an index idx_biz_no_status")
 }
 
 // Health().Position at a term's start is the position the term resumes from, not the one

@@ -64,7 +64,7 @@ func TestRelayCloseIsQuiet(t *testing.T) {
 		GroupName: testsvc.UniqueTable("relay")})
 	require.NoError(t, err)
 	waitFor(t, time.Minute, "the topic's route", func() bool {
-		return warm.Send(context.Background(), []outbox.Event{{ID: 1, EventID: "warm", BizNo: "warm", EventType: "WARM", Payload: []byte("{}")}}, false)[0] == nil
+		return warm.Send(context.Background(), []outbox.Event{{ID: 1, EventID: "warm", Topic: topic, BizNo: "warm", EventType: "WARM", Payload: []byte("{}")}}, false)[0] == nil
 	})
 	require.NoError(t, warm.Close())
 	logs := &recorder{}
