@@ -71,16 +71,19 @@ var errClosed = fmt.Errorf("%w: the publisher was closed", ErrClosed)
 //     that a running publisher of another store has in this process with the same
 //     MeterProvider or the same Logger (a nil Logger is the process's default logger,
 //     the same for every publisher); a sender with a Close method that a running
-//     publisher uses too, unless both set [Config.SharedSender]; and a table that cannot
-//     serve the store, as [Store.Check] says (for a MySQL store: a key-order table without
-//     its index, a table not partitioned as configured, a missing
-//     [MySQLConfig.RelayTable]; see [MySQLStore.Check]), and a store whose events may name
-//     a topic ([MySQLConfig.Topics]) that the sender does not route (its
-//     [SenderInfo.Topics], when it lists any).
+//     publisher uses too, unless both set [Config.SharedSender];
+//   - with what [Store.Check] and [Sender.Check] refuse, in one error that names each
+//     problem once: a table that does not exist ([ErrNoTable]); a table that cannot serve
+//     the store ([ErrInvalidConfig]; for a MySQL store: the columns and indexes it lacks,
+//     with the statements that add them, key order's index and SKIPPED, the partitions
+//     [MySQLConfig.PartitionIDs] asks for, a missing [MySQLConfig.RelayTable]; see
+//     [MySQLStore.Check]); and the store's topics ([StoreInfo.Topics]) that the sender
+//     cannot send to ([ErrInvalidConfig]).
 //
 // A store Start cannot reach (Check takes at most [Tuning.StoreTimeout]) is logged, not
-// refused: the publisher starts, and its rounds retry. So is a MySQL table without the
-// server-side defaults other programs' plain INSERTs need.
+// refused: the publisher starts, and its rounds retry. So is a broker the sender cannot ask
+// about the topics, and a MySQL table without the server-side defaults other programs'
+// plain INSERTs need.
 //
 // When it is stopped, the publisher stops claiming, lets the claim in flight finish (within
 // [Tuning.StoreTimeout]: a claim cut half way would leave its outcome unknown) and the send

@@ -19,9 +19,9 @@ const meterName = "github.com/go-outbox/outbox"
 type lockRetrier interface{ lockRetryCount() int64 }
 
 // Attribute keys and values of the publisher's instruments: a closed set, so that every
-// series is bounded. Event types are the service's own, and few; topics are the sender's
-// configured set ([SenderInfo.Topics]), on the measurements of an event whose topic is
-// named; store names are the service's configuration ([Config.StoreName]), on every
+// series is bounded. Event types are the service's own, and few; topics are the store's
+// set ([StoreInfo.Topics]), "(unknown)" for a topic outside it, on every measurement of an
+// event; store names are the service's configuration ([Config.StoreName]), on every
 // measurement of a named publisher.
 const (
 	attrEventType = "event_type"

@@ -315,6 +315,7 @@ func TestMetricsOptional(t *testing.T) {
 var instruments = map[string]string{
 	"outbox.events.sent":                   "outbox_events_sent_total",
 	"outbox.events.retried":                "outbox_events_retried_total",
+	"outbox.events.unconfirmed":            "outbox_events_unconfirmed_total",
 	"outbox.events.dead_lettered":          "outbox_events_dead_lettered_total",
 	"outbox.events.reclaimed":              "outbox_events_reclaimed_total",
 	"outbox.claims.lost":                   "outbox_claims_lost_total",

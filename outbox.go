@@ -60,8 +60,10 @@ type Event struct {
 	// sender sends them with the event so that its consumer continues that trace.
 	TraceParent string
 	TraceState  string
-	// Topic is the event's destination as written ([EventInput.Topic]): "" sends it to the
-	// sender's default topic.
+	// Topic is the event's destination, as its store resolved it by its [Routes] and wrote
+	// it on the row: at insert ([EventInput.Topic], else its type's route, else the default
+	// topic), or, for a row a plain SQL INSERT wrote without one, at its claim. The sender
+	// sends the event there.
 	Topic string
 	// Failures are the event's latest failed attempts, oldest first (at most ten): when,
 	// on which instance, of what class and why (see [Failure]). Empty for an event that
@@ -100,8 +102,10 @@ type EventInput struct {
 	// passed is due at once. At most 9999-12-31 23:59:59.999 UTC, the latest time the
 	// table's DATETIME(3) holds. The zero time (the default): due at once. Not with Delay.
 	NotBefore time.Time
-	// Topic names the event's destination, one of the topics the store is configured with
-	// ([MySQLConfig.Topics]); "" (the default) sends it to the sender's default topic.
+	// Topic names the event's destination, one of the store's topics ([Routes.Topic] or one
+	// of [Routes.Topics], in [MySQLConfig.Routes]); InsertEvent refuses any other. "" (the
+	// default) leaves it to the routes: the topic of the event type ([Routes.ByType]), else
+	// the default topic.
 	Topic string
 }
 

@@ -27,7 +27,7 @@ import (
 )
 
 const (
-	// topicDefault is the topic events go to unless [RocketMQConfig.Topic] says otherwise.
+	// topicDefault is a store's default topic when its [Routes.Topic] is empty.
 	topicDefault = "ORDER_EVENT_TOPIC"
 	// producerGroupDefault is the sender's producer group unless RocketMQConfig.GroupName says otherwise.
 	producerGroupDefault = "outbox_publisher"

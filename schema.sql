@@ -80,12 +80,15 @@ CREATE TABLE IF NOT EXISTS t_event_record (
     -- columns").
     trace_parent    CHAR(55)      CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     trace_state     VARCHAR(256)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
-    -- the event's destination (EventInput.Topic): one of the store's MySQLConfig.Topics, or
-    -- '' for the sender's default topic (RocketMQConfig.Topic). At most 127 ascii characters,
-    -- RocketMQ's limit for a topic name (letters, digits, '_', '-', '%', '|'); ascii_bin
-    -- compares names byte for byte, as the broker does. Written once, with the row. After the
-    -- trace columns, with a constant default, so that adding it to an older table is an
-    -- instant ALTER (see docs/upgrading.md,
+    -- the event's destination, one of the topics of the store's MySQLConfig.Routes:
+    -- InsertEvent writes the topic it resolves (EventInput.Topic, else the event type's
+    -- route, else the default topic). '' is a row a plain INSERT wrote without one: its
+    -- claim (or the binlog relay) writes the topic the routes give it, and until then every
+    -- read resolves it alike (docs/routing.md). A requeue to another topic
+    -- (Admin.RequeueTo) rewrites it. At most 127 ascii characters, RocketMQ's limit for a
+    -- topic name (letters, digits, '_', '-', '%', '|'); ascii_bin compares names byte for
+    -- byte, as the broker does. After the trace columns, with a constant default, so that
+    -- adding it to an older table is an instant ALTER (see docs/upgrading.md,
     -- "Upgrading a table made before the topic column").
     topic           VARCHAR(127)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     -- the failure history (Event.Failures): NULL until the event's first failed attempt, then
