@@ -71,7 +71,7 @@ func refuseTopic(ev *Event, known map[string]bool, set []string) error {
 	case ev.Topic == "":
 		return Permanent(errors.New("outbox: the event names no topic, and its store gave it none"))
 	case known != nil && !known[ev.Topic]:
-		return Permanent(fmt.Errorf("outbox: the event's topic %.140q is not one of its store's topics (%s): requeue it to one of them (Admin.Requeue with RequeueOptions.Topic)",
+		return Permanent(fmt.Errorf("outbox: the event's topic %.140q is not one of its store's topics (%s): requeue it to one of them (Admin.RequeueTo, or Admin.Requeue with RequeueOptions.Topic)",
 			ev.Topic, strings.Join(set, ", ")))
 	}
 	return nil

@@ -471,8 +471,15 @@ func formerNames(changelog string) map[string]bool {
 		if !ok || !strings.HasPrefix(line, "- ") {
 			continue
 		}
+		typ := ""
 		for _, m := range codeSpanRE.FindAllStringSubmatch(before, -1) {
-			names[callRE.ReplaceAllString(strings.TrimPrefix(m[1], "outbox."), "")] = true
+			name := callRE.ReplaceAllString(strings.TrimPrefix(m[1], "outbox."), "")
+			names[name] = true
+			if i := strings.LastIndex(name, "."); i >= 0 {
+				typ = name[:i+1]
+			} else if typ != "" {
+				names[typ+name] = true
+			}
 		}
 	}
 	return names

@@ -564,7 +564,7 @@ func TestPlainSQLInsertStoredProcedure(t *testing.T) {
 }
 
 // A plain INSERT may name the event's topic. The server checks only the column's width: a
-// topic outside MySQLConfig.Topics, or one that is no RocketMQ topic name, is written and
+// topic outside MySQLConfig.Routes.Topics, or one that is no RocketMQ topic name, is written and
 // claimed as it is, for the sender to refuse; a topic over 127 characters is refused by
 // the server in strict mode (1406).
 func TestPlainSQLInsertNamesATopic(t *testing.T) {

@@ -133,7 +133,7 @@ func orderedClaimOrNot(t *testing.T, s *outbox.MySQLStore, o outbox.Ordering) []
 	return orderedClaim(t, s, "a", o, 10).Events
 }
 
-// A topic outside MySQLConfig.Topics is refused at insert with an error wrapping
+// A topic outside MySQLConfig.Routes.Topics is refused at insert with an error wrapping
 // ErrInvalidEvent that names it and the known topics; nothing is written, and the
 // transaction goes on as after any invalid event: its other events commit.
 func TestInsertEventRefusesATopicOutsideTheSet(t *testing.T) {

@@ -155,7 +155,7 @@ func (in *Inbox) Replay(ctx context.Context, id int64, h Handler) (Outcome, erro
 // to 2 h, and every 2 h after that: the consumer raises the client's MaxReconsumeTimes so
 // that the client never gives a message up, [Config.MaxDeliveries] does, and a delivery that
 // fails for a fault comes again for as long as the fault lasts), and the publisher resends
-// an event after its lease (10 min by default). Rejected messages are never purged.
+// an event after its lease (15 s by default). Rejected messages are never purged.
 func (in *Inbox) Purge(ctx context.Context, olderThan, pause time.Duration) (int64, error) {
 	if olderThan <= 0 || pause < 0 {
 		return 0, fmt.Errorf("%w: olderThan must be positive and pause not negative, got %s and %s", outbox.ErrInvalidInput, olderThan, pause)

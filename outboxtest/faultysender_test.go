@@ -163,7 +163,9 @@ func TestFaultySenderBlockHonoursContext(t *testing.T) {
 	faulty.Block(nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan []error)
-	go func() { done <- faulty.Send(ctx, []outbox.Event{{EventID: "e1", BizNo: "A"}}, false) }()
+	go func() {
+		done <- faulty.Send(ctx, []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e1", BizNo: "A"}}, false)
+	}()
 	require.NoError(t, faulty.WaitBlocked(waitCtx(t), 1))
 	cancel()
 	errs := <-done
@@ -174,12 +176,14 @@ func TestFaultySenderBlockHonoursContext(t *testing.T) {
 	assert.Zero(t, sent.Len())
 	assert.Equal(t, 1, faulty.Counts().TimedOut)
 
-	go func() { done <- faulty.Send(t.Context(), []outbox.Event{{EventID: "e2", BizNo: "A"}}, false) }()
+	go func() {
+		done <- faulty.Send(t.Context(), []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e2", BizNo: "A"}}, false)
+	}()
 	require.NoError(t, faulty.WaitBlocked(waitCtx(t), 2))
 	faulty.Release()
 	assert.Equal(t, []error{nil}, <-done)
 	assert.Equal(t, 1, sent.Len())
-	assert.Equal(t, []error{nil}, faulty.Send(t.Context(), []outbox.Event{{EventID: "e3"}}, false), "Release turns Block off")
+	assert.Equal(t, []error{nil}, faulty.Send(t.Context(), []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e3"}}, false), "Release turns Block off")
 }
 
 // The publisher's send timeout ends a blocked send: a retry counted, and the event sent
@@ -242,7 +246,7 @@ func TestFaultySenderKeyOrder(t *testing.T) {
 	sent := outboxtest.NewMemorySender()
 	faulty := outboxtest.NewFaultySender(sent)
 	faulty.FailFirst(1, func(ev outbox.Event) bool { return ev.EventID == "a1" })
-	evs := []outbox.Event{{EventID: "b1", BizNo: "B"}, {EventID: "a1", BizNo: "A"}, {EventID: "a2", BizNo: "A"}, {EventID: "b2", BizNo: "B"}, {EventID: "c1", BizNo: "C"}}
+	evs := []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "b1", BizNo: "B"}, {Topic: "ORDERS", Payload: []byte("{}"), EventID: "a1", BizNo: "A"}, {Topic: "ORDERS", Payload: []byte("{}"), EventID: "a2", BizNo: "A"}, {Topic: "ORDERS", Payload: []byte("{}"), EventID: "b2", BizNo: "B"}, {Topic: "ORDERS", Payload: []byte("{}"), EventID: "c1", BizNo: "C"}}
 	errs := faulty.Send(t.Context(), evs, true)
 	require.Len(t, errs, 5)
 	assert.NoError(t, errs[0])
@@ -276,7 +280,7 @@ func TestFaultySenderConcurrentUse(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 100 {
-				ev := outbox.Event{EventID: string(rune('a'+g)) + string(rune('0'+i%10)), BizNo: "K", EventType: "T"}
+				ev := outbox.Event{Topic: "ORDERS", Payload: []byte("{}"), EventID: string(rune('a'+g)) + string(rune('0'+i%10)), BizNo: "K", EventType: "T"}
 				_ = faulty.Send(t.Context(), []outbox.Event{ev, ev}, i%2 == 0)
 				switch i % 5 {
 				case 0:
@@ -307,7 +311,7 @@ func TestFaultySenderErrorClasses(t *testing.T) {
 		sent := outboxtest.NewMemorySender()
 		f := outboxtest.NewFaultySender(sent)
 		setup(f)
-		errs := f.Send(t.Context(), []outbox.Event{{EventID: "e1", BizNo: "A"}}, false)
+		errs := f.Send(t.Context(), []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e1", BizNo: "A"}}, false)
 		require.Len(t, errs, 1)
 		return sent, errs[0]
 	}
@@ -344,7 +348,7 @@ func TestFaultySenderPredicateMayReadTheSender(t *testing.T) {
 	t.Parallel()
 	faulty := outboxtest.NewFaultySender(outboxtest.NewMemorySender())
 	faulty.FailFirst(1, func(outbox.Event) bool { return faulty.Counts().Failed == 0 })
-	errs := faulty.Send(t.Context(), []outbox.Event{{EventID: "e1"}, {EventID: "e2"}}, false)
+	errs := faulty.Send(t.Context(), []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e1"}, {Topic: "ORDERS", Payload: []byte("{}"), EventID: "e2"}}, false)
 	assert.ErrorIs(t, errs[0], outboxtest.ErrInjected)
 	assert.NoError(t, errs[1], "the predicate saw the first failure")
 }
@@ -357,7 +361,7 @@ func TestFaultySenderLoseAnswerPassesInnerErrors(t *testing.T) {
 	inner.Refuse(nil)
 	outer := outboxtest.NewFaultySender(inner)
 	outer.LoseAnswer(1, nil)
-	errs := outer.Send(t.Context(), []outbox.Event{{EventID: "e1"}}, false)
+	errs := outer.Send(t.Context(), []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e1"}}, false)
 	assert.True(t, outbox.IsPermanent(errs[0]), "the inner refusal: %v", errs[0])
 	c := outer.Counts()
 	assert.Zero(t, c.Lost)

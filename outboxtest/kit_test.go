@@ -164,7 +164,7 @@ func TestMemorySenderKeepsKeyOrder(t *testing.T) {
 func TestMemorySenderKeepsCopies(t *testing.T) {
 	t.Parallel()
 	sent := outboxtest.NewMemorySender()
-	ev := outbox.Event{EventID: "e1", BizNo: "ORD-1", Payload: []byte("abc"), Failures: []outbox.Failure{{Class: "x"}}}
+	ev := outbox.Event{Topic: "ORDERS", EventID: "e1", BizNo: "ORD-1", Payload: []byte("abc"), Failures: []outbox.Failure{{Class: "x"}}}
 	require.Equal(t, []error{nil}, sent.Send(t.Context(), []outbox.Event{ev}, false))
 	ev.Payload[0], ev.Failures[0].Class = 'X', "changed"
 	got := sent.Events()
@@ -181,7 +181,7 @@ func TestMemorySenderHonoursContext(t *testing.T) {
 	sent := outboxtest.NewMemorySender()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	errs := sent.Send(ctx, []outbox.Event{{EventID: "e1"}, {EventID: "e2"}}, false)
+	errs := sent.Send(ctx, []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e1"}, {Topic: "ORDERS", Payload: []byte("{}"), EventID: "e2"}}, false)
 	require.Len(t, errs, 2)
 	for _, err := range errs {
 		assert.ErrorIs(t, err, outbox.ErrNotSent)
@@ -189,7 +189,7 @@ func TestMemorySenderHonoursContext(t *testing.T) {
 	}
 	assert.Zero(t, sent.Len())
 
-	require.Equal(t, []error{nil}, sent.Send(t.Context(), []outbox.Event{{EventID: "e3"}}, false))
+	require.Equal(t, []error{nil}, sent.Send(t.Context(), []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e3"}}, false))
 	evs, err := sent.WaitFor(ctx, 2)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.ErrorContains(t, err, "waited for 2 events, 1 sent")
@@ -216,7 +216,7 @@ func TestMemorySenderConcurrentUse(t *testing.T) {
 			for s := range senders {
 				wg.Go(func() {
 					for i := range each {
-						errs := sent.Send(t.Context(), []outbox.Event{{EventID: fmt.Sprintf("%d-%d", s, i), BizNo: fmt.Sprint(s)}}, true)
+						errs := sent.Send(t.Context(), []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: fmt.Sprintf("%d-%d", s, i), BizNo: fmt.Sprint(s)}}, true)
 						assert.Equal(t, []error{nil}, errs)
 						_ = sent.Len()
 						_ = sent.ByBizNo("1")
@@ -275,7 +275,7 @@ func TestMemorySenderServesTwoPublishers(t *testing.T) {
 func TestMemorySenderPredicateMayReadTheSender(t *testing.T) {
 	t.Parallel()
 	sent := outboxtest.NewMemorySender()
-	require.Equal(t, []error{nil, nil}, sent.Send(t.Context(), []outbox.Event{{EventID: "e1"}, {EventID: "e2"}}, false))
+	require.Equal(t, []error{nil, nil}, sent.Send(t.Context(), []outbox.Event{{Topic: "ORDERS", Payload: []byte("{}"), EventID: "e1"}, {Topic: "ORDERS", Payload: []byte("{}"), EventID: "e2"}}, false))
 	firstOnly := func(ev outbox.Event) bool { return ev.EventID == sent.Events()[0].EventID && sent.Len() == 2 }
 	assert.Len(t, sent.Match(firstOnly), 1)
 	evs, err := sent.WaitForMatch(waitCtx(t), 1, firstOnly)

@@ -24,14 +24,14 @@ var upkeepCases = []storeCase{
 
 func checkReportsTheStoresOrdering(t *testing.T, f *fixture) {
 	for range 2 {
-		o, err := f.s.Check(f.ctx)
+		info, err := f.s.Check(f.ctx)
 		require.NoError(t, err, "a table the store made can serve its ordering")
-		assert.Equal(t, f.Ordering(), o)
+		assert.Equal(t, f.Ordering(), info.Ordering)
 	}
 	f.insert(1)
-	o, err := f.s.Check(f.ctx)
+	info, err := f.s.Check(f.ctx)
 	require.NoError(t, err)
-	assert.Equal(t, f.Ordering(), o, "the same with events in the table")
+	assert.Equal(t, f.Ordering(), info.Ordering, "the same with events in the table")
 }
 
 // signalled reports whether wake receives a signal within d.

@@ -23,11 +23,11 @@ import (
 // ---- stats
 
 func (a *app) stats(ctx context.Context, args []string) error {
-	fs := a.newFlags("stats", "stats [--lease 10m] [--count-success] [--json]",
+	fs := a.newFlags("stats", "stats [--lease 15s] [--count-success] [--json]",
 		"Counts events by status, and reports the due backlog, the oldest due event's age (the\n"+
 			"publish lag), SENDING events past half their lease, and dead letters by event type.\n"+
 			"Counting SUCCESS rows reads their whole index range, so it is left out unless asked.")
-	lease := fs.Duration("lease", 10*time.Minute, "the publishers' Config.Tuning.Lease, to judge SENDING rows by")
+	lease := fs.Duration("lease", 15*time.Second, "the publishers' Config.Tuning.Lease, to judge SENDING rows by")
 	countSuccess := fs.Bool("count-success", false, "also count SUCCESS rows (slow on a large table)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)

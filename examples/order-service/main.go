@@ -142,7 +142,7 @@ func main() {
 	o := options{out: os.Stdout}
 	flag.StringVar(&o.dsn, "dsn", "root@tcp(127.0.0.1:3306)/outbox_test?parseTime=true", "MySQL DSN")
 	flag.StringVar(&o.namesrv, "namesrv", "127.0.0.1:9876", "RocketMQ name server")
-	flag.StringVar(&o.topic, "topic", "ORDER_EVENT_TOPIC", "RocketMQ topic") // the default RocketMQConfig.Topic
+	flag.StringVar(&o.topic, "topic", "ORDER_EVENT_TOPIC", "RocketMQ topic") // the store's Routes.Topic
 	flag.StringVar(&o.table, "table", "t_event_record", "outbox table")      // the default MySQLConfig.Table
 	flag.StringVar(&o.group, "group", "example_points_service", "the points service's consumer group")
 	flag.IntVar(&o.orders, "orders", 1000, "orders to create")

@@ -86,9 +86,9 @@ func CloudEvents(source, contentType string) Option {
 // when [outbox.RocketMQSender] sent it: the event id, type and biz no as fields and
 // properties (eventId, eventType, bizNo), the payload as the body, the biz no as the
 // message's key (KEYS) and the event type as its tag (TAGS), the stored trace context
-// (traceparent, tracestate) when it is well formed, the topic (ev.Topic, or the sender's
-// default), a new message id (MsgID, and UNIQ_KEY as the client sets it), one delivery, and
-// BornAt now. Each call is a new message: two calls for one event are the event sent twice,
+// (traceparent, tracestate) when it is well formed, the topic (ev.Topic, or [DefaultTopic]
+// for an event made by hand without one), a new message id (MsgID, and UNIQ_KEY as the
+// client sets it), one delivery, and BornAt now. Each call is a new message: two calls for one event are the event sent twice,
 // two messages with one event id, as the consumer sees a duplicate. [Redelivery] is the
 // same message delivered again.
 //

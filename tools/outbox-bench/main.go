@@ -68,7 +68,7 @@ func main() {
 	outbox.RouteRocketMQClientLogs(nil)
 	dsn := flag.String("dsn", "root@tcp(127.0.0.1:3306)/outbox_test?parseTime=true", "MySQL DSN")
 	namesrv := flag.String("namesrv", "", "RocketMQ name server; empty skips the end-to-end rows")
-	topic := flag.String("topic", "ORDER_EVENT_TOPIC", "RocketMQ topic for the end-to-end rows") // the default RocketMQConfig.Topic
+	topic := flag.String("topic", "ORDER_EVENT_TOPIC", "RocketMQ topic for the end-to-end rows") // the store's Routes.Topic
 	events := flag.Int("events", 200_000, "events per drain in batch mode (a sustained backlog: short drains are dominated by ramp-up)")
 	perRowEvents := flag.Int("per-row-events", 10_000, "events per drain in per-row mode (it is slower)")
 	instanceList := flag.String("instances", "1,3,8", "numbers of publisher instances")

@@ -122,7 +122,7 @@ func parseOptions(args []string) (*options, error) {
 	fs.DurationVar(&o.gapMax, "gap-max", 60*time.Second, "longest pause before a fault")
 	fs.DurationVar(&o.outageMin, "outage-min", 5*time.Second, "shortest time a service stays stopped")
 	fs.DurationVar(&o.outageMax, "outage-max", 30*time.Second, "longest time a service stays stopped")
-	fs.DurationVar(&o.lease, "lease", 30*time.Second, "publishers' Tuning.Lease (short, so that a killed publisher's rows come back quickly; at least 10 × the 3 s SendTimeout)")
+	fs.DurationVar(&o.lease, "lease", 30*time.Second, "publishers' Tuning.Lease (short, so that a killed publisher's rows come back quickly)")
 	fs.DurationVar(&o.reclaim, "reclaim", 5*time.Second, "publishers' Tuning.ReclaimInterval")
 	fs.StringVar(&o.claimMode, "claim-mode", claimBatch, "publishers' claims: batch, or per-row (Tuning.ClaimPerRow)")
 	fs.DurationVar(&o.poll, "poll", 0, "publishers' Config.PollInterval (0: the library's default)")
