@@ -136,13 +136,13 @@ func (r *consRig) insertOne(t *testing.T, bizNo, payload string) string {
 // committed is every event of the outbox table, in id order.
 func (r *consRig) committed(t *testing.T) []outbox.Event {
 	t.Helper()
-	rows, err := r.db.Query("SELECT id, event_id, biz_no, event_type, payload FROM `" + r.table + "` ORDER BY id")
+	rows, err := r.db.Query("SELECT id, event_id, topic, biz_no, event_type, payload FROM `" + r.table + "` ORDER BY id")
 	require.NoError(t, err)
 	defer rows.Close()
 	var evs []outbox.Event
 	for rows.Next() {
 		var ev outbox.Event
-		require.NoError(t, rows.Scan(&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload))
+		require.NoError(t, rows.Scan(&ev.ID, &ev.EventID, &ev.Topic, &ev.BizNo, &ev.EventType, &ev.Payload))
 		evs = append(evs, ev)
 	}
 	require.NoError(t, rows.Err())

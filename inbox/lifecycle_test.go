@@ -150,7 +150,8 @@ func TestConsumerStopGivesUpAHandlerThatNeverReturns(t *testing.T) {
 	r.waitEffects(t, len(ok)+1, 30*time.Second)
 	endRun()
 	stopped("the end of Start's context")
-	assert.EqualValues(t, 2, cancelled.Load())
+	require.Eventually(t, func() bool { return cancelled.Load() == 2 }, 10*time.Second, 10*time.Millisecond,
+		"the second stuck handler's context is cancelled")
 
 	// And Close, bounded by StopTimeout.
 	third := start(context.Background(), "STUCK-3")

@@ -77,7 +77,7 @@ func (a *app) stats(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "due now\t%d\n", st.Due)
 	fmt.Fprintf(tw, "oldest due age\t%s\n", roundDur(st.OldestDueAge))
 	fmt.Fprintf(tw, "oldest claim age\t%s\n", roundDur(st.OldestClaimAge))
-	fmt.Fprintf(tw, "sending past half lease (%s)\t%d\n", roundDur(*lease/2), st.SendingPastHalfLease)
+	fmt.Fprintf(tw, "sending past half lease (%s)\t%d\n", *lease/2, st.SendingPastHalfLease)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -220,7 +220,7 @@ func TestStats(t *testing.T) {
 	require.Zero(t, r.code, r.stderr)
 	assert.Regexp(t, `(?m)^WAIT\s+3$`, r.stdout)
 	assert.Regexp(t, `(?m)^SUCCESS\s+- \(--count-success\)$`, r.stdout, "SUCCESS is not counted unless asked")
-	assert.Regexp(t, `(?m)^sending past half lease \(5m0s\)\s+1$`, r.stdout)
+	assert.Regexp(t, `(?m)^sending past half lease \(7.5s\)\s+2$`, r.stdout, "by the default lease, 15 s, both claims (1 and 8 minutes old) are past half of it")
 	assert.Regexp(t, `(?m)^A\s+2$`, r.stdout)
 	assert.Regexp(t, `(?m)^B\s+1$`, r.stdout)
 }

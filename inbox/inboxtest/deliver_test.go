@@ -62,7 +62,7 @@ func (p *points) of(t *testing.T, orderNo string) int {
 }
 
 func event(orderNo string) outbox.Event {
-	return outbox.Event{EventID: uuid.Must(uuid.NewV7()).String(), BizNo: orderNo, EventType: "ORDER_CREATED", Payload: []byte(`{}`)}
+	return outbox.Event{EventID: uuid.Must(uuid.NewV7()).String(), BizNo: orderNo, EventType: "ORDER_CREATED", Topic: inboxtest.DefaultTopic, Payload: []byte(`{}`)}
 }
 
 // Handled once; the same message delivered again, and the event sent again, are duplicates
