@@ -54,16 +54,20 @@ type fixture struct {
 func newFixture(t *testing.T, ordering outbox.Ordering, broker bool) *fixture {
 	t.Helper()
 	db := testsvc.OpenDB(t)
+	routes := outbox.Routes{Topic: "OUTBOX_CONSOLE_E2E"}
+	if broker {
+		routes.Topic = testsvc.NewTopic(t, "OUTBOX_CONSOLE_E2E")
+	}
 	f := &fixture{
 		db:    db,
-		store: testsvc.NewStore(t, db, outbox.MySQLConfig{Table: testsvc.UniqueTable("t_e2e"), Ordering: ordering}),
+		store: testsvc.NewStore(t, db, outbox.MySQLConfig{Table: testsvc.UniqueTable("t_e2e"), Ordering: ordering, Routes: routes}),
 		lease: 30 * time.Second,
 		audit: &auditLog{},
 	}
 	f.admin = outbox.NewAdmin(f.store)
 	var inner outbox.Sender
 	if broker {
-		topic := testsvc.NewTopic(t, "OUTBOX_CONSOLE_E2E")
+		topic := routes.Topic
 		f.consumer = testsvc.Consume(t, topic)
 		f.rocketmq = &outbox.RocketMQConfig{
 			NameServers: []string{testsvc.RocketMQNameServer(t)},
