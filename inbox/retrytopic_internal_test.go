@@ -205,9 +205,7 @@ func TestEnsureRetryTopicRefusedFallsBack(t *testing.T) {
 	f := newFakeRemoting(t, false, 16) // NO_PERMISSION
 	var logs syncBuffer
 	c := fakeConsumer(f.addr(), "ORDER_EVENT", &logs)
-	start := time.Now()
 	c.ensureRetryTopic(context.Background(), nil)
-	assert.Less(t, time.Since(start), time.Second)
 	codes, _ := f.requests()
 	assert.Equal(t, []int{105, 105, 34}, codes, "the routes, and the heartbeat refused")
 	assert.Contains(t, logs.String(), "level=DEBUG msg=\"inbox: could not send a broker the group's heartbeat ahead of the consumer's")

@@ -218,8 +218,8 @@ func TestRelaySendsWhilePublishersStandBy(t *testing.T) {
 	})
 }
 
-// -relay on a server whose binary log is off: the example stops at once, with the relay's
-// error, which says how to start the server.
+// -relay on a server whose binary log is off: the example stops with the relay's error,
+// which says how to start the server.
 func TestRelayNeedsTheBinlog(t *testing.T) {
 	t.Parallel()
 	db := testsvc.OpenDB(t)
@@ -230,11 +230,9 @@ func TestRelayNeedsTheBinlog(t *testing.T) {
 	}
 	o := testOptions(t, db, testsvc.MySQLDSN(t))
 	o.relay = true
-	began := time.Now()
 	err := run(context.Background(), o)
 	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "--log-bin")
-	assert.Less(t, time.Since(began), time.Minute, "it stopped at once")
 }
 
 // Messages the points service can never process, sent straight to the topic (a body that is
