@@ -174,8 +174,8 @@ func prefixRuns(all, taken []keyed) []keyed {
 // orderedSizing is what an ordered batch claim leaves the next one, to size it: how long
 // the keys' runs were, and how many head candidates other claims held.
 type orderedSizing struct {
-	// run is the mean length of the keys' runs in the last claim that read them, in
-	// sixteenths of an event; 0 before the first.
+	// run is the mean length of the keys' runs in the last claim that read them, the head
+	// counted, in sixteenths of an event; 0 before the first.
 	run atomic.Int64
 	// extra is how many head candidates the window reads beyond the heads asked for: about
 	// as many as other claims held in the last one.
@@ -247,10 +247,12 @@ func (s *MySQLStore) lockOrdered(ctx context.Context, q querier, o Ordering, inl
 			break
 		}
 	}
-	runs, cut, err := s.lockRuns(ctx, q, o, inline, heads, limit-len(heads))
+	budget := limit - len(heads)
+	runs, reads, cut, err := s.lockRuns(ctx, q, o, inline, heads, budget)
 	if err != nil {
 		return nil, nil, false, false, s.wrap("lock due events in key order: lock the keys' runs", err)
 	}
+	s.learnRuns(heads, runs, reads, budget)
 	more = more || cut
 	// Each key's head and run, the keys in scan order, as long as the payloads add up to at
 	// most maxBytes (the first event always).
@@ -302,11 +304,65 @@ func (s *MySQLStore) lockHeads(ctx context.Context, q querier, o Ordering, inlin
 	return out, found, rows.Err()
 }
 
+// runRead is what a claim read of a key's run, to learn the runs' mean length: whether the
+// read reached the key, how many WAIT ids behind the head it found (before the claim's
+// limit cut them), and how many of them it kept within the limit.
+type runRead struct {
+	reached     bool
+	found, kept int
+}
+
+// length is the key's run as the claim found it, the head counted: what it took, or, if
+// the limit cut the run and the lock took all it was given, what it found.
+func (r runRead) length(took int) int {
+	if took == r.kept {
+		return 1 + r.found
+	}
+	return 1 + took
+}
+
+// lockIDs locks the rows of all, the ids of the heads' runs (ids, per head, in id order),
+// and returns each head's run: the prefix of its ids the lock took, each WAIT, due, of the
+// head's very biz no, and not reclaimed.
+func (s *MySQLStore) lockIDs(ctx context.Context, q querier, inline int, heads []headRow, ids [][]int64, all []int64) ([][]keyed, error) {
+	runs := make([][]keyed, len(heads))
+	if len(all) == 0 {
+		return runs, nil
+	}
+	rows, err := q.QueryContext(ctx, fmt.Sprintf(s.oq.lockRuns, inline, idList(all)))
+	if err != nil {
+		return nil, err
+	}
+	locked := make(map[int64]keyed, len(all))
+	for rows.Next() {
+		var r keyed
+		if err := scanEventRow(rows, &r.ev, &r.size); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		locked[r.ev.ID] = r
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	for i := range heads {
+		for _, id := range ids[i] {
+			r, ok := locked[id]
+			// A twin (a biz no equal to the head's in the column's collation, not byte for
+			// byte) cuts the run: its own order is kept when it is a head.
+			if !ok || r.ev.ReclaimCount > 0 || r.ev.BizNo != heads[i].ev.BizNo {
+				break
+			}
+			runs[i] = append(runs[i], r)
+		}
+	}
+	return runs, nil
+}
+
 // lockRuns locks, for each of the heads the claim holds, the run behind it: its key's next
 // WAIT events in id order, each due and not held by another claim, up to budget events in
-// all. It returns each head's run (in the heads' order) and whether a run may go on past
-// what was taken (the budget ran out). It also learns the runs' mean length for the next
-// claim's number of heads.
+// all. It returns each head's run (in the heads' order), which keys the read reached, and
+// whether a run may go on past what was taken (the budget ran out).
 //
 // One lock-free read of idx_biz_no_status (runs) gives, for the keys with a WAIT event
 // behind their heads, their WAIT ids in index order, at most budget of them behind the
@@ -316,32 +372,29 @@ func (s *MySQLStore) lockHeads(ctx context.Context, q querier, o Ordering, inlin
 // was reclaimed. The server compares biz nos in the column's collation, so keys that
 // differ only in case are one key to it: an id of such a twin of a head cuts every run
 // there (the twin is held back a claim, never let run ahead).
-func (s *MySQLStore) lockRuns(ctx context.Context, q querier, o Ordering, inline int, heads []headRow, budget int) (runs [][]keyed, cut bool, err error) {
-	runs = make([][]keyed, len(heads))
+func (s *MySQLStore) lockRuns(ctx context.Context, q querier, o Ordering, inline int, heads []headRow, budget int) (runs [][]keyed, reads []runRead, cut bool, err error) {
+	reads = make([]runRead, len(heads))
 	headOf := make(map[string]int, len(heads))
 	var keys []string
 	for i, h := range heads {
 		if h.hasNext {
 			headOf[h.ev.BizNo] = i
 			keys = append(keys, sqlText(h.ev.BizNo))
+		} else {
+			reads[i].reached = true // no run
 		}
 	}
 	if len(keys) == 0 || budget <= 0 {
-		// Nothing to read: the runs' length as the heads say it, a guess when the budget is
-		// spent (each key with a run counted as a run of three, so that the next claim
-		// leaves room to read the runs).
-		s.sizing.run.Store(int64(16 + 32*len(keys)/len(heads)))
-		return runs, len(keys) > 0, nil
+		return make([][]keyed, len(heads)), reads, len(keys) > 0, nil
 	}
 	limit := budget + len(keys) // the heads are read too
 	rs, err := q.QueryContext(ctx, fmt.Sprintf(s.oq.runs[orderIndexOf(o)], strings.Join(keys, ", "), limit))
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	var (
 		ids   = make([][]int64, len(heads))
 		stop  = make([]int64, len(heads)) // the first SENDING or FAIL id behind the head; 0: none
-		seen  = make([]bool, len(heads))  // the read reached the key
 		read  int                         // WAIT ids read
 		twin  int64                       // the least id of a twin of a head's key; 0: none
 		first = func(a, b int64) bool { return a == 0 || b < a }
@@ -353,7 +406,7 @@ func (s *MySQLStore) lockRuns(ctx context.Context, q querier, o Ordering, inline
 		)
 		if err := rs.Scan(&k, &status, &id); err != nil {
 			_ = rs.Close()
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		wait := status == string(StatusWait)
 		if wait {
@@ -366,64 +419,57 @@ func (s *MySQLStore) lockRuns(ctx context.Context, q querier, o Ordering, inline
 				twin = id
 			}
 		case id <= heads[i].ev.ID:
-			seen[i] = seen[i] || wait
+			reads[i].reached = reads[i].reached || wait
 		case wait:
-			seen[i] = true
+			reads[i].reached = true
 			ids[i] = append(ids[i], id)
 		case first(stop[i], id):
 			stop[i] = id
 		}
 	}
 	if err := rs.Close(); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	truncated := read == limit // the keys the read did not reach may have runs too
 	var all []int64
 	for i := range ids {
 		n := 0
-		for n < len(ids[i]) && (stop[i] == 0 || ids[i][n] < stop[i]) && (twin == 0 || ids[i][n] < twin) && len(all) < budget {
-			all = append(all, ids[i][n])
+		for n < len(ids[i]) && (stop[i] == 0 || ids[i][n] < stop[i]) && (twin == 0 || ids[i][n] < twin) {
 			n++
 		}
-		ids[i] = ids[i][:n]
+		reads[i].found = n
+		n = min(n, budget-len(all))
+		all = append(all, ids[i][:n]...)
+		ids[i], reads[i].kept = ids[i][:n], n
 	}
-	locked := map[int64]keyed{}
-	if len(all) > 0 {
-		rows, err := q.QueryContext(ctx, fmt.Sprintf(s.oq.lockRuns, inline, idList(all)))
-		if err != nil {
-			return nil, false, err
-		}
-		for rows.Next() {
-			var r keyed
-			if err := scanEventRow(rows, &r.ev, &r.size); err != nil {
-				_ = rows.Close()
-				return nil, false, err
-			}
-			locked[r.ev.ID] = r
-		}
-		if err := rows.Close(); err != nil {
-			return nil, false, err
-		}
+	runs, err = s.lockIDs(ctx, q, inline, heads, ids, all)
+	if err != nil {
+		return nil, nil, false, err
 	}
-	// The runs, and their mean length (the head counted) over the keys the read reached.
-	var nkeys, events int
-	for i := range heads {
-		for _, id := range ids[i] {
-			r, ok := locked[id]
-			if !ok || r.ev.ReclaimCount > 0 {
-				break
-			}
-			runs[i] = append(runs[i], r)
+	return runs, reads, truncated || len(all) == budget, nil
+}
+
+// learnRuns learns the mean length of the keys' runs the claim found (runRead.length), the
+// head counted, over the keys whose runs it read, for the number of heads the next claim
+// locks. When the heads left no room for the runs (budget), it guesses: each key with a
+// run counted as a run of three, so that the next claim leaves room to read them.
+func (s *MySQLStore) learnRuns(heads []headRow, runs [][]keyed, reads []runRead, budget int) {
+	var keys, events, withNext int
+	for i, h := range heads {
+		if h.hasNext {
+			withNext++
 		}
-		if !heads[i].hasNext || seen[i] {
-			nkeys++
-			events += 1 + len(runs[i])
+		if reads[i].reached {
+			keys++
+			events += reads[i].length(len(runs[i]))
 		}
 	}
-	if nkeys > 0 {
-		s.sizing.run.Store(int64(events) * 16 / int64(nkeys))
+	switch {
+	case budget <= 0:
+		s.sizing.run.Store(int64(16 + 32*withNext/len(heads)))
+	case keys > 0:
+		s.sizing.run.Store(int64(events) * 16 / int64(keys))
 	}
-	return runs, truncated || len(all) == budget, nil
 }
 
 // recordSucceeded marks SUCCESS, in the claim's transaction and before its SELECT, the
