@@ -213,10 +213,14 @@ func (s *MySQLStore) lockOrdered(ctx context.Context, q querier, o Ordering, inl
 		return nil, nil, false, false, s.wrap("lock due events in key order: lock the keys' heads", err)
 	}
 	// The next window: half as many candidates again beyond the heads as other claims held
-	// in this one (the candidates passed over before the last head was locked; all of them
-	// if too few were locked).
+	// in this one: the candidates passed over before the last head was locked; all of them
+	// if too few were locked; the whole window if none was (then the statement returned no
+	// row to count them by, and the window may have held nothing, or only others' heads).
 	passed := found - len(heads)
-	if len(heads) == want {
+	switch {
+	case len(heads) == 0:
+		passed = window
+	case len(heads) == want:
 		last := 0
 		for _, h := range heads {
 			last = max(last, h.pos)
@@ -224,9 +228,9 @@ func (s *MySQLStore) lockOrdered(ctx context.Context, q querier, o Ordering, inl
 		passed = last - len(heads)
 	}
 	s.sizing.extra.Store(int64(min(passed+passed/2, 2*limit)))
-	// More may be due: the heads asked for were locked, or the window was full (and, if it
-	// gave nothing, may still grow: a window of keys all held by others waits for the poll).
-	more = len(heads) == want || found == window && (len(heads) > 0 || extra < 2*limit)
+	// More may be due: the heads asked for were locked, or the window was full; a window
+	// that gave nothing is tried again wider, up to its widest, and then waits for the poll.
+	more = len(heads) == want || found == window && len(heads) > 0 || len(heads) == 0 && extra < 2*limit
 	if len(heads) == 0 {
 		return nil, nil, more, false, nil
 	}
