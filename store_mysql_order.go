@@ -214,8 +214,9 @@ func (s *MySQLStore) lockOrdered(ctx context.Context, q querier, o Ordering, inl
 	}
 	// The next window: half as many candidates again beyond the heads as other claims held
 	// in this one: the candidates passed over before the last head was locked; all of them
-	// if too few were locked; the whole window if none was (then the statement returned no
-	// row to count them by, and the window may have held nothing, or only others' heads).
+	// if too few were locked; if none was, the statement returned no row to count them by,
+	// and the whole window counts as others' heads (it may as well have held nothing: a
+	// wider window costs little then).
 	passed := found - len(heads)
 	switch {
 	case len(heads) == 0:
@@ -228,9 +229,12 @@ func (s *MySQLStore) lockOrdered(ctx context.Context, q querier, o Ordering, inl
 		passed = last - len(heads)
 	}
 	s.sizing.extra.Store(int64(min(passed+passed/2, 2*limit)))
-	// More may be due: the heads asked for were locked, or the window was full; a window
-	// that gave nothing is tried again wider, up to its widest, and then waits for the poll.
-	more = len(heads) == want || found == window && len(heads) > 0 || len(heads) == 0 && extra < 2*limit
+	// More may be due: the heads asked for were locked, or the window was full. A claim that
+	// locked nothing cannot tell a window of others' heads from an empty one: it says more
+	// may be due only while its window, widened by others' heads in the claims before,
+	// may widen further; else the poll (or a commit's wake-up) brings the next claim.
+	more = len(heads) == want || found == window && len(heads) > 0 ||
+		len(heads) == 0 && extra > 0 && extra < 2*limit
 	if len(heads) == 0 {
 		return nil, nil, more, false, nil
 	}

@@ -332,11 +332,6 @@ func firstOf(outer, alias, status, col string) string {
 // one may show a key's earlier event open that has since become done (the key waits a
 // claim), never the reverse, since SUCCESS and SKIPPED are final.
 func headsSelect(o Ordering) string {
-	blocked := ""
-	if o == KeyOrder {
-		blocked = `
-	          AND COALESCE(` + firstOf("h", "f", "FAIL", "id") + `, h.id) >= h.id`
-	}
 	return `SELECT t.id, t.event_id, t.biz_no, t.event_type, IF(OCTET_LENGTH(t.payload) <= %d, t.payload, NULL),
 	       t.retry_count, t.next_retry_time, t.create_time, t.reclaim_count, OCTET_LENGTH(t.payload), t.trace_parent, t.trace_state, t.topic,
 	       TIMESTAMPDIFF(MICROSECOND, t.create_time, UTC_TIMESTAMP(3)),
@@ -345,15 +340,26 @@ func headsSelect(o Ordering) string {
 	        WHERE x.biz_no = t.biz_no AND x.status = 'WAIT' AND x.id > t.id ORDER BY x.id LIMIT 1),
 	       c.n, c.pos
 	FROM (SELECT d.id, COUNT(*) OVER () AS n, ROW_NUMBER() OVER (ORDER BY d.next_retry_time, d.id) AS pos
-	      FROM (SELECT h.id, h.next_retry_time FROM t_event_record h
-	        WHERE h.status = 'WAIT' AND h.next_retry_time <= UTC_TIMESTAMP(3)
-	          AND h.id = ` + firstOf("h", "w", "WAIT", "id") + `
-	          AND COALESCE(` + firstOf("h", "s", "SENDING", "id") + `, h.id) >= h.id` + blocked + `
-	        ORDER BY h.next_retry_time ASC LIMIT %d) d) c
+	      FROM (` + headsWindow(o) + `) d) c
 	STRAIGHT_JOIN t_event_record t ON t.id = c.id
 	WHERE t.status = 'WAIT' AND t.next_retry_time <= UTC_TIMESTAMP(3)
 	LIMIT %d
 	FOR UPDATE SKIP LOCKED`
+}
+
+// headsWindow is the plain read of the heads statement's window: due WAIT rows in scan
+// order that head their key, at most %d of them.
+func headsWindow(o Ordering) string {
+	blocked := ""
+	if o == KeyOrder {
+		blocked = `
+	          AND COALESCE(` + firstOf("h", "f", "FAIL", "id") + `, h.id) >= h.id`
+	}
+	return `SELECT h.id, h.next_retry_time FROM t_event_record h
+	        WHERE h.status = 'WAIT' AND h.next_retry_time <= UTC_TIMESTAMP(3)
+	          AND h.id = ` + firstOf("h", "w", "WAIT", "id") + `
+	          AND COALESCE(` + firstOf("h", "s", "SENDING", "id") + `, h.id) >= h.id` + blocked + `
+	        ORDER BY h.next_retry_time ASC LIMIT %d`
 }
 
 // orderedSelect is the per-row mode's ordered SELECT (research note 1.2): due WAIT rows, oldest
