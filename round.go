@@ -52,6 +52,7 @@ type roundState struct {
 	gather      *gatherer   // (6)
 	releaseOwed bool        // (4) a claim's outcome was unknown: release our rows before the next claim
 	ahead       *aheadBatch // (7) claimed beside the last send, to send next
+	aheadRest   int         // (7) rounds left that claim nothing beside their send
 }
 
 // aheadBatch is a batch claimed beside a send, with what its claim said and the limit it
@@ -262,15 +263,21 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	}
 	// In key order, through a backlog, the next batch is claimed while this one is sent (see
 	// roundState.ahead): the claim takes none of this batch's biz nos, all in flight.
+	// A claim ahead that found nothing (the backlog is of biz nos in flight, a hot key's)
+	// is not tried again for the next aheadRest rounds.
 	var next chan aheadClaim
 	nextLimit := int(p.limit.Load()) // as the batches before this one left it
 	if deferAcks && !probe && more && p.keyOrder.Load() {
-		next = make(chan aheadClaim, 1)
-		acked := p.takeUnacked()
-		go func() {
-			res, err := p.claimBatch(ctx, nextLimit, acked)
-			next <- aheadClaim{res: res, err: err, acked: acked}
-		}()
+		if p.rounds.aheadRest > 0 {
+			p.rounds.aheadRest--
+		} else {
+			next = make(chan aheadClaim, 1)
+			acked := p.takeUnacked()
+			go func() {
+				res, err := p.claimBatch(context.WithValue(ctx, claimAheadKey{}, true), nextLimit, acked)
+				next <- aheadClaim{res: res, err: err, acked: acked}
+			}()
+		}
 	}
 	start := time.Now()
 	errs := p.sendBatch(held, evs)
@@ -358,6 +365,15 @@ func (p *Publisher) claimFailed(acked []Event) {
 	p.rounds.releaseOwed = true
 }
 
+// claimAheadKey marks the context of a claim made beside a send: a claim that expects to
+// find much of the backlog in flight (the store's sizing learns nothing from its finding
+// nothing).
+type claimAheadKey struct{}
+
+// aheadRest is how many rounds claim nothing beside their send after such a claim found
+// nothing.
+const aheadRest = 8
+
 // aheadClaim is the outcome of a claim made beside a send: the claim's result or error, and
 // the successes it carried.
 type aheadClaim struct {
@@ -381,6 +397,7 @@ func (p *Publisher) keepAhead(ctx context.Context, stats *RoundStats, a aheadCla
 	evs := a.res.Events
 	p.held.Add(int64(len(evs)))
 	if len(evs) == 0 {
+		p.rounds.aheadRest = aheadRest
 		return a.res.More, nil
 	}
 	reason := ""
