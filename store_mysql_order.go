@@ -464,7 +464,8 @@ func (s *MySQLStore) lockRuns(ctx context.Context, q querier, o Ordering, inline
 // learnRuns learns the mean length of the keys' runs the claim found (runRead.length), the
 // head counted, over the keys whose runs it read, for the number of heads the next claim
 // locks. When the heads left no room for the runs (budget), it guesses: each key with a
-// run counted as a run of three, so that the next claim leaves room to read them.
+// run counted as a run of two (the least it can be), so that the next claim leaves room to
+// read them and learns how long they are.
 func (s *MySQLStore) learnRuns(heads []headRow, runs [][]keyed, reads []runRead, budget int) {
 	var keys, events, withNext int
 	for i, h := range heads {
@@ -478,7 +479,7 @@ func (s *MySQLStore) learnRuns(heads []headRow, runs [][]keyed, reads []runRead,
 	}
 	switch {
 	case budget <= 0:
-		s.sizing.run.Store(int64(16 + 32*withNext/len(heads)))
+		s.sizing.run.Store(int64(16 + 16*withNext/len(heads)))
 	case keys > 0:
 		s.sizing.run.Store(int64(events) * 16 / int64(keys))
 	}

@@ -199,8 +199,8 @@ func TestOrderedClaimMillion(t *testing.T) {
 			})
 			reset()
 			times = append(times, took)
-			if i == 0 {
-				reads = d
+			if i == 4 {
+				reads = d // the last claim's: an ordered store sizes a claim from the one before
 			}
 		}
 		slices.Sort(times)
