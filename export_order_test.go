@@ -1,12 +1,23 @@
 package outbox
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
-// OrderedLockDueForTest returns the ordered batch claim's SELECT as the store runs it under
-// o, with inline and limit filled in, so that the tests EXPLAIN the real text.
-func OrderedLockDueForTest(s *MySQLStore, o Ordering, inline, limit int) string {
-	return fmt.Sprintf(s.oq.lockDue[orderIndexOf(o)], inline, limit)
+// OrderedHeadsForTest returns the ordered batch claim's heads statement as the store runs
+// it under o, with inline, window and heads filled in, so that the tests EXPLAIN the real
+// text.
+func OrderedHeadsForTest(s *MySQLStore, o Ordering, inline, window, heads int) string {
+	return fmt.Sprintf(s.oq.heads[orderIndexOf(o)], inline, window, heads)
 }
 
-// OrderedClaimForTest returns the per-row ordered claim statement under o.
-func OrderedClaimForTest(s *MySQLStore, o Ordering) string { return s.oq.claim[orderIndexOf(o)] }
+// OrderedRunsForTest returns the ordered batch claim's read of the runs of keys, at most
+// limit ids, as the store runs it.
+func OrderedRunsForTest(s *MySQLStore, o Ordering, keys []string, limit int) string {
+	lits := make([]string, len(keys))
+	for i, k := range keys {
+		lits[i] = sqlText(k)
+	}
+	return fmt.Sprintf(s.oq.runs[orderIndexOf(o)], strings.Join(lits, ", "), limit)
+}

@@ -153,3 +153,7 @@ func SetClaimLimitForTest(p *Publisher, n int) { p.limit.Store(int64(n)) }
 // "reorganize" (adding partitions ahead), "lock" (LOCK TABLES before a drop) and "drop".
 // Call it before s is used.
 func SetPartitionHookForTest(s *MySQLStore, hook func(step string)) { s.partitionHook = hook }
+
+// CheckForTest asks p's store how it claims, as Start and PublishPending do before the
+// first round, so that rounds run by RunRoundForTest claim and send in the store's order.
+func CheckForTest(p *Publisher, ctx context.Context) error { return p.check(ctx) }

@@ -38,13 +38,29 @@ import (
 //  5. outage is the broker's state as the sends found it: while down, a round claims at
 //     most one event, and only when the next probe is due (outage.next).
 //  6. gather is the coalescing window, fed by every round's claim (see coalesce.go).
+//  7. ahead holds a batch a round of Run claimed while it sent the batch before (in key
+//     order, through a backlog: the claim and the send, of different biz nos, overlap
+//     instead of following each other): SENDING under this instance, not yet sent. The
+//     next round sends it before it claims again. A round that stops, or finds the broker
+//     unavailable, puts such a batch back unsent instead of keeping it; a release of owned
+//     rows (4, and the stop) releases it.
 type roundState struct {
 	mu          sync.Mutex
 	outage      outage
-	pending     []write   // (2) outcomes the store failed to record, tried again before the next claim
-	unacked     []Event   // (3) sent in Run's rounds, SUCCESS not yet recorded: the next claim records it
-	gather      *gatherer // (6)
-	releaseOwed bool      // (4) a claim's outcome was unknown: release our rows before the next claim
+	pending     []write     // (2) outcomes the store failed to record, tried again before the next claim
+	unacked     []Event     // (3) sent in Run's rounds, SUCCESS not yet recorded: the next claim records it
+	gather      *gatherer   // (6)
+	releaseOwed bool        // (4) a claim's outcome was unknown: release our rows before the next claim
+	ahead       *aheadBatch // (7) claimed beside the last send, to send next
+	aheadRest   int         // (7) rounds left that claim nothing beside their send
+}
+
+// aheadBatch is a batch claimed beside a send, with what its claim said and the limit it
+// was claimed with.
+type aheadBatch struct {
+	evs   []Event
+	more  bool
+	limit int
 }
 
 // scan is Run's publishing loop: a round, then a pause (PollInterval, or what the round
@@ -193,6 +209,7 @@ func (p *Publisher) settle(ctx context.Context, stats *RoundStats) error {
 		return err
 	}
 	p.rounds.releaseOwed = false
+	p.rounds.ahead = nil // released with the rest
 	if n > 0 {
 		p.log.WarnContext(ctx, "outbox: released events claimed by a claim whose outcome was unknown", slog.Int64("count", n))
 	}
@@ -207,37 +224,30 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	if err := ctx.Err(); err != nil {
 		return false, err // stopped: no claim begins (what is unacked, the stop records)
 	}
-	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.Tuning.MaxClaimBytes}
-	acked := p.rounds.unacked
-	p.rounds.unacked = nil
-	for _, ev := range acked {
-		req.Succeeded = append(req.Succeeded, ev.ID)
-	}
-	var res ClaimResult
-	evs, err := p.fetch(ctx, "claim due events", func(context.Context) ([]Event, error) {
-		cctx, cancel := p.claimContext(ctx)
-		defer cancel()
-		res, err = p.store.ClaimDue(cctx, req)
-		return res.Events, err
-	})
-	if err != nil {
-		// The claim may have committed all the same: release whatever is ours before the
-		// next claim, once the successes it carried are recorded.
-		if len(acked) > 0 {
-			p.rounds.pending = append(p.rounds.pending, p.successWrite(acked))
+	var evs []Event
+	if ahead := p.rounds.ahead; ahead != nil {
+		// Claimed while the round before sent its batch: sent now, before any other claim.
+		p.rounds.ahead = nil
+		evs, more, limit = ahead.evs, ahead.more, ahead.limit
+		stats.Candidates, stats.Claimed = len(evs), len(evs)
+	} else {
+		acked := p.takeUnacked()
+		var res ClaimResult
+		res, err = p.claimBatch(ctx, limit, acked)
+		if err != nil {
+			p.claimFailed(acked)
+			return false, err
 		}
-		p.rounds.releaseOwed = true
-		return false, err
-	}
-	if len(acked) > 0 {
-		p.recorded(ctx, stats, p.successWrite(acked), res.Succeeded)
-	}
-	more = res.More
-	stats.Candidates, stats.Claimed = len(evs), len(evs)
-	p.held.Add(int64(len(evs)))
-	if len(evs) == 0 {
-		p.rounds.gather.claimed(time.Now(), 0, 0, 0, more)
-		return more, nil
+		if len(acked) > 0 {
+			p.recorded(ctx, stats, p.successWrite(acked), res.Succeeded)
+		}
+		evs, more = res.Events, res.More
+		stats.Candidates, stats.Claimed = len(evs), len(evs)
+		p.held.Add(int64(len(evs)))
+		if len(evs) == 0 {
+			p.rounds.gather.claimed(time.Now(), 0, 0, 0, more)
+			return more, nil
+		}
 	}
 
 	// From here this instance holds the leases; their outcomes are recorded even if ctx is
@@ -250,6 +260,24 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 			})
 		}
 		return more, nil
+	}
+	// In key order, through a backlog, the next batch is claimed while this one is sent (see
+	// roundState.ahead): the claim takes none of this batch's biz nos, all in flight.
+	// A claim ahead that found nothing (the backlog is of biz nos in flight, a hot key's)
+	// is not tried again for the next aheadRest rounds.
+	var next chan aheadClaim
+	nextLimit := int(p.limit.Load()) // as the batches before this one left it
+	if deferAcks && !probe && more && p.keyOrder.Load() {
+		if p.rounds.aheadRest > 0 {
+			p.rounds.aheadRest--
+		} else {
+			next = make(chan aheadClaim, 1)
+			acked := p.takeUnacked()
+			go func() {
+				res, err := p.claimBatch(context.WithValue(ctx, claimAheadKey{}, true), nextLimit, acked)
+				next <- aheadClaim{res: res, err: err, acked: acked}
+			}()
+		}
 	}
 	start := time.Now()
 	errs := p.sendBatch(held, evs)
@@ -272,7 +300,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	switch {
 	case len(sent) == 0:
 	case deferAcks && ctx.Err() == nil:
-		p.rounds.unacked = sent // the next claim records them
+		p.rounds.unacked = append(p.rounds.unacked, sent...) // the next claim records them
 	default:
 		p.record(held, stats, p.successWrite(sent))
 	}
@@ -291,7 +319,105 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 		}
 	}
 	p.brokerAnswered(ctx, unavailable)
+	if next != nil {
+		return p.keepAhead(ctx, stats, <-next, nextLimit)
+	}
 	return more, nil
+}
+
+// takeUnacked returns the sent events whose success the next claim records, and forgets
+// them: the caller records them, or moves them to pending.
+func (p *Publisher) takeUnacked() []Event {
+	acked := p.rounds.unacked
+	p.rounds.unacked = nil
+	return acked
+}
+
+// claimBatch is a batch claim of up to limit events that also records the successes of
+// acked. It touches no state the rounds share (see roundState): a round may run it beside
+// its send.
+func (p *Publisher) claimBatch(ctx context.Context, limit int, acked []Event) (ClaimResult, error) {
+	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.Tuning.MaxClaimBytes}
+	for _, ev := range acked {
+		req.Succeeded = append(req.Succeeded, ev.ID)
+	}
+	var res ClaimResult
+	_, err := p.fetch(ctx, "claim due events", func(context.Context) ([]Event, error) {
+		cctx, cancel := p.claimContext(ctx)
+		defer cancel()
+		var err error
+		res, err = p.store.ClaimDue(cctx, req)
+		return res.Events, err
+	})
+	return res, err
+}
+
+// claimFailed is what a failed claim leaves: it may have committed all the same, so
+// whatever is ours is released before the next claim, once the successes it carried (and
+// any others not yet recorded) are.
+func (p *Publisher) claimFailed(acked []Event) {
+	if len(acked) > 0 {
+		p.rounds.pending = append(p.rounds.pending, p.successWrite(acked))
+	}
+	if unacked := p.takeUnacked(); len(unacked) > 0 {
+		p.rounds.pending = append(p.rounds.pending, p.successWrite(unacked))
+	}
+	p.rounds.releaseOwed = true
+}
+
+// claimAheadKey marks the context of a claim made beside a send: a claim that expects to
+// find much of the backlog in flight (the store's sizing learns nothing from its finding
+// nothing).
+type claimAheadKey struct{}
+
+// aheadRest is how many rounds claim nothing beside their send after such a claim found
+// nothing.
+const aheadRest = 8
+
+// aheadClaim is the outcome of a claim made beside a send: the claim's result or error, and
+// the successes it carried.
+type aheadClaim struct {
+	res   ClaimResult
+	err   error
+	acked []Event
+}
+
+// keepAhead settles a claim made beside the round's send: its successes are counted, and
+// its events kept for the next round (roundState.ahead), unless the round stopped or found
+// the broker down, which puts them back unsent. It returns whether more may be due, and the
+// claim's error.
+func (p *Publisher) keepAhead(ctx context.Context, stats *RoundStats, a aheadClaim, limit int) (bool, error) {
+	if a.err != nil {
+		p.claimFailed(a.acked)
+		return false, a.err
+	}
+	if len(a.acked) > 0 {
+		p.recorded(ctx, stats, p.successWrite(a.acked), a.res.Succeeded)
+	}
+	evs := a.res.Events
+	p.held.Add(int64(len(evs)))
+	if len(evs) == 0 {
+		p.rounds.aheadRest = aheadRest
+		return a.res.More, nil
+	}
+	reason := ""
+	switch {
+	case ctx.Err() != nil:
+		reason = "publisher stopped before sending"
+	case p.rounds.outage.down:
+		reason = "not sent: claimed while the broker was found unavailable"
+	}
+	if reason == "" {
+		p.rounds.ahead = &aheadBatch{evs: evs, more: a.res.More, limit: limit}
+		return true, nil
+	}
+	held := context.WithoutCancel(ctx)
+	for _, ev := range evs {
+		p.outcomeSafe(ctx, stats, ev, func() outcome {
+			return p.record(held, stats, p.releaseWrite(ev, reason, outcomeReleased))
+		})
+	}
+	return a.res.More, nil
 }
 
 func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe bool) (more bool, err error) {
@@ -522,6 +648,7 @@ func (p *Publisher) stop(ctx context.Context) {
 			slog.Int("writes", len(p.rounds.pending)), slog.Any("error", err))
 		return
 	}
+	p.rounds.ahead = nil // SENDING under this instance: released with the rest
 	n, err := p.releaseOwned(ctx, "released by its owner, which stopped")
 	if err != nil {
 		p.log.ErrorContext(ctx, "outbox: stopping with events claimed; they will be reclaimed after the lease", slog.Any("error", err))

@@ -158,6 +158,8 @@ type MySQLStore struct {
 	suspectsAhead atomic.Bool
 	// backlog: the last claim took all it was allowed, so the next takes the claim turn.
 	backlog atomic.Bool
+	// sizing: in key order, what the last batch claim learnt of the keys' runs.
+	sizing orderedSizing
 
 	pooledClaims bool
 	session      claimSession

@@ -40,6 +40,22 @@ func scanEvents(rows *sql.Rows, err error) ([]Event, []int, error) {
 	return scanEventsCounted(rows, err, nil)
 }
 
+// scanEventRow reads the columns every claim's SELECT starts with into ev (a WAIT event,
+// dated as scanEvents dates it) and size, and the columns after them into more.
+func scanEventRow(rows *sql.Rows, ev *Event, size *int, more ...any) error {
+	*ev = Event{Status: StatusWait}
+	var ageUS, deferredUS int64
+	dest := append([]any{&ev.ID, &ev.EventID, &ev.BizNo, &ev.EventType, &ev.Payload, &ev.RetryCount,
+		dbTime{&ev.NextRetryTime}, dbTime{&ev.CreateTime}, &ev.ReclaimCount, size, &ev.TraceParent, &ev.TraceState, &ev.Topic,
+		&ageUS, &deferredUS}, more...)
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	ev.storeAge, ev.readAt = time.Duration(ageUS)*time.Microsecond, time.Now()
+	ev.deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
+	return nil
+}
+
 // scanEventsCounted is scanEvents for a query with one more column, a count each row
 // carries (the same in every row), stored in *count.
 func scanEventsCounted(rows *sql.Rows, err error, count *int) ([]Event, []int, error) {
@@ -197,7 +213,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		readAt        time.Time // the unordered SELECT's, by the database clock; zero if it read no row
 	)
 	if ordered {
-		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, s.ordering, inline, scan, req.MaxBytes)
+		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, s.ordering, inline, scan, req.Limit, req.MaxBytes)
 	} else {
 		evs, sizes, more, err = s.lockUnordered(ctx, c.q, inline, scan)
 		if len(evs) > 0 {

@@ -290,7 +290,13 @@ func claimAndAckWhere(claimed, succeeded []int64, owner string) (string, []any) 
 // orderQueries holds the ordered statements, one per ordered mode where they differ
 // (index 0: KeyOrder, 1: KeyOrderSkipDeadLetters).
 type orderQueries struct {
-	lockDue    [2]string // the batch claim's locking SELECT; %d: inline payload bytes, limit
+	// The batch claim (store_mysql_order.go, lockOrdered): heads locks the keys' heads (%d:
+	// inline payload bytes, the window of candidates, the heads to lock); runs reads the
+	// WAIT ids of their keys and where their runs stop (%s: the keys, %d: how many WAIT
+	// ids); lockRuns locks WAIT ids (%d: inline payload bytes, %s: the ids).
+	heads      [2]string
+	runs       [2]string
+	lockRuns   string
 	candidates [2]string // the per-row mode's SELECT; ?: limit
 	claim      [2]string // the per-row claim with its atomic re-check
 	gap        string    // the gap rule's lock-free read; %s: the keys' ranges
@@ -302,7 +308,61 @@ type orderQueries struct {
 // orderIndex is the index ordered claims need: the key's entries by status, then id.
 const orderIndex = "idx_biz_no_status"
 
-// orderedSelect is the ordered claim's SELECT (research note 1.2): due WAIT rows, oldest
+// firstOf is the subquery "the first id (or col) of t's biz no in status": one dive into
+// idx_biz_no_status that reads one entry.
+func firstOf(outer, alias, status, col string) string {
+	return "(SELECT " + alias + "." + col + " FROM t_event_record " + alias + " FORCE INDEX (" + orderIndex + ")" +
+		" WHERE " + alias + ".biz_no = " + outer + ".biz_no AND " + alias + ".status = '" + status + "' ORDER BY " + alias + ".id LIMIT 1)"
+}
+
+// headsSelect is the batch claim's first statement in key order: it locks up to a number of
+// the keys' heads, a key's head being its first WAIT event when nothing earlier of the key
+// is SENDING (or, in KeyOrder, FAIL), and due. The heads are found by a plain read (the
+// derived table h): due WAIT rows in scan order (next_retry_time) that head their key, at
+// most a window of them; then each is locked by primary key, skipping those another claim
+// holds, and checked again (WAIT, due: the read may be a moment old), until the number
+// asked for is locked. Only heads are ever locked: a claim that passes other claims' keys
+// neither locks nor waits for their runs. (A locking scan would lock every row it passes
+// and, on MariaDB, keep the locks of the rows it rejects until it commits.)
+//
+// Each locked head comes with the id of its key's next WAIT event, NULL if there is none
+// (then the key has no run to read), a dive made for the locked heads alone; and with n,
+// how many candidates the window held, and pos, the head's place among them, from which
+// the next claim sizes its window. The window's subqueries are consistent reads: a stale
+// one may show a key's earlier event open that has since become done (the key waits a
+// claim), never the reverse, since SUCCESS and SKIPPED are final.
+func headsSelect(o Ordering) string {
+	return `SELECT t.id, t.event_id, t.biz_no, t.event_type, IF(OCTET_LENGTH(t.payload) <= %d, t.payload, NULL),
+	       t.retry_count, t.next_retry_time, t.create_time, t.reclaim_count, OCTET_LENGTH(t.payload), t.trace_parent, t.trace_state, t.topic,
+	       TIMESTAMPDIFF(MICROSECOND, t.create_time, UTC_TIMESTAMP(3)),
+	       IF(t.update_time = t.create_time, TIMESTAMPDIFF(MICROSECOND, t.create_time, t.next_retry_time), 0),
+	       (SELECT x.id FROM t_event_record x FORCE INDEX (` + orderIndex + `)
+	        WHERE x.biz_no = t.biz_no AND x.status = 'WAIT' AND x.id > t.id ORDER BY x.id LIMIT 1),
+	       c.n, c.pos
+	FROM (SELECT d.id, COUNT(*) OVER () AS n, ROW_NUMBER() OVER (ORDER BY d.next_retry_time, d.id) AS pos
+	      FROM (` + headsWindow(o) + `) d) c
+	STRAIGHT_JOIN t_event_record t ON t.id = c.id
+	WHERE t.status = 'WAIT' AND t.next_retry_time <= UTC_TIMESTAMP(3)
+	LIMIT %d
+	FOR UPDATE SKIP LOCKED`
+}
+
+// headsWindow is the plain read of the heads statement's window: due WAIT rows in scan
+// order that head their key, at most %d of them.
+func headsWindow(o Ordering) string {
+	blocked := ""
+	if o == KeyOrder {
+		blocked = `
+	          AND COALESCE(` + firstOf("h", "f", "FAIL", "id") + `, h.id) >= h.id`
+	}
+	return `SELECT h.id, h.next_retry_time FROM t_event_record h
+	        WHERE h.status = 'WAIT' AND h.next_retry_time <= UTC_TIMESTAMP(3)
+	          AND h.id = ` + firstOf("h", "w", "WAIT", "id") + `
+	          AND COALESCE(` + firstOf("h", "s", "SENDING", "id") + `, h.id) >= h.id` + blocked + `
+	        ORDER BY h.next_retry_time ASC LIMIT %d`
+}
+
+// orderedSelect is the per-row mode's ordered SELECT (research note 1.2): due WAIT rows, oldest
 // first, whose key lets them go, and each one's key head (the key's first WAIT id), for the
 // head rule. A row qualifies when
 //   - its key's first WAIT comes no later than it in the scan order (next_retry_time), so
@@ -312,10 +372,7 @@ const orderIndex = "idx_biz_no_status"
 //
 // Earlier SUCCESS and SKIPPED rows are never looked at: they are done, and done is final.
 func orderedSelect(o Ordering, payload, tail string) string {
-	first := func(alias, status, col string) string {
-		return "(SELECT " + alias + "." + col + " FROM t_event_record " + alias + " FORCE INDEX (" + orderIndex + ")" +
-			" WHERE " + alias + ".biz_no = t.biz_no AND " + alias + ".status = '" + status + "' ORDER BY " + alias + ".id LIMIT 1)"
-	}
+	first := func(alias, status, col string) string { return firstOf("t", alias, status, col) }
 	q := `SELECT t.id, t.event_id, t.biz_no, t.event_type, ` + payload + `,
 	       t.retry_count, t.next_retry_time, t.create_time, t.reclaim_count, OCTET_LENGTH(t.payload), t.trace_parent, t.trace_state, t.topic,
 	       TIMESTAMPDIFF(MICROSECOND, t.create_time, UTC_TIMESTAMP(3)),
@@ -333,6 +390,15 @@ func orderedSelect(o Ordering, payload, tail string) string {
 	ORDER BY t.next_retry_time ASC ` + tail
 }
 
+// stopStatuses are the statuses of a key's events that end the run a batch claim takes
+// behind the key's head under o.
+func stopStatuses(o Ordering) string {
+	if o == KeyOrderSkipDeadLetters {
+		return "'SENDING'"
+	}
+	return "'SENDING', 'FAIL'"
+}
+
 // openStatuses are the statuses that hold a key's later events back under o.
 func openStatuses(o Ordering) string {
 	if o == KeyOrderSkipDeadLetters {
@@ -345,7 +411,20 @@ func newOrderQueries(table, routeTopic string) orderQueries {
 	r := strings.NewReplacer("t_event_record", mysqldialect.Quote(table))
 	var q orderQueries
 	for i, o := range []Ordering{KeyOrder, KeyOrderSkipDeadLetters} {
-		q.lockDue[i] = r.Replace(orderedSelect(o, "IF(OCTET_LENGTH(t.payload) <= %d, t.payload, NULL)", "LIMIT %d\n\tFOR UPDATE SKIP LOCKED"))
+		q.heads[i] = r.Replace(headsSelect(o))
+		// The batch claim's runs: the WAIT ids of the keys whose heads the claim holds, read
+		// from idx_biz_no_status alone without a lock, in index order (from each key's head
+		// on, one range per key, no sort), at most as many as the claim may still take and
+		// the heads themselves; and, in the same read view, the ids of their SENDING (in
+		// KeyOrder also FAIL) events, where their runs stop. Then the rows of the WAIT ids
+		// to take, locked, skipping any another claim holds (lockRuns); a row not due, or not
+		// locked, cuts its key's run there.
+		q.runs[i] = r.Replace(`(SELECT biz_no, status, id FROM t_event_record FORCE INDEX (` + orderIndex + `)
+	 WHERE status = 'WAIT' AND biz_no IN (%[1]s)
+	 ORDER BY biz_no, status, id LIMIT %[2]d)
+	UNION ALL
+	(SELECT biz_no, status, id FROM t_event_record FORCE INDEX (` + orderIndex + `)
+	 WHERE status IN (` + stopStatuses(o) + `) AND biz_no IN (%[1]s))`)
 		q.candidates[i] = r.Replace(orderedSelect(o, "t.payload", "LIMIT ?"))
 		// The per-row claim (note 1.4): the claim statement, and no earlier open event of
 		// the key, in one statement. The inner read is a derived table with LIMIT, which the
@@ -359,6 +438,12 @@ func newOrderQueries(table, routeTopic string) orderQueries {
 	                                  WHERE e.biz_no = ? AND e.status IN (` + openStatuses(o) + `) AND e.id < ?
 	                                  LIMIT 1) AS earlier)`)
 	}
+	q.lockRuns = r.Replace(`SELECT id, event_id, biz_no, event_type, IF(OCTET_LENGTH(payload) <= %d, payload, NULL),
+	       retry_count, next_retry_time, create_time, reclaim_count, OCTET_LENGTH(payload), trace_parent, trace_state, topic,
+	       TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(3)), IF(update_time = create_time, TIMESTAMPDIFF(MICROSECOND, create_time, next_retry_time), 0)
+	FROM t_event_record
+	WHERE id IN (%s) AND status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(3)
+	FOR UPDATE SKIP LOCKED`)
 	// The gap rule's read: the WAIT rows of each key between its head and the last row the
 	// claim holds, a range on idx_biz_no_status read from the index alone.
 	q.gap = r.Replace(`SELECT biz_no, id FROM t_event_record FORCE INDEX (` + orderIndex + `)

@@ -385,7 +385,8 @@ func TestBlockedPages(t *testing.T) {
 	require.ErrorIs(t, err, outbox.ErrInvalidInput)
 }
 
-// A requeued dead letter goes first, before the events that waited behind it.
+// A requeued dead letter goes first, before the events that waited behind it: the claim
+// takes it and the run behind it, in id order, though the run was due before it.
 func TestOrderedRequeuedDeadLetterFirst(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -397,10 +398,14 @@ func TestOrderedRequeuedDeadLetterFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.NoError(t, b.admin().Requeue(ctx, ids[0]))
+	evs, err := outbox.WithOrderingForTest(b.store, outbox.KeyOrder).Candidates(ctx, 100)
+	require.NoError(t, err)
+	assert.Equal(t, ids[:1], idsOf(evs), "per row: the requeued event alone, its followers were due before it")
 	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 100)
-	assert.Equal(t, ids[:1], idsOf(res.Events), "the requeued event alone: its followers were due before it")
-	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 100, ids[0])
-	assert.Equal(t, ids[1:], idsOf(res.Events))
+	assert.Equal(t, ids, idsOf(res.Events), "the requeued event first, then the events behind it")
+	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 100, ids...)
+	assert.Equal(t, int64(3), res.Succeeded)
+	assert.Empty(t, res.Events)
 }
 
 // Purge deletes old SKIPPED rows as it does old SUCCESS rows; Stats counts them with the
@@ -441,27 +446,60 @@ func TestSkippedIsHistory(t *testing.T) {
 	assert.Equal(t, outbox.StatusFail, b.get(t, ids[2]).Status, "FAIL is never purged")
 }
 
-// The ordered statements use idx_biz_no_status for every check, each reading an entry or
-// two, and the outer scan stays on idx_status_next_retry.
+// The ordered batch claim's statements use idx_biz_no_status for every check, each reading an
+// entry or two: the heads' window scans idx_status_next_retry in order and locks each head
+// by primary key; the runs' read is a range on idx_biz_no_status, from the index alone,
+// in index order (no sort, stopped by its LIMIT).
 func TestOrderedClaimExplain(t *testing.T) {
 	t.Parallel()
 	b := orderedSetup(t)
 	fillHistory(t, b, 1000, 20) // not tiny: on a few thousand rows a full scan is the better plan
 	for _, o := range []outbox.Ordering{outbox.KeyOrder, outbox.KeyOrderSkipDeadLetters} {
-		plans := explainRows(t, b, outbox.OrderedLockDueForTest(b.store, o, 4096, 1000))
-		want := map[outbox.Ordering]int{outbox.KeyOrder: 5, outbox.KeyOrderSkipDeadLetters: 4}[o]
-		require.Len(t, plans, want, "the outer scan and one subquery per check")
+		plans := explainRows(t, b, outbox.OrderedHeadsForTest(b.store, o, 4096, 200, 100))
+		// The outer join (the window, then each head by primary key), the window's two
+		// derived tables (the candidates, and their count and places), one subquery per
+		// check, and each head's dive for its next event.
+		want := map[outbox.Ordering]int{outbox.KeyOrder: 8, outbox.KeyOrderSkipDeadLetters: 7}[o]
+		require.Len(t, plans, want)
 		for _, p := range plans {
 			t.Logf("%s: %v", o, p)
-			if p["select_type"] == "PRIMARY" {
-				assert.Equal(t, "idx_status_next_retry", p["key"])
+			switch {
+			case p["select_type"] == "PRIMARY" && p["table"] == "t":
+				assert.Equal(t, "PRIMARY", p["key"], "each head locked by primary key")
+				assert.Equal(t, "eq_ref", p["type"])
+			case p["select_type"] == "PRIMARY" || p["select_type"] == "DERIVED" && strings.HasPrefix(p["table"], "<derived"):
+			case p["select_type"] == "DERIVED":
+				assert.Equal(t, "h", p["table"])
+				assert.Equal(t, "idx_status_next_retry", p["key"], "the window scans the due rows in order")
+				assert.NotContains(t, p["Extra"], "filesort")
+			default:
+				assert.Equal(t, "DEPENDENT SUBQUERY", p["select_type"])
+				assert.Equal(t, "idx_biz_no_status", p["key"], "subquery %v", p)
+				assert.Equal(t, "ref", p["type"])
+				assert.Equal(t, "259", p["key_len"], "(biz_no, status): biz_no VARCHAR(64) utf8mb4 is 258 bytes, status 1")
+				assert.LessOrEqual(t, atoi(p["rows"]), 10, "a dive, not the key's history")
+			}
+		}
+	}
+	var keys []string
+	for k := range 50 {
+		keys = append(keys, fmt.Sprintf("K%d", k))
+	}
+	for _, o := range []outbox.Ordering{outbox.KeyOrder, outbox.KeyOrderSkipDeadLetters} {
+		plans := explainRows(t, b, outbox.OrderedRunsForTest(b.store, o, keys, 500))
+		n := 0
+		for _, p := range plans {
+			t.Logf("%s runs: %v", o, p)
+			if p["select_type"] == "UNION RESULT" {
 				continue
 			}
-			assert.Equal(t, "idx_biz_no_status", p["key"], "subquery %v", p)
-			assert.Equal(t, "ref", p["type"])
-			assert.Equal(t, "259", p["key_len"], "(biz_no, status): biz_no VARCHAR(64) utf8mb4 is 258 bytes, status 1")
-			assert.LessOrEqual(t, atoi(p["rows"]), 10, "a dive, not the key's history")
+			n++
+			assert.Equal(t, "range", p["type"])
+			assert.Equal(t, "idx_biz_no_status", p["key"])
+			assert.Contains(t, p["Extra"], "Using index", "read from the index alone")
+			assert.NotContains(t, p["Extra"], "filesort", "in index order, stopped by the LIMIT")
 		}
+		assert.Equal(t, 2, n, "the WAIT ids, and the ids where runs stop")
 	}
 }
 
@@ -537,7 +575,7 @@ func fillHistory(t testing.TB, b *bundle, keys, success int) {
 }
 
 // A run whose scan order (next_retry_time) differs from its id order: whatever cuts it (the
-// LIMIT, MaxBytes), the claim takes a prefix of the key's events in id order, never an event
+// limit, MaxBytes), the claim takes a prefix of the key's events in id order, never an event
 // with an unclaimed earlier one.
 func TestOrderedClaimCutsRunsToPrefixes(t *testing.T) {
 	t.Parallel()
@@ -549,17 +587,18 @@ func TestOrderedClaimCutsRunsToPrefixes(t *testing.T) {
 	for id, ago := range map[int64]int{h: 300, f1: 100, f2: 200} {
 		b.exec(t, "UPDATE {t} SET next_retry_time = DATE_SUB(UTC_TIMESTAMP(3), INTERVAL ? SECOND), payload = REPEAT('x', 5000) WHERE id = ?", ago, id)
 	}
+	reset := func() { b.exec(t, "UPDATE {t} SET status = 'WAIT', claim_owner = '' WHERE status = 'SENDING'") }
 
-	res := orderedClaim(t, b.store, "one", outbox.KeyOrder, 2) // LIMIT: h and f2
-	assert.Equal(t, []int64{h}, idsOf(res.Events), "f1 was not locked: f2 may not go")
+	res := orderedClaim(t, b.store, "one", outbox.KeyOrder, 2)
+	assert.Equal(t, []int64{h, f1}, idsOf(res.Events), "the limit: the head and the next in id order, not f2")
 	assert.True(t, res.More)
-	b.exec(t, "UPDATE {t} SET status = 'WAIT', claim_owner = '' WHERE id = ?", h)
+	reset()
 
 	res, err := outbox.WithOrderingForTest(b.store, outbox.KeyOrder).ClaimDue(ctx, outbox.ClaimRequest{Owner: "one", Limit: 10, MaxBytes: 10000})
 	require.NoError(t, err)
-	assert.Equal(t, []int64{h}, idsOf(res.Events), "MaxBytes takes h and f2 in scan order: f2 without f1 may not go")
+	assert.Equal(t, []int64{h, f1}, idsOf(res.Events), "MaxBytes: h and f1, in id order; f2 would pass it")
 	assert.True(t, res.More)
-	b.exec(t, "UPDATE {t} SET status = 'WAIT', claim_owner = '' WHERE id = ?", h)
+	reset()
 
 	// Limit 1000 of 1 MiB: payloads over 4 KiB are read after the SELECT.
 	res = orderedClaim(t, b.store, "one", outbox.KeyOrder, 1000)

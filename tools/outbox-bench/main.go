@@ -27,6 +27,15 @@
 //	  OUTBOX_MARIADB_ARGS=--innodb-flush-log-at-trx-commit=1 bash scripts/mariadb.sh start
 //	go -C tools run ./outbox-bench -dsn 'root@tcp(127.0.0.1:3427)/outbox_test?parseTime=true'
 //
+// With -ordered-keys it drains a backlog over that many biz nos (event i of biz no i mod N)
+// unordered and in key order, side by side; with -routed-topics and -namesrv also in key
+// order through the RocketMQ sender, each biz no's events cycling over 1, 4, ... topics
+// event by event (routed by event type), to measure what Dispatch's runs of one topic cost:
+//
+//	go -C tools run ./outbox-bench -dsn "$OUTBOX_TEST_MYSQL_DSN" -namesrv 127.0.0.1:9876 -modes= \
+//	  -slow-events=0 -steady-rates= -writepath=false -service-writers=0 -latency-events=0 \
+//	  -ordered-keys 1000 -ordered-events 20000 -instances 1,3 -routed-topics 1,4
+//
 // With -inbox it also measures the consumer's half beside a plain consumer, in the same run:
 // statements, redo and messages/s per message of a handler that writes its effect row in a
 // transaction of its own, and of the same handler through inbox.Handle, first on the
@@ -92,6 +101,8 @@ func main() {
 	steadyWriters := flag.Int("steady-writers", 0, "steady-state rows: writer goroutines over all instances (0: 16)")
 	orderedKeyList := flag.String("ordered-keys", "", "key-order rows: numbers of biz nos to spread -ordered-events over (e.g. 10000,1), each drained unordered and in key order; empty skips them")
 	orderedEvents := flag.Int("ordered-events", 20000, "key-order rows: events per drain")
+	routedTopics := flag.String("routed-topics", "", "key-order rows through RocketMQ (needs -namesrv): numbers of topics each biz no's events cycle over, event by event, routed by event type (e.g. 1,4); each drains -ordered-events over each of -ordered-keys in key order; empty skips them")
+	routedBrokers := flag.String("routed-brokers", "127.0.0.1:10911", "key-order rows through RocketMQ: the brokers the topics are created on (four queues on each)")
 	coalesce := flag.Duration("coalesce-delay", 0, "steady-state rows and service view: the coalescing publishers' Tuning.CoalesceDelay (0: the default)")
 	writePath := flag.Bool("writepath", true, "measure the write path: orders/s of an order alone, with its event, and with each outbox index dropped")
 	writePathWriters := flag.Int("writepath-writers", 8, "write path: writers")
@@ -185,6 +196,32 @@ func main() {
 			for _, k := range ks {
 				rows = append(rows, drainRow{what: "no-op sender", d: bench.Drain{Instances: k,
 					Events: *orderedEvents, Keys: keys, Ordering: o, Sender: bench.NopSender}})
+			}
+		}
+	}
+	if strings.TrimSpace(*routedTopics) != "" {
+		if *namesrv == "" {
+			log.Fatal("-routed-topics needs -namesrv")
+		}
+		if len(orderedKeys) == 0 {
+			log.Fatal("-routed-topics needs -ordered-keys")
+		}
+		counts := positives("-routed-topics", *routedTopics)
+		names := make([]string, slices.Max(counts))
+		for i := range names {
+			names[i] = fmt.Sprintf("OUTBOX_BENCH_ROUTED_%d", i)
+		}
+		if err := bench.CreateTopics(ctx, []string{*namesrv}, words(*routedBrokers), names...); err != nil {
+			log.Fatalf("routed topics: %v", err)
+		}
+		// The rows of each number of keys and instances side by side, one number of topics
+		// after the other.
+		for _, keys := range orderedKeys {
+			for _, k := range ks {
+				for _, n := range counts {
+					rows = append(rows, drainRow{what: "RocketMQ", d: bench.Drain{Instances: k, Events: *orderedEvents, Keys: keys,
+						Ordering: outbox.KeyOrder, Sender: rocketmqSenders(*namesrv), Topics: names[:n]}})
+				}
 			}
 		}
 	}
@@ -309,6 +346,12 @@ func (r drainRow) mode() string {
 	}
 	if r.d.Ordering != outbox.Unordered {
 		m += ", key order"
+	}
+	switch n := len(r.d.Topics); {
+	case n == 1:
+		m += ", 1 topic"
+	case n > 1:
+		m += fmt.Sprintf(", %d topics", n)
 	}
 	return m
 }

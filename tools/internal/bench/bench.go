@@ -124,6 +124,10 @@ type Drain struct {
 	// Topic is the publishers' stores' default topic (MySQLConfig.Routes.Topic), where the
 	// drained events go; empty: the library's default.
 	Topic string
+	// Topics, if set, spreads each biz no's events over these topics in turn: a biz no's
+	// event j is of type EventType(j mod len(Topics)), which the stores route to
+	// Topics[j mod len(Topics)] (RoutedTopics). Topic is then unused.
+	Topics []string
 }
 
 // DrainResult is what a drain measured.
@@ -198,29 +202,35 @@ func (t *table) drop() {
 const orderedIndex = "ALTER TABLE `%s` DROP INDEX idx_biz_no, ADD INDEX idx_biz_no_status (biz_no, status, id)"
 
 // fill inserts n due WAIT events with 100-byte payloads, 1,000 rows a statement, spread over
-// keys biz nos (0: one each).
-func (t *table) fill(ctx context.Context, n, keys int) error {
+// keys biz nos (0: one each): event i is of biz no i mod keys. With types, a biz no's events
+// cycle over that many event types (EventType): its event j is of type j mod types; with
+// none, every event is of type BENCH.
+func (t *table) fill(ctx context.Context, n, keys, types int) error {
 	const chunk = 1000
 	payload := strings.Repeat("x", 100)
 	for done := 0; done < n; done += chunk {
 		rows := min(chunk, n-done)
 		var q strings.Builder
 		q.WriteString("INSERT INTO `" + t.name + "` (event_id, biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) VALUES ")
-		args := make([]any, 0, rows*3)
+		args := make([]any, 0, rows*4)
 		for i := range rows {
 			if i > 0 {
 				q.WriteByte(',')
 			}
-			q.WriteString("(?, ?, 'BENCH', ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))")
+			q.WriteString("(?, ?, ?, ?, 'WAIT', 0, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))")
 			eventID, err := uuid.NewV7() // as InsertEvent makes them
 			if err != nil {
 				return fmt.Errorf("fill: %w", err)
 			}
-			key := done + i
+			key, j := done+i, 0
 			if keys > 0 {
-				key %= keys
+				key, j = key%keys, key/keys
 			}
-			args = append(args, eventID.String(), fmt.Sprint("ORD-", key), payload)
+			typ := "BENCH"
+			if types > 0 {
+				typ = EventType(j % types)
+			}
+			args = append(args, eventID.String(), fmt.Sprint("ORD-", key), typ, payload)
 		}
 		if _, err := t.db.ExecContext(ctx, q.String(), args...); err != nil {
 			return fmt.Errorf("fill: %w", err)
@@ -341,6 +351,9 @@ func startInstances(env Env, name string, d Drain, poll time.Duration,
 		}
 		mc := outbox.MySQLConfig{Table: name, Ordering: d.Ordering, Routes: outbox.Routes{Topic: d.Topic},
 			ConcurrentClaims: d.ConcurrentClaims, PooledClaims: d.Eager, ScanFromStart: d.Eager}
+		if len(d.Topics) > 0 {
+			mc.Routes = RoutedTopics(d.Topics)
+		}
 		if d.Relay {
 			mc.RelayTable = relayTable(name)
 		}
@@ -463,7 +476,7 @@ func backlog(ctx context.Context, env Env, d Drain, senders SenderFactory) (*tab
 			return nil, nil, nil, err
 		}
 	}
-	if err := t.fill(ctx, d.Events, d.Keys); err != nil {
+	if err := t.fill(ctx, d.Events, d.Keys, len(d.Topics)); err != nil {
 		t.drop()
 		return nil, nil, nil, err
 	}

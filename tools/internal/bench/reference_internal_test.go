@@ -56,7 +56,7 @@ func TestReferenceRelays(t *testing.T) {
 			require.NoError(t, err)
 			lateID, err := late.InsertEvent(ctx, outbox.EventInput{BizNo: "late", EventType: "BENCH", Payload: []byte("{}")})
 			require.NoError(t, err)
-			require.NoError(t, tb.fill(ctx, 2500, 0))
+			require.NoError(t, tb.fill(ctx, 2500, 0, 0))
 
 			s := &tally{sends: map[string]int{}}
 			rctx, cancel := context.WithCancel(ctx)
