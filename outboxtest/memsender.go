@@ -111,7 +111,7 @@ func (s *MemorySender) Send(ctx context.Context, evs []outbox.Event, keyOrder bo
 	recorded := 0
 	for i, ev := range evs {
 		if cause := stopped[ev.BizNo]; cause != nil {
-			errs[i] = fmt.Errorf("outboxtest: memory sender: %w: an earlier event of biz no %s failed: %s", outbox.ErrNotSent, ev.BizNo, cause.Error())
+			errs[i] = &notSentAfter{bizNo: ev.BizNo, cause: cause}
 			continue
 		}
 		if errs[i] = s.refuse(ev); errs[i] != nil {
@@ -273,3 +273,17 @@ func copyEvent(ev outbox.Event) outbox.Event {
 	ev.Failures = slices.Clone(ev.Failures)
 	return ev
 }
+
+// notSentAfter is the error of an event not sent because an earlier event of its biz no
+// was refused in the same key-ordered call. It is [outbox.ErrNotSent], and names, but does
+// not wrap, the refusal: the event is not charged with it.
+type notSentAfter struct {
+	bizNo string
+	cause error
+}
+
+func (e *notSentAfter) Error() string {
+	return "outboxtest: memory sender: " + outbox.ErrNotSent.Error() + ": an earlier event of biz no " + e.bizNo + " failed: " + e.cause.Error()
+}
+
+func (e *notSentAfter) Is(target error) bool { return target == outbox.ErrNotSent }
