@@ -49,6 +49,9 @@ const (
 	// firstProbeDelay is the pause before the first probe of an unavailable broker; it
 	// doubles up to MaxProbeDelay.
 	firstProbeDelay = 500 * time.Millisecond
+	// partialOutageDelay is how long, in key order, the events of a queue whose broker is
+	// away wait before they are tried again while other queues answer.
+	partialOutageDelay = time.Second
 
 	// maxInstanceIDLen is the width of the claim_owner column, in characters.
 	maxInstanceIDLen = 64

@@ -276,6 +276,24 @@ func (s *logSink) count(level slog.Level, msg string) int {
 	return n
 }
 
+// mentioning counts the records whose message or an attribute's value contains text.
+func (s *logSink) mentioning(text string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.recs {
+		found := strings.Contains(r.Message, text)
+		r.Attrs(func(a slog.Attr) bool {
+			found = found || strings.Contains(a.Value.String(), text)
+			return !found
+		})
+		if found {
+			n++
+		}
+	}
+	return n
+}
+
 // atLeast counts records at level or above.
 func (s *logSink) atLeast(level slog.Level) []string {
 	s.mu.Lock()

@@ -423,7 +423,10 @@ func (e *unavailableError) Unwrap() error { return e.err }
 // Unavailable marks err as an infrastructure failure (see [Sender]): the event is returned
 // to WAIT without spending a retry, and the publisher pauses its claims until the broker
 // answers again. A failure marked Unavailable while other events of the same round were
-// sent is the message's own after all, and is retried with backoff like any other.
+// sent to its topic is the message's own after all, and is retried with backoff like any
+// other, except in key order, where a biz no's events can go to its queue only: there it
+// goes back to WAIT with no retry counted, tried again a second later, while the other
+// events go on.
 func Unavailable(err error) error {
 	if err == nil {
 		return nil

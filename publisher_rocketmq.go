@@ -440,9 +440,9 @@ func (s *RocketMQSender) sendOne(ctx context.Context, ev Event, keyOrder bool) e
 // call: [Dispatch] sends the next topic's once the first's are stored.) What it costs: one
 // send per queue present in a batch, and no failover: the client's retries go to the same
 // queue, so a biz no whose queue's broker is down waits (Unavailable) until the broker is
-// back or the route drops it. A change in the number of the topic's queues moves biz nos
-// to other queues: ordering holds while the route is stable, as with any RocketMQ ordered
-// messages.
+// back, also once the route has dropped the broker; a queue missing from the route for 10
+// minutes is forgotten, and its biz nos move. Queues added to the topic move biz nos too:
+// ordering holds while the topic's queues are stable, as with any RocketMQ ordered messages.
 func (s *RocketMQSender) Send(ctx context.Context, evs []Event, keyOrder bool) []error {
 	errs := make([]error, len(evs))
 	if err := s.begin(); err != nil {

@@ -1,11 +1,14 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
@@ -18,30 +21,56 @@ const maxParallelQueueSends = 16
 // keyQueueSelector is the queue selector of the producers the sender builds. It chooses, for
 // a message:
 //   - with a queue set (msg.Queue, as the sender sets it on a batch): that queue, if the
-//     topic's route still has it; else none, and the client fails the send with "route info
-//     not found" (Unavailable: nothing is sent, the events wait, and the next batch is
-//     grouped by the route as it is then);
-//   - with a sharding key: the queue at FNV-1a(key) modulo the number of queues, exactly the
-//     choice of the client's producer.NewHashQueueSelector, so that one biz no's single
-//     messages and batches meet in one queue;
+//     topic's route has it now; else none, and the client fails the send with "route info
+//     not found" (Unavailable: nothing is sent, and the events wait for the queue's broker);
+//   - with a sharding key: the key's queue in the topic's known queues (see below), if the
+//     route has it now; else none, as above;
 //   - with neither: the next queue in turn, moving to another broker on a retry, as the
 //     client's default selector does.
+//
+// A key's queue is the one at FNV-1a(key) modulo the number of the topic's known queues, the
+// choice of the client's producer.NewHashQueueSelector over a full route, so that one biz
+// no's single messages and batches meet in one queue. The known queues are those of every
+// route the client has handed the selector, sorted as the client sorts a route (by broker
+// name, then queue id), less those absent from the route for [forgetQueueAfter]: a broker
+// that leaves the route (stopped, or killed: the name server drops it when its connection
+// closes) keeps its keys, which wait for it instead of moving to another queue behind
+// their own earlier events. A queue gone for longer is forgotten, and its keys move.
 //
 // The client's own hash selector is not enough for batches: the client packs a batch into
 // a new message that carries none of its messages' properties, so the hash selector finds
 // no sharding key and picks a random queue.
-//
-// It also keeps, per topic, the
-// last queue list the client handed it, which the sender groups batches by.
 type keyQueueSelector struct {
 	inTurn producer.QueueSelector
+	now    func() time.Time
 
 	mu     sync.Mutex
-	routes map[string][]*primitive.MessageQueue // topic -> copies of the last queues seen
+	routes map[string]*knownQueues // topic -> its known queues
 }
 
+// knownQueues is a topic's known queues (see keyQueueSelector).
+type knownQueues struct {
+	last   []*primitive.MessageQueue            // the route the client handed last
+	gone   map[primitive.MessageQueue]time.Time // known queues absent from last, and since when
+	queues []*primitive.MessageQueue            // the known queues, sorted; replaced, never changed
+}
+
+// expired reports whether a queue has been gone long enough to forget.
+func (r *knownQueues) expired(now time.Time) bool {
+	for _, at := range r.gone {
+		if now.Sub(at) >= forgetQueueAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// forgetQueueAfter is how long a topic's queue may be absent from its route before its keys
+// move to the queues that remain.
+const forgetQueueAfter = 10 * time.Minute
+
 func newKeyQueueSelector() *keyQueueSelector {
-	return &keyQueueSelector{inTurn: producer.NewRoundRobinQueueSelector(), routes: map[string][]*primitive.MessageQueue{}}
+	return &keyQueueSelector{inTurn: producer.NewRoundRobinQueueSelector(), now: time.Now, routes: map[string]*knownQueues{}}
 }
 
 // Select implements producer.QueueSelector.
@@ -49,42 +78,80 @@ func (k *keyQueueSelector) Select(msg *primitive.Message, queues []*primitive.Me
 	if len(queues) == 0 {
 		return nil
 	}
-	k.observe(msg.Topic, queues)
-	if msg.Queue != nil {
-		for _, q := range queues {
-			if *q == *msg.Queue {
-				return q
-			}
+	want := msg.Queue
+	if want == nil {
+		key := msg.GetShardingKey()
+		if key == "" {
+			return k.inTurn.Select(msg, queues, lastBrokerName)
 		}
-		return nil
+		known := k.observe(msg.Topic, queues)
+		want = known[keyQueue(key, len(known))]
+	} else {
+		k.observe(msg.Topic, queues)
 	}
-	if key := msg.GetShardingKey(); key != "" {
-		return queues[keyQueue(key, len(queues))]
+	for _, q := range queues {
+		if *q == *want {
+			return q
+		}
 	}
-	return k.inTurn.Select(msg, queues, lastBrokerName)
+	return nil
 }
 
-// observe records queues as topic's route, unless it is the one recorded.
-func (k *keyQueueSelector) observe(topic string, queues []*primitive.MessageQueue) {
+// observe records queues as topic's route and returns its known queues.
+func (k *keyQueueSelector) observe(topic string, queues []*primitive.MessageQueue) []*primitive.MessageQueue {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if slices.EqualFunc(k.routes[topic], queues, func(a, b *primitive.MessageQueue) bool { return *a == *b }) {
-		return
+	now := k.now()
+	r := k.routes[topic]
+	if r != nil && !r.expired(now) && slices.EqualFunc(r.last, queues, func(a, b *primitive.MessageQueue) bool { return *a == *b }) {
+		return r.queues
 	}
-	route := make([]*primitive.MessageQueue, len(queues))
+	if r == nil {
+		r = &knownQueues{gone: map[primitive.MessageQueue]time.Time{}}
+		k.routes[topic] = r
+	}
+	in := make(map[primitive.MessageQueue]bool, len(queues))
+	for _, q := range queues {
+		in[*q] = true
+	}
+	for _, q := range r.last {
+		if _, ok := r.gone[*q]; !ok && !in[*q] {
+			r.gone[*q] = now
+		}
+	}
+	r.last = make([]*primitive.MessageQueue, len(queues))
+	known := make([]*primitive.MessageQueue, 0, len(queues)+len(r.gone))
 	for i, q := range queues {
+		delete(r.gone, *q)
 		c := *q
-		route[i] = &c
+		r.last[i] = &c
+		known = append(known, &c)
 	}
-	k.routes[topic] = route
+	for q, at := range r.gone {
+		if now.Sub(at) >= forgetQueueAfter {
+			delete(r.gone, q)
+			continue
+		}
+		known = append(known, &q)
+	}
+	if len(r.gone) > 0 {
+		slices.SortFunc(known, func(a, b *primitive.MessageQueue) int {
+			return cmp.Or(strings.Compare(a.BrokerName, b.BrokerName), cmp.Compare(a.QueueId, b.QueueId))
+		})
+	}
+	r.queues = known
+	return known
 }
 
-// route returns the last queue list seen for topic (nil before the first send to it). The
-// list is never changed: a new route replaces it.
+// route returns topic's known queues (nil before the first send to it). The list is never
+// changed: a new one replaces it.
 func (k *keyQueueSelector) route(topic string) []*primitive.MessageQueue {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.routes[topic]
+	if r := k.routes[topic]; r != nil {
+		return r.queues
+	}
+	return nil
 }
 
 // keyQueue is the index of the queue, of n, that a sharding key goes to: FNV-1a 32 modulo n,

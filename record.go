@@ -187,7 +187,7 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 // releaseWrite returns a claimed, unsent event to WAIT as it was, due now: no retry is
 // counted. o says why: outcomeReleased (never tried: no failure in the history) or
 // outcomeUnavailable (the broker was down: an "unavailable" failure in the history).
-func (p *Publisher) releaseWrite(ev Event, reason string, o outcome) write {
+func (p *Publisher) releaseWrite(ev Event, reason string, delay time.Duration, o outcome) write {
 	owner := p.cfg.InstanceID
 	class := ""
 	if o == outcomeUnavailable {
@@ -196,7 +196,7 @@ func (p *Publisher) releaseWrite(ev Event, reason string, o outcome) write {
 	return write{
 		what: "release", ids: []int64{ev.ID}, single: o,
 		exec: func(ctx context.Context) (int64, error) {
-			ok, err := p.store.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount, 0, class, reason)
+			ok, err := p.store.ReleaseForRetry(ctx, ev.ID, owner, ev.RetryCount, delay, class, reason)
 			return boolCount(ok), err
 		},
 		done: func(ctx context.Context, n int64, stats *RoundStats) {

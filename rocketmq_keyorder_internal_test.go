@@ -178,6 +178,7 @@ func TestKeyQueueSelectorChoices(t *testing.T) {
 		}
 	}
 
+	sel = newKeyQueueSelector()
 	qs := testQueues("T", 2, 4)
 	want := *qs[5]
 	batch := &primitive.Message{Topic: "T", Queue: &want, Batch: true}
@@ -191,10 +192,11 @@ func TestKeyQueueSelectorChoices(t *testing.T) {
 		assert.Equal(t, "broker-b", q.BrokerName, "a retry without a key moves off the broker that failed")
 	}
 
-	// The route it keeps is the last list it was handed, by value.
+	// The route it keeps is the known queues, by value: a route that lost broker-b's
+	// queues keeps them (TestKeyQueueStaysWhileItsBrokerIsAway).
 	assert.Len(t, sel.route("T"), 8)
 	sel.Select(plain, qs[:4], "")
-	assert.Len(t, sel.route("T"), 4)
+	assert.Len(t, sel.route("T"), 8)
 	sel.Select(plain, testQueues("T", 2, 4), "")
 	route := sel.route("T")
 	require.Len(t, route, 8)
@@ -462,4 +464,60 @@ func TestKeyOrderedSendBatchRandomFailures(t *testing.T) {
 			t.Fatalf("round %d", round)
 		}
 	}
+}
+
+// A broker that leaves the topic's route keeps its keys: their sends fail (route info not
+// found, Unavailable) instead of moving to another broker's queue behind the keys' own
+// earlier events; the other keys stay where they were; when the broker is back, its keys
+// are sent to their queues again; a queue gone for forgetQueueAfter is forgotten, and its
+// keys move.
+func TestKeyQueueStaysWhileItsBrokerIsAway(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	sel := newKeyQueueSelector()
+	sel.now = func() time.Time { return now }
+	full := testQueues("T", 2, 4)
+	onlyA := full[:4]
+	keyed := func(key string) *primitive.Message {
+		m := primitive.NewMessage("T", nil)
+		m.WithShardingKey(key)
+		return m
+	}
+	var onA, onB string // a key whose queue is on broker-a, one on broker-b
+	home := map[string]primitive.MessageQueue{}
+	for k := 0; onA == "" || onB == ""; k++ {
+		key := fmt.Sprintf("ORD-%d", k)
+		q := sel.Select(keyed(key), full, "")
+		require.NotNil(t, q)
+		home[key] = *q
+		if q.BrokerName == "broker-a" && onA == "" {
+			onA = key
+		}
+		if q.BrokerName == "broker-b" && onB == "" {
+			onB = key
+		}
+	}
+
+	now = now.Add(time.Minute)
+	assert.Nil(t, sel.Select(keyed(onB), onlyA, ""), "broker-b's key waits for broker-b")
+	if q := sel.Select(keyed(onA), onlyA, ""); assert.NotNil(t, q) {
+		assert.Equal(t, home[onA], *q, "broker-a's key stays on its queue")
+	}
+	batch := &primitive.Message{Topic: "T", Queue: &primitive.MessageQueue{Topic: "T", BrokerName: "broker-b", QueueId: 1}, Batch: true}
+	assert.Nil(t, sel.Select(batch, onlyA, ""), "a batch for broker-b's queue waits")
+	assert.Len(t, sel.route("T"), 8, "broker-b's queues stay known")
+
+	now = now.Add(forgetQueueAfter - time.Second)
+	if q := sel.Select(keyed(onB), full, ""); assert.NotNil(t, q) {
+		assert.Equal(t, home[onB], *q, "broker-b back: its key is on its queue again")
+	}
+
+	now = now.Add(time.Minute)
+	require.Nil(t, sel.Select(keyed(onB), onlyA, ""))
+	now = now.Add(forgetQueueAfter)
+	q := sel.Select(keyed(onB), onlyA, "")
+	if assert.NotNil(t, q, "gone for good: the key moves") {
+		assert.Equal(t, "broker-a", q.BrokerName)
+	}
+	assert.Len(t, sel.route("T"), 4)
 }

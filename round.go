@@ -256,7 +256,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	if ctx.Err() != nil {
 		for _, ev := range evs {
 			p.outcomeSafe(ctx, stats, ev, func() outcome {
-				return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", outcomeReleased))
+				return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", 0, outcomeReleased))
 			})
 		}
 		return more, nil
@@ -414,7 +414,7 @@ func (p *Publisher) keepAhead(ctx context.Context, stats *RoundStats, a aheadCla
 	held := context.WithoutCancel(ctx)
 	for _, ev := range evs {
 		p.outcomeSafe(ctx, stats, ev, func() outcome {
-			return p.record(held, stats, p.releaseWrite(ev, reason, outcomeReleased))
+			return p.record(held, stats, p.releaseWrite(ev, reason, 0, outcomeReleased))
 		})
 	}
 	return a.res.More, nil
@@ -505,7 +505,7 @@ func (p *Publisher) claimAndPublish(ctx context.Context, stats *RoundStats, ev E
 	p.held.Add(1)
 	held := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
-		return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", outcomeReleased))
+		return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", 0, outcomeReleased))
 	}
 	err = p.send(held, ev)
 	if !stored(err) {
@@ -541,16 +541,21 @@ func (p *Publisher) claimContext(ctx context.Context) (context.Context, context.
 }
 
 // failed records a send that failed, and reports whether the failure says the broker is
-// unavailable. Such an event (unless another event of the round got through, which makes
-// the failure the message's own) goes back as it was, with no retry counted; so does an
-// event whose turn never came before the send deadline; any other failure is retried or
-// dead-lettered.
+// unavailable. Such an event goes back as it was, with no retry counted, unless another
+// event of the round got through to its topic, which makes the failure the message's own:
+// the sender could have sent it elsewhere. Not so in key order, where a biz no's events go
+// to its queue and nowhere else: there a queue whose broker is away fails its keys alone,
+// which go back with no retry counted and wait [partialOutageDelay] (on the database's
+// clock), while the other queues' keys carry on. An event whose turn never came before the
+// send deadline goes back too; any other failure is retried or dead-lettered.
 func (p *Publisher) failed(ctx context.Context, stats *RoundStats, ev Event, cause error, othersSent bool) (outcome, bool) {
 	switch {
 	case errors.Is(cause, ErrNotSent):
-		return p.record(ctx, stats, p.releaseWrite(ev, cause.Error(), outcomeReleased)), false
+		return p.record(ctx, stats, p.releaseWrite(ev, cause.Error(), 0, outcomeReleased)), false
 	case IsUnavailable(cause) && !othersSent:
-		return p.record(ctx, stats, p.releaseWrite(ev, "broker unavailable: "+cause.Error(), outcomeUnavailable)), true
+		return p.record(ctx, stats, p.releaseWrite(ev, "broker unavailable: "+cause.Error(), 0, outcomeUnavailable)), true
+	case IsUnavailable(cause) && p.keyOrder.Load():
+		return p.record(ctx, stats, p.releaseWrite(ev, "its queue unavailable: "+cause.Error(), partialOutageDelay, outcomeUnavailable)), false
 	}
 	return p.record(ctx, stats, p.failureWrite(ev, cause)), false
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"strings"
@@ -279,24 +280,33 @@ func TestRelayRidesOutABrokerOutage(t *testing.T) {
 type refusing struct{ outbox.Sender }
 
 func (s refusing) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	stopped := map[string]bool{}
+	return passOn(ctx, s.Sender, evs, keyOrder, func(ev outbox.Event) error {
+		switch {
+		case keyOrder && stopped[ev.BizNo]:
+			return fmt.Errorf("%w: an earlier event of the key failed", outbox.ErrNotSent)
+		case strings.Contains(string(ev.Payload), "refuse"):
+			stopped[ev.BizNo] = true
+			return outbox.Permanent(errors.New("the broker refuses this message"))
+		}
+		return nil
+	})
+}
+
+// passOn answers each event of evs that fail refuses with its error, and passes the others
+// on to next in one call.
+func passOn(ctx context.Context, next outbox.Sender, evs []outbox.Event, keyOrder bool, fail func(outbox.Event) error) []error {
 	errs := make([]error, len(evs))
 	var pass []outbox.Event
 	var at []int
-	stopped := map[string]bool{}
 	for i, ev := range evs {
-		switch {
-		case keyOrder && stopped[ev.BizNo]:
-			errs[i] = fmt.Errorf("%w: an earlier event of the key failed", outbox.ErrNotSent)
-		case strings.Contains(string(ev.Payload), "refuse"):
-			errs[i] = outbox.Permanent(errors.New("the broker refuses this message"))
-			stopped[ev.BizNo] = true
-		default:
+		if errs[i] = fail(ev); errs[i] == nil {
 			pass = append(pass, ev)
 			at = append(at, i)
 		}
 	}
 	if len(pass) > 0 {
-		for j, err := range s.Sender.Send(ctx, pass, keyOrder) {
+		for j, err := range next.Send(ctx, pass, keyOrder) {
 			errs[at[j]] = err
 		}
 	}
@@ -544,4 +554,74 @@ func TestRelaySendsARequeuedDeadLetter(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, 1, sent[bad], "sent once after the requeue (terms: %d)", r.Stats().Terms)
 	mu.Unlock()
+}
+
+// partlyAway is a sender whose queue for the biz nos in away is unavailable (its broker
+// down) while the others' are served, as one of two brokers away looks in key order.
+type partlyAway struct {
+	outbox.Sender
+	mu   sync.Mutex
+	away map[string]bool
+}
+
+func (s *partlyAway) setAway(keys ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.away = map[string]bool{}
+	for _, k := range keys {
+		s.away[k] = true
+	}
+}
+
+func (s *partlyAway) Send(ctx context.Context, evs []outbox.Event, keyOrder bool) []error {
+	s.mu.Lock()
+	away := maps.Clone(s.away)
+	s.mu.Unlock()
+	return passOn(ctx, s.Sender, evs, keyOrder, func(ev outbox.Event) error {
+		if away[ev.BizNo] {
+			return outbox.Unavailable(errors.New("dial tcp 127.0.0.1:10921: connect: connection refused"))
+		}
+		return nil
+	})
+}
+
+// In key order, a queue away while the others are served (one of two brokers down) spends
+// no attempt of its keys, in the same batches as sends that succeed: its keys wait, the
+// others go on, and once it is back its keys' events are sent, in order.
+func TestRelayKeyOrderSpendsNoAttemptOnAPartialOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.KeyOrder)
+	topic := testsvc.NewTopic(t, "relay-partial")
+	e.routeTo(t, topic)
+	c := testsvc.ConsumeOrderly(t, topic)
+	sender := &partlyAway{Sender: rocketSender(t)}
+	sender.setAway("AWAY")
+	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	waitLeader(t, r)
+	var here, away []string
+	rank := map[string]int64{}
+	for i := range 5 {
+		tx, err := e.store.BeginTx(context.Background(), nil)
+		require.NoError(t, err)
+		id, err := tx.InsertEvent(context.Background(), outbox.EventInput{BizNo: "HERE", EventType: "T", Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+		require.NoError(t, err)
+		here = append(here, id)
+		rank[id] = int64(i)
+		id, err = tx.InsertEvent(context.Background(), outbox.EventInput{BizNo: "AWAY", EventType: "T", Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+		require.NoError(t, err)
+		away = append(away, id)
+		rank[id] = int64(i)
+		require.NoError(t, tx.Commit())
+	}
+	c.WaitDistinct(t, len(here), 30*time.Second)
+	time.Sleep(2 * time.Second) // several rounds of the away key's sends failing
+	var retried int
+	require.NoError(t, e.db.QueryRow("SELECT COUNT(*) FROM "+e.table+" WHERE retry_count > 0").Scan(&retried))
+	assert.Zero(t, retried, "a queue away spends no attempt")
+	assert.Equal(t, map[string]int{"SUCCESS": 5, "WAIT": 5}, e.statuses(t))
+
+	sender.setAway()
+	c.WaitDistinct(t, len(here)+len(away), 30*time.Second)
+	assert.Empty(t, c.Inversions(func(id string) int64 { return rank[id] }), "each key's events in order")
+	assert.Zero(t, r.Stats().DeadLettered)
 }

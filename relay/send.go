@@ -240,6 +240,7 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 		var sent []outbox.Event
 		var next []outbox.Event
 		unavailable := false
+		anySent := slices.ContainsFunc(errs, func(err error) bool { return err == nil || errors.Is(err, outbox.ErrUnconfirmed) })
 		for i, ev := range pending {
 			err := errs[i]
 			switch {
@@ -247,6 +248,13 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 				sent = append(sent, ev)
 			case errors.Is(err, outbox.ErrNotSent):
 				next = append(next, ev)
+			case outbox.IsUnavailable(err) && r.cfg.Ordering != outbox.Unordered && anySent:
+				// In key order a biz no's events go to its queue only: a queue away (its
+				// broker down) while others took their events says nothing about the
+				// message, and holds its key alone.
+				if err := t.queueAway(ev, err); err != nil {
+					return err
+				}
 			case outbox.IsUnavailable(err) && len(sent) == 0:
 				unavailable = true
 				next = append(next, ev)
@@ -346,16 +354,9 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	}
 	delay, dead := outbox.RetryPolicy{MaxAttempts: r.cfg.MaxAttempts, Backoff: r.cfg.Backoff, MaxBackoff: r.cfg.MaxBackoff}.Next(attempt, cause)
 	if dead {
-		n, err := t.exec("dead letter", r.q.fail, ev.ID, append([]any{r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
-			attempt, reason, r.cfg.InstanceID}, r.routeArgs...)...)
-		if isLockWait(err) {
-			return t.rowHeld(ev, err)
-		}
-		if err != nil {
+		if ok, err := t.writeFailure(ev, "dead letter", r.q.fail, append([]any{r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
+			attempt, reason, r.cfg.InstanceID}, r.routeArgs...)...); !ok {
 			return err
-		}
-		if n == 0 {
-			return t.checkEpoch(t.ctx)
 		}
 		r.counters.deadLettered.Add(1)
 		r.m.deadLetter(t.ctx, ev, cause)
@@ -372,16 +373,9 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		}
 		return nil
 	}
-	n, err := t.exec("retry", r.q.retry, ev.ID, r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
-		attempt, reason, delay.Microseconds())
-	if isLockWait(err) {
-		return t.rowHeld(ev, err)
-	}
-	if err != nil {
+	if ok, err := t.writeFailure(ev, "retry", r.q.retry, r.cfg.Table, t.epoch, r.cfg.InstanceID, class, reason,
+		attempt, reason, delay.Microseconds()); !ok {
 		return err
-	}
-	if n == 0 {
-		return t.checkEpoch(t.ctx)
 	}
 	r.counters.retried.Add(1)
 	r.m.retry(t.ctx, ev)
@@ -389,6 +383,42 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 		slog.String("biz_no", ev.BizNo), slog.Int("retry_count", attempt), slog.Duration("backoff", delay), slog.Any("error", cause))
 	t.later(ev, delay)
 	return nil
+}
+
+// queueAwayDelay is how long, in key order, an event whose queue was unavailable while
+// other queues took their events waits before it is sent again.
+const queueAwayDelay = time.Second
+
+// queueAway puts back an event whose queue was unavailable while other queues took the
+// round's other events (key order, one of the brokers away): no attempt counted, its key
+// held back, tried again after queueAwayDelay, as the publisher does.
+func (t *term) queueAway(ev outbox.Event, cause error) error {
+	r := t.r
+	reason := strings.ToValidUTF8("its queue unavailable: "+cause.Error(), "?")
+	if ok, err := t.writeFailure(ev, "release", r.q.retry, r.cfg.Table, t.epoch, r.cfg.InstanceID, mysqldialect.ClassUnavailable, reason,
+		ev.RetryCount, reason, queueAwayDelay.Microseconds()); !ok {
+		return err
+	}
+	t.log().DebugContext(t.ctx, "relay: event's queue unavailable; its key waits", slog.Int64("id", ev.ID),
+		slog.String("event_id", ev.EventID), slog.String("biz_no", ev.BizNo), slog.Any("error", cause))
+	t.later(ev, queueAwayDelay)
+	return nil
+}
+
+// writeFailure runs q, a write of a failed send's outcome, on ev's row, and reports whether
+// it wrote; when it did not, the error is what the caller returns: nil once another session
+// holding the row is dealt with, or the term's end if it lost the table.
+func (t *term) writeFailure(ev outbox.Event, what, q string, args ...any) (bool, error) {
+	n, err := t.exec(what, q, ev.ID, args...)
+	switch {
+	case isLockWait(err):
+		return false, t.rowHeld(ev, err)
+	case err != nil:
+		return false, err
+	case n == 0:
+		return false, t.checkEpoch(t.ctx)
+	}
+	return true, nil
 }
 
 // failures reads a dead letter's failure history, this failure last, for OnDeadLetter: a
