@@ -55,7 +55,7 @@ func runRelay(ctx context.Context, o publishOptions, p *outbox.Publisher, sender
 	defer rlog.close()
 	terms := &termLog{log: rlog}
 	rs := &relaySender{recordingSender: recordingSender{inner: sender, log: rlog, clientRetries: clientRetries}, terms: terms}
-	r, err := relay.New(o.dsn, rs, relay.Config{Table: o.table, CheckpointTable: o.relayTable, InstanceID: id,
+	r, err := relay.New(o.dsn, rs, relay.Config{Table: o.table, CheckpointTable: o.relayTable, InstanceID: id, Routes: outbox.Routes{Topic: o.topic},
 		ServerID: uint32(o.serverID), FallbackAfter: o.fallback, Logger: logger.With(slog.String("component", "relay"))})
 	if err != nil {
 		return err
