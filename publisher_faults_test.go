@@ -495,3 +495,45 @@ func TestUnconfirmedSendCountsAsSent(t *testing.T) {
 	}
 	assert.Equal(t, 2.0, total, "counted in the sent events too")
 }
+
+// In key order, a send that finds its biz no's queue unavailable while other events of the
+// round were sent to the same topic (one of two brokers away) spends no attempt: the event
+// goes back to WAIT due a second later by the database's clock, with an "unavailable"
+// failure in its history, and its biz no's later event waits behind it; the other biz no's
+// events are sent. In both claim modes, through PublishPending (Run's rounds decide alike:
+// TestKeyOrderSurvivesABrokerAwayLongerThanItsRetries).
+func TestKeyOrderUnavailableQueueWhileOthersAreSentCountsNothing(t *testing.T) {
+	t.Parallel()
+	b := orderedSetup(t)
+	ids := b.insertKeys(t, []string{"HERE", "AWAY"}, 2)
+	sender := newSwitchSender()
+	sender.recorder.fail = func(ev outbox.Event) error {
+		if ev.BizNo == "AWAY" {
+			return outbox.Unavailable(errors.New("the topic=T route info not found"))
+		}
+		return nil
+	}
+	p := newPublisher(t, b.store, sender, fastConfig("p", &logSink{}))
+	for range 2 { // per-row rounds take one event of a biz no a round
+		_, err := p.PublishPending(context.Background())
+		require.NoError(t, err)
+	}
+	assert.False(t, p.Health().BrokerUnavailable, "a queue away is no outage")
+	for _, id := range ids["HERE"] {
+		assert.Equal(t, outbox.StatusSuccess, b.get(t, id).Status)
+	}
+	first := b.get(t, ids["AWAY"][0])
+	assert.Equal(t, outbox.StatusWait, first.Status)
+	assert.Zero(t, first.RetryCount, "no attempt spent")
+	if assert.NotEmpty(t, first.Failures) {
+		assert.Equal(t, "unavailable", first.Failures[len(first.Failures)-1].Class)
+	}
+	var wait int64
+	require.NoError(t, b.db.QueryRow("SELECT TIMESTAMPDIFF(MICROSECOND, update_time, next_retry_time) FROM `"+outbox.TableForTest(b.store)+
+		"` WHERE id = ?", first.ID).Scan(&wait))
+	assert.Equal(t, time.Second.Microseconds(), wait, "due a second after its release")
+	later := b.get(t, ids["AWAY"][1])
+	assert.Equal(t, outbox.StatusWait, later.Status)
+	assert.Zero(t, later.RetryCount)
+	assert.Empty(t, later.Failures, "never tried")
+}

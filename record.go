@@ -184,8 +184,8 @@ func (p *Publisher) failureWrite(ev Event, cause error) write {
 	}
 }
 
-// releaseWrite returns a claimed, unsent event to WAIT as it was, due now: no retry is
-// counted. o says why: outcomeReleased (never tried: no failure in the history) or
+// releaseWrite returns a claimed, unsent event to WAIT as it was, due after delay (0: now)
+// by the database's clock: no retry is counted. o says why: outcomeReleased (never tried: no failure in the history) or
 // outcomeUnavailable (the broker was down: an "unavailable" failure in the history).
 func (p *Publisher) releaseWrite(ev Event, reason string, delay time.Duration, o outcome) write {
 	owner := p.cfg.InstanceID

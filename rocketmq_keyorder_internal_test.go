@@ -520,4 +520,10 @@ func TestKeyQueueStaysWhileItsBrokerIsAway(t *testing.T) {
 		assert.Equal(t, "broker-a", q.BrokerName)
 	}
 	assert.Len(t, sel.route("T"), 4)
+
+	// A selector that starts while broker-b is away knows only broker-a's queues.
+	fresh := newKeyQueueSelector()
+	if q := fresh.Select(keyed(onB), onlyA, ""); assert.NotNil(t, q) {
+		assert.Equal(t, "broker-a", q.BrokerName)
+	}
 }

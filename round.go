@@ -229,7 +229,6 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 		// Claimed while the round before sent its batch: sent now, before any other claim.
 		p.rounds.ahead = nil
 		evs, more, limit = ahead.evs, ahead.more, ahead.limit
-		stats.Candidates, stats.Claimed = len(evs), len(evs)
 	} else {
 		acked := p.takeUnacked()
 		var res ClaimResult
@@ -242,23 +241,19 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 			p.recorded(ctx, stats, p.successWrite(acked), res.Succeeded)
 		}
 		evs, more = res.Events, res.More
-		stats.Candidates, stats.Claimed = len(evs), len(evs)
 		p.held.Add(int64(len(evs)))
 		if len(evs) == 0 {
 			p.rounds.gather.claimed(time.Now(), 0, 0, 0, more)
 			return more, nil
 		}
 	}
+	stats.Candidates, stats.Claimed = len(evs), len(evs)
 
 	// From here this instance holds the leases; their outcomes are recorded even if ctx is
 	// cancelled.
 	held := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
-		for _, ev := range evs {
-			p.outcomeSafe(ctx, stats, ev, func() outcome {
-				return p.record(held, stats, p.releaseWrite(ev, "publisher stopped before sending", 0, outcomeReleased))
-			})
-		}
+		p.releaseUnsent(ctx, stats, evs, "publisher stopped before sending")
 		return more, nil
 	}
 	// In key order, through a backlog, the next batch is claimed while this one is sent (see
@@ -411,13 +406,19 @@ func (p *Publisher) keepAhead(ctx context.Context, stats *RoundStats, a aheadCla
 		p.rounds.ahead = &aheadBatch{evs: evs, more: a.res.More, limit: limit}
 		return true, nil
 	}
+	p.releaseUnsent(ctx, stats, evs, reason)
+	return a.res.More, nil
+}
+
+// releaseUnsent returns claimed events that were never tried to WAIT, due now, each
+// recorded even if ctx is cancelled.
+func (p *Publisher) releaseUnsent(ctx context.Context, stats *RoundStats, evs []Event, reason string) {
 	held := context.WithoutCancel(ctx)
 	for _, ev := range evs {
 		p.outcomeSafe(ctx, stats, ev, func() outcome {
 			return p.record(held, stats, p.releaseWrite(ev, reason, 0, outcomeReleased))
 		})
 	}
-	return a.res.More, nil
 }
 
 func (p *Publisher) publishPerRow(ctx context.Context, stats *RoundStats, probe bool) (more bool, err error) {

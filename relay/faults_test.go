@@ -619,6 +619,10 @@ func TestRelayKeyOrderSpendsNoAttemptOnAPartialOutage(t *testing.T) {
 	require.NoError(t, e.db.QueryRow("SELECT COUNT(*) FROM "+e.table+" WHERE retry_count > 0").Scan(&retried))
 	assert.Zero(t, retried, "a queue away spends no attempt")
 	assert.Equal(t, map[string]int{"SUCCESS": 5, "WAIT": 5}, e.statuses(t))
+	var wait int64
+	require.NoError(t, e.db.QueryRow("SELECT TIMESTAMPDIFF(MICROSECOND, update_time, next_retry_time) FROM "+e.table+
+		" WHERE event_id = ?", away[0]).Scan(&wait))
+	assert.Equal(t, time.Second.Microseconds(), wait, "tried again a second after each release")
 
 	sender.setAway()
 	c.WaitDistinct(t, len(here)+len(away), 30*time.Second)
