@@ -112,9 +112,17 @@ func TestRelayMarksAroundARowAnotherSessionHolds(t *testing.T) {
 	require.NoError(t, err)
 
 	sender := newCounting()
-	r, _ := start(t, e.dsn, sender, e.config("relay-1"))
+	logs := &recorder{}
+	cfg := e.config("relay-1")
+	cfg.Logger = slog.New(logs)
+	r, _ := start(t, e.dsn, sender, cfg)
 	waitLeader(t, r)
 	waitFor(t, 20*time.Second, "the held event sent", func() bool { return sender.count(locked) == 1 })
+	const held = "another session holds rows of sent events"
+	waitFor(t, 10*time.Second, "a warning once the row is still held at the retry", func() bool {
+		return len(logs.find(slog.LevelWarn, held)) > 0
+	})
+	assert.Len(t, logs.find(slog.LevelDebug, held), 1, "the first try's finding, at debug: a commit may still be finishing")
 	beat := e.heartbeat(t)
 
 	later := e.insert(t, 20, byIndex("later"))

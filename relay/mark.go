@@ -213,7 +213,10 @@ func (t *term) mark(ctx context.Context, evs []outbox.Event) ([]outbox.Event, er
 	}
 }
 
-// hold keeps events whose rows another session holds, to mark them later.
+// hold keeps events whose rows another session holds, to mark them later. A row held at
+// the first try is logged at debug: the binlog carries a transaction before its commit is
+// done, so the inserting session may hold the row for a moment yet. Held again at the
+// retry, it is another session's lock, and a warning.
 func (t *term) hold(evs []outbox.Event) {
 	if len(evs) == 0 {
 		return
@@ -227,11 +230,12 @@ func (t *term) hold(evs []outbox.Event) {
 			t.held = append(t.held, ev)
 		}
 	}
+	level := slog.LevelWarn
 	if t.heldPause == 0 {
-		t.heldPause = markPauseMin
+		t.heldPause, level = markPauseMin, slog.LevelDebug
 	}
 	t.heldBy = time.Now().Add(t.heldPause)
-	t.log().WarnContext(t.ctx, "relay: another session holds rows of sent events; marking them later",
+	t.log().Log(t.ctx, level, "relay: another session holds rows of sent events; marking them later",
 		slog.Int("events", len(t.held)), slog.Int64("first_id", t.held[0].ID), slog.Duration("pause", t.heldPause))
 }
 
