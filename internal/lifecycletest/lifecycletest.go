@@ -53,11 +53,17 @@ func Test(t *testing.T, l Lifecycle) {
 	require.NoError(t, l.Stop(bg))
 
 	// Run, then the end of its context. A Start beside it tells when Run runs (it is refused);
-	// should that Start come first, Run is refused instead, and the pair is tried again.
-	for ran := false; !ran; {
+	// should that Start come first, Run is refused instead, and the pair is tried again with a
+	// longer head start for Run. Without one, the Start nearly always comes first: a new
+	// goroutine runs once the one that made it blocks.
+	for try, ran := 0, false; !ran; try++ {
+		if try == headStarts {
+			t.Fatalf("Run never started before a Start %dms after it", headStart(try-1).Milliseconds())
+		}
 		ctx, cancel := context.WithCancel(bg)
 		done := make(chan error, 1)
 		go func() { done <- l.Run(ctx) }()
+		time.Sleep(headStart(try))
 		if err := l.Start(bg); err == nil {
 			require.ErrorIs(t, wait(t, done), outbox.ErrAlreadyRunning, "Run beside a Start")
 			require.NoError(t, l.Stop(bg))
@@ -91,6 +97,12 @@ func Test(t *testing.T, l Lifecycle) {
 	assert.ErrorIs(t, l.Run(bg), outbox.ErrClosed, "Run after Close")
 	assert.NoError(t, l.Stop(bg), "Stop after Close")
 }
+
+// headStarts is how many times Run is given a head start over a Start beside it, each
+// twice the last: 10 ms, then up to 1.28 s.
+const headStarts = 8
+
+func headStart(try int) time.Duration { return 10 * time.Millisecond << try }
 
 // wait returns a Run's result; a Run that does not return fails the test.
 func wait(t *testing.T, done <-chan error) error {
