@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"mime"
 	"net/url"
@@ -390,7 +389,6 @@ func TestCloudEventsNoNameServerIsUnavailable(t *testing.T) {
 		NameServers: []string{"127.0.0.1:1"}, // nothing listens there
 		GroupName:   testsvc.UniqueTable("pg"),
 		SendTimeout: 300 * time.Millisecond,
-		Logger:      slog.New(&logSink{}),
 
 		CloudEventsSource: "/order-service",
 	})

@@ -66,9 +66,9 @@ const RetryForever = math.MaxInt32
 type Config struct {
 	// InstanceID is written to claim_owner to say which instance holds a lease. It must be
 	// unique among the publishers of a table running at once (and should differ across
-	// restarts, so a restarted instance never mistakes an old lease for its own); Start
-	// refuses a second publisher of the same store with the same id in one process. At most
-	// 64 characters. Defaults to [DefaultInstanceID](), a new id for each publisher.
+	// restarts, so a restarted instance never mistakes an old lease for its own): two
+	// publishers of one table with one id take each other's claims for their own, and
+	// events are sent twice (see [Publisher.Start]). At most 64 characters. Defaults to [DefaultInstanceID](), a new id for each publisher.
 	InstanceID string
 
 	// StoreName names the publisher's store, for a service that publishes several databases
@@ -77,20 +77,17 @@ type Config struct {
 	// "store"), and every send span (outbox.store); its [Health] says it. It is a metric label, so it must be bounded: a name
 	// the service configures, such as "shard-03" or "tenant-eu", never a DSN or a value from
 	// a request. 1 to 64 ASCII letters, digits, '_', '-' or '.', beginning with a letter or a
-	// digit. One name is one store: Start refuses a publisher whose StoreName a running
-	// publisher of another store with the same MeterProvider or Logger has in this process,
-	// since their series or lines would mix (give a database's publishers one store value);
-	// a nil Logger is the process's default logger, the same for every publisher.
-	// Required with SharedSender. Defaults to "": no store attribute, as a service with one
+	// digit. One name is one store: the publishers of two stores under one name share their
+	// series and log attribute. Required with SharedSender. Defaults to "": no store attribute, as a service with one
 	// database needs.
 	StoreName string
 
 	// SharedSender says that other publishers send through the same sender (one RocketMQ
 	// producer for the publishers of several databases): [Publisher.Close] then leaves the
 	// sender open, and whoever made the sender closes it once, after the last of its
-	// publishers has closed. Start refuses a sender with a Close method that another running
-	// publisher uses unless both set SharedSender: the first Close would close it under the
-	// other. Defaults to false: the publisher owns its sender, and Close closes it.
+	// publishers has closed. Every publisher of one sender sets it: the Close of one that
+	// owns it closes it under the others, whose sends then fail with [ErrClosed], as in a
+	// broker outage. Defaults to false: the publisher owns its sender, and Close closes it.
 	SharedSender bool
 
 	// PollInterval is the pause between the end of one round and the start of the next

@@ -411,7 +411,6 @@ func TestRocketMQDelayedEventsWaitOutABrokerOutage(t *testing.T) {
 		NameServers: []string{"127.0.0.1:1"}, // nothing listens there: no route to any broker
 		GroupName:   testsvc.UniqueTable("pg"),
 		SendTimeout: 300 * time.Millisecond,
-		Logger:      slog.New(&logSink{}),
 	})
 	require.NoError(t, err)
 	logs := &logSink{}

@@ -64,14 +64,7 @@ var errClosed = fmt.Errorf("%w: the publisher was closed", ErrClosed)
 //
 // Before it returns, Start refuses, and nothing runs:
 //   - after Close, with [ErrClosed];
-//   - while this publisher runs (or is still stopping), and while another publisher of
-//     the same store with the same [Config.InstanceID] runs in this process, with
-//     [ErrAlreadyRunning];
-//   - with an error wrapping [ErrInvalidConfig] that names the fix: a [Config.StoreName]
-//     that a running publisher of another store has in this process with the same
-//     MeterProvider or the same Logger (a nil Logger is the process's default logger,
-//     the same for every publisher); a sender with a Close method that a running
-//     publisher uses too, unless both set [Config.SharedSender];
+//   - while this publisher runs (or is still stopping), with [ErrAlreadyRunning];
 //   - with what [Store.Check] and [Sender.Check] refuse, in one error that names each
 //     problem once: a table that does not exist ([ErrNoTable]); a table that cannot serve
 //     the store ([ErrInvalidConfig]; for a MySQL store: the columns and indexes it lacks,
@@ -79,6 +72,18 @@ var errClosed = fmt.Errorf("%w: the publisher was closed", ErrClosed)
 //     [MySQLConfig.PartitionIDs] asks for, a missing [MySQLConfig.RelayTable]; see
 //     [MySQLStore.Check]); and the store's topics ([StoreInfo.Topics]) that the sender
 //     cannot send to ([ErrInvalidConfig]).
+//
+// The publisher keeps no state beyond its own value, and so checks nothing across
+// publishers; what they share is the caller's to keep apart:
+//   - Two publishers of one table with one [Config.InstanceID] both run, and each takes
+//     the other's claims for its own: when one stops, or a claim's COMMIT outcome is
+//     unknown, it returns the other's events in flight to WAIT, and they are sent again
+//     (duplicates, none lost). Leave InstanceID empty and each publisher has its own.
+//   - Two stores under one [Config.StoreName] share its metric series and log attribute.
+//   - A sender that one publisher owns (no [Config.SharedSender]) and another uses is
+//     closed under the other by the owner's Close: the other's sends then fail with
+//     [ErrClosed], which it treats as a broker outage (see [IsUnavailable]): it pauses and
+//     spends no attempt, and nothing is dead-lettered.
 //
 // A store Start cannot reach (Check takes at most [Tuning.StoreTimeout]) is logged, not
 // refused: the publisher starts, and its rounds retry. So is a broker the sender cannot ask
@@ -123,24 +128,16 @@ func (p *Publisher) start(ctx context.Context) (*runState, error) {
 		l.mu.Unlock()
 		return nil, fmt.Errorf("%w: this publisher was started and has not stopped (Stop waits for its shutdown)", ErrAlreadyRunning)
 	}
-	// The instance id is taken before Running is reported, so that whoever sees this
-	// publisher running finds its id taken too.
-	release, err := instances.take(p)
-	if err != nil {
-		l.mu.Unlock()
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	r := &runState{cancel: cancel, done: make(chan struct{})}
 	l.run = r // from here a Stop or Close stops this run, even before Check has answered
 	l.mu.Unlock()
 
-	err = p.check(ctx)
+	err := p.check(ctx)
 	if err == nil && p.isClosed() {
 		err = errClosed
 	}
 	if err != nil {
-		release()
 		cancel()
 		p.ended(r)
 		return nil, err
@@ -151,12 +148,12 @@ func (p *Publisher) start(ctx context.Context) (*runState, error) {
 		slog.Duration("poll_interval", p.cfg.PollInterval),
 		slog.Duration("lease", p.cfg.Tuning.Lease),
 		slog.Bool("key_order", p.keyOrder.Load()))
-	go p.run(ctx, r, release)
+	go p.run(ctx, r)
 	return r, nil
 }
 
 // run is a started publisher's goroutine: its loops, then its shutdown.
-func (p *Publisher) run(ctx context.Context, r *runState, release func()) {
+func (p *Publisher) run(ctx context.Context, r *runState) {
 	stopObserving := p.m.observe(p)
 	wake, unsubscribe := p.store.Subscribe()
 	reclaimed := make(chan struct{}, 1) // a reclaim put events back: a round at once sends them
@@ -190,7 +187,6 @@ func (p *Publisher) run(ctx context.Context, r *runState, release func()) {
 	// the run counts as stopped: Stop and Close wait for them.
 	p.dead.wait(context.Background(), p.dead.mark())
 	stopObserving()
-	release()
 	r.cancel()
 	p.running.Store(false)
 	p.log.Info("outbox publisher stopped")

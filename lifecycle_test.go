@@ -100,42 +100,43 @@ func TestCloseConcurrently(t *testing.T) {
 	assert.False(t, p.Health().Running)
 }
 
-// Two publishers of one store with one InstanceID would take each other's leases for their
-// own: the second Run is refused while the first runs, and allowed once it has stopped. The
-// same id on another table's store is another instance.
-func TestRunRefusesASecondPublisherWithTheSameInstanceID(t *testing.T) {
+// Two publishers of one store with one InstanceID both run: the library keeps no list of
+// the ids in use, and each publisher takes the other's claims for its own. When one stops,
+// it returns the other's event in flight to WAIT; the other's success then finds the row no
+// longer its claim, and the event is sent again: a duplicate, never a loss. A publisher
+// started twice is still refused.
+func TestTwoPublishersWithOneInstanceIDSendTwice(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	id := b.insert(t, 1)[0]
+	ctx := context.Background()
 	cfg := fastConfig("twin", &logSink{})
-	first := newPublisher(t, b.store, newRecorder(), cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- first.Run(ctx) }()
-	require.Eventually(t, func() bool { return first.Health().Running }, 10*time.Second, time.Millisecond)
+	slow := newBlockingSender()
+	first := newPublisher(t, b.store, slow, cfg)
+	require.NoError(t, first.Start(ctx))
+	t.Cleanup(func() { assert.NoError(t, first.Close()) })
+	require.ErrorIs(t, first.Start(ctx), outbox.ErrAlreadyRunning, "one publisher, two Starts")
+	var sent outbox.Event
+	select {
+	case sent = <-slow.entered:
+	case <-time.After(time.Minute):
+		t.Fatal("the first publisher sent nothing")
+	}
 
 	second := newPublisher(t, b.store, newRecorder(), cfg)
-	err := second.Run(context.Background())
-	require.ErrorIs(t, err, outbox.ErrAlreadyRunning)
-	assert.ErrorContains(t, err, `InstanceID "twin"`)
-	assert.ErrorIs(t, first.Run(context.Background()), outbox.ErrAlreadyRunning, "one publisher, two Runs")
+	require.NoError(t, second.Start(ctx), "the same id is not refused")
+	require.NoError(t, second.Stop(ctx))
+	require.Equal(t, outbox.StatusWait, b.get(t, id).Status, "the second's stop returned the first's claim to WAIT")
 
-	other := setup(t)
-	elsewhere := newPublisher(t, other.store, newRecorder(), cfg)
-	otherCtx, otherCancel := context.WithCancel(context.Background())
-	otherRan := make(chan error, 1)
-	go func() { otherRan <- elsewhere.Run(otherCtx) }()
-	require.Eventually(t, func() bool { return elsewhere.Health().Running }, 10*time.Second, time.Millisecond)
-	otherCancel()
-	require.NoError(t, <-otherRan)
-
-	cancel()
-	require.NoError(t, <-ran)
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	ran2 := make(chan error, 1)
-	go func() { ran2 <- second.Run(ctx2) }()
-	require.Eventually(t, func() bool { return second.Health().Running }, 10*time.Second, time.Millisecond)
-	cancel2()
-	require.NoError(t, <-ran2)
+	slow.release <- nil // the first's send succeeds, its row no longer its claim
+	select {
+	case again := <-slow.entered:
+		assert.Equal(t, sent.EventID, again.EventID, "the event is sent again")
+	case <-time.After(time.Minute):
+		t.Fatal("the event returned to WAIT was not sent again")
+	}
+	slow.release <- nil
+	require.Eventually(t, func() bool { return b.get(t, id).Status == outbox.StatusSuccess }, time.Minute, 10*time.Millisecond)
 }
 
 // InsertEvent returns the event id every send of the event carries: the id consumers

@@ -72,78 +72,64 @@ func TestStoreNameMustBeABoundedLabel(t *testing.T) {
 	assert.Empty(t, p.Health().StoreName, "unnamed by default")
 }
 
-// One name is one store: a publisher of a second store under a name that a running
-// publisher of another store has, with the same Logger or MeterProvider, is refused at Run;
-// several publishers of one store share its name. Once the first stops, its name is free.
-// Publishers whose logs and metrics go to different places (the tests of a service, run in
-// parallel) may use the same names.
-func TestStoreNameBelongsToOneStore(t *testing.T) {
+// The library keeps no list of the store names in use: publishers of two stores under one
+// name, with one Logger and one MeterProvider, both start, and their records carry the same
+// store attribute. Keeping the names apart is the service's.
+func TestStoreNameIsTheServicesToKeepApart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	other := testsvc.NewStore(t, b.db, outbox.MySQLConfig{})
-	name := "shard-0"
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logger := slog.New(&logSink{})
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	logs := newLineSink()
+	logger := slog.New(logs)
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
-	cfg := func(id string) outbox.Config {
-		c := fastConfig(id, nil)
-		c.StoreName, c.Logger, c.MeterProvider = name, logger, provider
-		return c
+	for i, store := range []*outbox.MySQLStore{b.store, other} {
+		c := fastConfig(fmt.Sprintf("named-%d", i), nil)
+		c.StoreName, c.Logger, c.MeterProvider = "shard-0", logger, provider
+		p := newPublisher(t, store, newRecorder(), c)
+		require.NoError(t, p.Start(context.Background()), "publisher %d", i)
+		t.Cleanup(func() { assert.NoError(t, p.Close()) })
+		assert.True(t, p.Health().Running)
 	}
-	first := newPublisher(t, b.store, newRecorder(), cfg("first"))
-	var wg sync.WaitGroup
-	runFirst, stopFirst := context.WithCancel(ctx)
-	wg.Go(func() { assert.NoError(t, first.Run(runFirst)) })
-	require.Eventually(t, func() bool { return first.Health().Running }, time.Minute, time.Millisecond)
-
-	second := newPublisher(t, b.store, newRecorder(), cfg("second")) // the same store: fine
-	wg.Go(func() { assert.NoError(t, second.Run(ctx)) })
-	require.Eventually(t, func() bool { return second.Health().Running }, time.Minute, time.Millisecond)
-
-	clash := newPublisher(t, other, newRecorder(), cfg("clash"))
-	err := clash.Run(ctx)
-	require.ErrorIs(t, err, outbox.ErrInvalidConfig)
-	assert.ErrorContains(t, err, fmt.Sprintf("StoreName %q is another store's", name))
-	assert.False(t, clash.Health().Running)
-	for what, c := range map[string]outbox.Config{
-		"the same Logger":        {StoreName: name, Logger: logger},
-		"the same MeterProvider": {StoreName: name, MeterProvider: provider, Logger: slog.New(&logSink{})},
-	} {
-		c.Tuning = fastConfig("", nil).Tuning
-		err := newPublisher(t, other, newRecorder(), c).Run(ctx)
-		require.ErrorIs(t, err, outbox.ErrInvalidConfig, what)
+	started := 0
+	for _, r := range linesOf(logs, "shard-0", slog.LevelDebug) {
+		if r.msg == "outbox publisher started" {
+			started++
+		}
 	}
-	apart := fastConfig("apart", &logSink{}) // its own logger, no metrics: nothing mixes
-	apart.StoreName = name
-	apartCtx, stopApart := context.WithCancel(ctx)
-	apartDone := make(chan error, 1)
-	apartPub := newPublisher(t, other, newRecorder(), apart)
-	go func() { apartDone <- apartPub.Run(apartCtx) }()
-	require.Eventually(t, func() bool { return apartPub.Health().Running }, time.Minute, time.Millisecond)
-	stopApart()
-	require.NoError(t, <-apartDone)
-
-	stopFirst()
-	require.Eventually(t, func() bool { return !first.Health().Running }, time.Minute, time.Millisecond)
-	err = clash.Run(ctx)
-	require.ErrorIs(t, err, outbox.ErrInvalidConfig, "the other store's second publisher still has the name")
-	cancel()
-	wg.Wait()
-
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- clash.Run(runCtx) }()
-	require.Eventually(t, func() bool { return clash.Health().Running }, time.Minute, time.Millisecond,
-		"the name is free once no publisher of the first store runs")
-	stop()
-	require.NoError(t, <-done)
+	assert.Equal(t, 2, started, "both publishers' records say store=shard-0")
 }
 
-// Publishers that set SharedSender leave their sender open when they close; a sender with
-// a Close method is refused to a second running publisher unless both share it.
+// A sender that one publisher owns and another uses without SharedSender: both start,
+// nothing checks it, and the owner's Close closes the sender under the other. Its sends
+// then fail with ErrClosed, which it treats as a broker outage: it pauses, counts no
+// attempt and dead-letters nothing; the events wait in WAIT.
+func TestASenderClosedUnderAnotherPublisherLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sender := &closingSender{recorder: newRecorder()}
+	owner := newPublisher(t, b.store, sender, fastConfig("owner", &logSink{}))
+	user := newPublisher(t, b.store, sender, fastConfig("user", &logSink{}))
+	ctx := context.Background()
+	require.NoError(t, owner.Start(ctx))
+	require.NoError(t, user.Start(ctx), "a sender another publisher owns is not refused")
+	t.Cleanup(func() { assert.NoError(t, user.Close()) })
+	require.NoError(t, owner.Close())
+	require.Equal(t, int32(1), sender.closed.Load(), "the owner closed the sender under the other")
+
+	ids := b.insert(t, 3)
+	require.Eventually(t, func() bool { return user.Health().BrokerUnavailable }, time.Minute, 5*time.Millisecond,
+		"ErrClosed is an outage")
+	for _, id := range ids {
+		ev := b.get(t, id)
+		assert.Equal(t, outbox.StatusWait, ev.Status, "event %d", id)
+		assert.Zero(t, ev.RetryCount, "event %d: no attempt counted", id)
+	}
+	assert.Zero(t, sender.total(), "nothing reached the closed sender")
+}
+
+// Publishers that set SharedSender leave their sender open when they close; the one that
+// owns the sender closes it.
 func TestSharedSenderIsClosedByItsMaker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -162,11 +148,6 @@ func TestSharedSenderIsClosedByItsMaker(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	require.Eventually(t, func() bool { return a.Health().Running }, time.Minute, time.Millisecond)
-
-	owner := newPublisher(t, other, sender, cfg("b", "shard-b", false))
-	err := owner.Run(ctx)
-	require.ErrorIs(t, err, outbox.ErrInvalidConfig, "a publisher that would close the shared sender under the other")
-	assert.ErrorContains(t, err, "set Config.SharedSender on every publisher that shares it")
 
 	shared := newPublisher(t, other, sender, cfg("b", "shard-b", true))
 	go func() { done <- shared.Run(ctx) }()

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"reflect"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -374,9 +371,8 @@ var (
 	// [Publisher.Close].
 	ErrClosed = errors.New("outbox: closed")
 	// ErrAlreadyRunning is returned by [Publisher.Start] (and Run) when the publisher is
-	// already running (or still stopping), or another publisher of the same store with the
-	// same [Config.InstanceID] is running in this process; the relay and the inbox's
-	// consumer return it too.
+	// already running (or still stopping); the relay and the inbox's consumer return it
+	// too.
 	ErrAlreadyRunning = errors.New("outbox: already running")
 	// ErrUnconfirmed is a sender's answer for an event the broker stored but could not
 	// confirm in time as durable (RocketMQ's FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
@@ -553,132 +549,3 @@ func logAttrs(cfg Config) []any {
 // initialClaimLimit is the first batch claim's size; it doubles up to BatchSize while
 // batches send quickly.
 const initialClaimLimit = 64
-
-// instances is what the running publishers of this process hold: their instance ids per
-// store (two publishers claiming under one id would take each other's leases for their
-// own), their store names per MeterProvider and per Logger (one name is one store: two
-// databases under one name would share their series and log lines), and their senders (a
-// sender that one of them owns would be closed under the others).
-var instances = instanceSet{running: map[instanceKey]bool{}, names: map[nameKey]nameUse{}, senders: map[any]senderUse{}}
-
-type instanceKey struct {
-	store any
-	id    string
-}
-
-// nameKey is a store name where it shows: on a MeterProvider's series, or a Logger's lines.
-type nameKey struct {
-	scope any
-	name  string
-}
-
-// nameUse is a store name's store and how many running publishers use the name.
-type nameUse struct {
-	store any
-	runs  int
-}
-
-// senderUse counts a sender's running publishers, and those of them that own it.
-type senderUse struct{ runs, owners int }
-
-type instanceSet struct {
-	mu      sync.Mutex
-	running map[instanceKey]bool
-	names   map[nameKey]nameUse
-	senders map[any]senderUse
-}
-
-// take registers p as running: its instance id on its store, its store's name, its sender.
-// It reports a publisher of this process that already runs with the same id on the same
-// store, a publisher of another store under the same name with the same MeterProvider or
-// Logger, and a sender with a Close method shared without [Config.SharedSender]. A store,
-// sender or MeterProvider passed by value has no identity to check.
-func (s *instanceSet) take(p *Publisher) (release func(), err error) {
-	storeKey, sendKey := identity(p.store), identity(p.sender)
-	if _, closes := p.sender.(io.Closer); !closes {
-		sendKey = nil // nothing to close under the others
-	}
-	k := instanceKey{store: storeKey, id: p.cfg.InstanceID}
-	var names []nameKey
-	if p.cfg.StoreName != "" && storeKey != nil {
-		names = append(names, nameKey{scope: logScope(p.cfg.Logger), name: p.cfg.StoreName})
-		if mp := identity(p.cfg.MeterProvider); mp != nil {
-			names = append(names, nameKey{scope: mp, name: p.cfg.StoreName})
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if storeKey != nil {
-		if s.running[k] {
-			return nil, fmt.Errorf("%w: another publisher of this store runs with InstanceID %q in this process; give each its own (DefaultInstanceID returns a new one on each call)",
-				ErrAlreadyRunning, k.id)
-		}
-		for _, n := range names {
-			if u, ok := s.names[n]; ok && u.store != storeKey {
-				return nil, fmt.Errorf("%w: StoreName %q is another store's: a publisher of a different store runs under it in this process, with the same MeterProvider or Logger; give each store a name of its own, and all the publishers of one database one store value",
-					ErrInvalidConfig, n.name)
-			}
-		}
-	}
-	if u := s.senders[sendKey]; sendKey != nil && u.runs > 0 && (u.owners > 0 || !p.cfg.SharedSender) {
-		return nil, fmt.Errorf("%w: the sender is in use by another running publisher: set Config.SharedSender on every publisher that shares it, and close it once after them (the Close of a publisher that owns its sender closes it under the others)",
-			ErrInvalidConfig)
-	}
-	owner := 0
-	if !p.cfg.SharedSender {
-		owner = 1
-	}
-	if storeKey != nil {
-		s.running[k] = true
-	}
-	for _, n := range names {
-		s.names[n] = nameUse{store: storeKey, runs: s.names[n].runs + 1}
-	}
-	if sendKey != nil {
-		u := s.senders[sendKey]
-		s.senders[sendKey] = senderUse{runs: u.runs + 1, owners: u.owners + owner}
-	}
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if storeKey != nil {
-			delete(s.running, k)
-		}
-		for _, n := range names {
-			if u := s.names[n]; u.runs > 1 {
-				s.names[n] = nameUse{store: u.store, runs: u.runs - 1}
-			} else {
-				delete(s.names, n)
-			}
-		}
-		if sendKey != nil {
-			if u := s.senders[sendKey]; u.runs > 1 {
-				s.senders[sendKey] = senderUse{runs: u.runs - 1, owners: u.owners - owner}
-			} else {
-				delete(s.senders, sendKey)
-			}
-		}
-	}, nil
-}
-
-// defaultLogScope is where the lines of every publisher whose Logger was nil go: the
-// process's default logger, one scope for them all.
-type defaultLogScope struct{}
-
-// logScope is where l's lines show, for the store-name rule: l itself, or for the logger a
-// nil Logger defaults to (each publisher gets one of its own), the default logger's scope.
-func logScope(l *slog.Logger) any {
-	if _, ok := l.Handler().(defaultLogHandler); ok {
-		return defaultLogScope{}
-	}
-	return l
-}
-
-// identity returns v itself when it is a pointer, something two values can be compared by
-// to tell one from another; nil otherwise (nil too).
-func identity(v any) any {
-	if t := reflect.TypeOf(v); t == nil || t.Kind() != reflect.Pointer {
-		return nil
-	}
-	return v
-}

@@ -135,11 +135,11 @@ func runChild() int {
 		// A publisher on the real broker that runs until it is killed, announcing "READY 0"
 		// as it starts.
 		cfg.Tuning.SendTimeout, cfg.Tuning.Lease = 2*time.Second, 20*time.Second
+		outbox.RouteRocketMQClientLogs(nil)
 		sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 			NameServers: []string{os.Getenv("OUTBOX_CHILD_NAMESRV")},
 			GroupName:   os.Getenv("OUTBOX_CHILD_ID"),
 			SendTimeout: cfg.Tuning.SendTimeout,
-			Logger:      slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -125,14 +125,6 @@ type RocketMQConfig struct {
 	// (application/cloudevents...), which marks the structured content mode. Only with
 	// CloudEventsSource. Defaults to "application/json".
 	CloudEventsContentType string
-
-	// Logger, if set, receives the logs of every RocketMQ client in the process: the sender
-	// calls [RouteRocketMQClientLogs] with it. The client's logger is process-wide, so this
-	// is a process-wide choice (the last sender made with a Logger decides where the logs
-	// go), and like RouteRocketMQClientLogs it must first be made before any other RocketMQ
-	// client of the process runs. Left nil, the client's logger is not touched: it logs as
-	// the client does by default, to stderr.
-	Logger *slog.Logger
 }
 
 // RocketMQSender is the [Sender] that publishes events to Apache RocketMQ with a synchronous
@@ -215,9 +207,6 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 	addrs, err := primitive.NewNamesrvAddr(cfg.NameServers...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: NameServers %v: %w", ErrInvalidConfig, cfg.NameServers, err)
-	}
-	if cfg.Logger != nil {
-		RouteRocketMQClientLogs(cfg.Logger)
 	}
 	attempts := cmp.Or(cfg.SendAttempts, sendAttemptsDefault)
 	group := cmp.Or(cfg.GroupName, producerGroupDefault)
@@ -726,7 +715,8 @@ var routeOnce sync.Once
 // (its default writes to stderr, at the level of ROCKETMQ_GO_LOG_LEVEL). Call it at start-up,
 // before any RocketMQ producer or consumer exists: the client reads its logger without
 // synchronisation, so the first call must not race a running client. Later calls only change
-// where the logs go, and are safe at any time. [RocketMQConfig.Logger] calls it.
+// where the logs go, and are safe at any time. Nothing else in this module calls it: making
+// a sender, a publisher or a consumer leaves the client's logger as it is.
 func RouteRocketMQClientLogs(l *slog.Logger) {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)

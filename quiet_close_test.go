@@ -67,6 +67,7 @@ func TestCloseIsQuiet(t *testing.T) {
 	topic := testsvc.NewTopic(t, "OUTBOX_QUIET")
 	b.routeTo(topic)
 	logs := &logSink{}
+	outbox.RouteRocketMQClientLogs(slog.New(logs))
 	defer outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler))
 	stop := make(chan struct{})
 	inserted := insertLoad(t, b, stop)
@@ -80,7 +81,6 @@ func TestCloseIsQuiet(t *testing.T) {
 			// The default's 3 s an attempt: an attempt that times out on a loaded machine is
 			// retried with a warning of the client's that has nothing to do with Close.
 			SendTimeout: 9 * time.Second,
-			Logger:      slog.New(logs),
 		})
 		require.NoError(t, err)
 		cfg := fastConfig(fmt.Sprintf("quiet-%d", i), logs)

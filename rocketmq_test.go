@@ -36,7 +36,7 @@ func newRocketMQSender(t *testing.T, logs *logSink) *outbox.RocketMQSender {
 		GroupName:   testsvc.UniqueTable("pg"),
 	}
 	if logs != nil {
-		cfg.Logger = slog.New(logs)
+		outbox.RouteRocketMQClientLogs(slog.New(logs))
 	}
 	s, err := outbox.NewRocketMQSender(cfg)
 	require.NoError(t, err)
@@ -320,18 +320,18 @@ func sendAlone(ctx context.Context, s outbox.Sender, ev outbox.Event) error {
 
 // A send with no route to any broker (nothing answers at the name server's address) fails
 // within the send timeout as Unavailable: the event is not dead-lettered. The client's own
-// complaints reach the sender's logger, not stderr.
+// complaints reach the logger RouteRocketMQClientLogs was given, not stderr.
 func TestRocketMQNoNameServerIsUnavailable(t *testing.T) {
 	t.Parallel()
 	testsvc.RocketMQNameServer(t)
 	b := setup(t)
 	id := b.insert(t, 1)[0]
 	clientLogs := &logSink{}
+	outbox.RouteRocketMQClientLogs(slog.New(clientLogs))
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers: []string{"127.0.0.1:1"}, // nothing listens there
 		GroupName:   testsvc.UniqueTable("pg"),
 		SendTimeout: 300 * time.Millisecond,
-		Logger:      slog.New(clientLogs),
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sender.Close() })
@@ -350,7 +350,7 @@ func TestRocketMQNoNameServerIsUnavailable(t *testing.T) {
 	require.NoError(t, err)
 	got := b.get(t, id)
 	assert.Equal(t, outbox.StatusWait, got.Status, "not dead-lettered")
-	assert.NotEmpty(t, clientLogs.atLeast(slog.LevelDebug), "the client's logs were routed to the sender's logger")
+	assert.NotEmpty(t, clientLogs.atLeast(slog.LevelDebug), "the client's logs were routed")
 }
 
 // Each class of failure, produced by a real name server and broker, is classified as the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,15 +41,12 @@ func TestStartReportsEachRefusal(t *testing.T) {
 		assert.False(t, p.Health().Running, "a refused publisher does not run")
 	}
 
-	t.Run("same InstanceID", func(t *testing.T) {
+	t.Run("started twice", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		cfg := fastConfig("twin-start", &logSink{})
-		first := newPublisher(t, b.store, newRecorder(), cfg)
+		first := newPublisher(t, b.store, newRecorder(), fastConfig("twice-start", &logSink{}))
 		require.NoError(t, startLikeTheREADME(t, ctx, first))
 		assert.True(t, first.Health().Running, "Running as soon as Start returned")
-		second := newPublisher(t, b.store, newRecorder(), cfg)
-		refused(t, second, startLikeTheREADME(t, ctx, second), outbox.ErrAlreadyRunning, `InstanceID "twin-start"`)
 		err := startLikeTheREADME(t, ctx, first)
 		require.ErrorIs(t, err, outbox.ErrAlreadyRunning, "one publisher started twice")
 		assert.True(t, first.Health().Running, "the refusal leaves the first running")
@@ -64,9 +60,6 @@ func TestStartReportsEachRefusal(t *testing.T) {
 		require.NoError(t, err)
 		p := newPublisher(t, store, newRecorder(), fastConfig("ordered-start", &logSink{}))
 		refused(t, p, startLikeTheREADME(t, ctx, p), outbox.ErrInvalidConfig, "idx_biz_no_status")
-		// Refused, not taken: the id is free again.
-		q := newPublisher(t, b.store, newRecorder(), fastConfig("ordered-start", &logSink{}))
-		require.NoError(t, startLikeTheREADME(t, ctx, q))
 	})
 
 	t.Run("table not partitioned as configured", func(t *testing.T) {
@@ -87,37 +80,6 @@ func TestStartReportsEachRefusal(t *testing.T) {
 		refused(t, p, startLikeTheREADME(t, ctx, p), outbox.ErrInvalidConfig, "relay.CreateSchema")
 	})
 
-	t.Run("shared sender without SharedSender", func(t *testing.T) {
-		t.Parallel()
-		sender := &closingSender{recorder: newRecorder()}
-		first := newPublisher(t, setup(t).store, sender, fastConfig("share-1", &logSink{}))
-		require.NoError(t, startLikeTheREADME(t, ctx, first))
-		second := newPublisher(t, setup(t).store, sender, fastConfig("share-2", &logSink{}))
-		refused(t, second, startLikeTheREADME(t, ctx, second), outbox.ErrInvalidConfig, "SharedSender")
-	})
-
-	for _, logger := range []struct {
-		name string
-		log  func() *slog.Logger
-	}{
-		{"one Logger", func() *slog.Logger { l := slog.New(&logSink{}); return l }},
-		{"nil Logger", func() *slog.Logger { return nil }},
-	} {
-		t.Run("StoreName clash, "+logger.name, func(t *testing.T) {
-			t.Parallel()
-			log := logger.log()
-			cfg := func(id string) outbox.Config {
-				c := fastConfig(id, &logSink{})
-				c.Logger, c.StoreName = log, "shard-clash"
-				return c
-			}
-			first := newPublisher(t, setup(t).store, newRecorder(), cfg("clash-1"))
-			require.NoError(t, startLikeTheREADME(t, ctx, first))
-			second := newPublisher(t, setup(t).store, newRecorder(), cfg("clash-2"))
-			refused(t, second, startLikeTheREADME(t, ctx, second), outbox.ErrInvalidConfig, `StoreName "shard-clash"`)
-		})
-	}
-
 	t.Run("after Close", func(t *testing.T) {
 		t.Parallel()
 		p := newPublisher(t, setup(t).store, newRecorder(), fastConfig("closed-start", &logSink{}))
@@ -136,7 +98,7 @@ func TestRunIsStartThenWait(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- first.Run(context.Background()) }()
 	require.Eventually(t, func() bool { return first.Health().Running }, 10*time.Second, time.Millisecond)
-	require.ErrorIs(t, newPublisher(t, b.store, newRecorder(), cfg).Run(context.Background()), outbox.ErrAlreadyRunning)
+	require.ErrorIs(t, first.Run(context.Background()), outbox.ErrAlreadyRunning)
 	require.NoError(t, first.Stop(context.Background()))
 	select {
 	case err := <-ran:

@@ -68,8 +68,9 @@ func TestRelayCloseIsQuiet(t *testing.T) {
 	})
 	require.NoError(t, warm.Close())
 	logs := &recorder{}
+	outbox.RouteRocketMQClientLogs(slog.New(logs))
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: []string{testsvc.RocketMQNameServer(t)},
-		GroupName: testsvc.UniqueTable("relay"), Logger: slog.New(logs)})
+		GroupName: testsvc.UniqueTable("relay")})
 	require.NoError(t, err)
 	defer outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler))
 	stop := make(chan struct{})

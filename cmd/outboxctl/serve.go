@@ -113,6 +113,9 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 		}
 		cfg.Stores = append(cfg.Stores, console.Store{Name: name, Store: store, Lease: *lease})
 	}
+	if *namesrv != "" && len(inboxes) > 0 {
+		outbox.RouteRocketMQClientLogs(logger) // once, before the resend senders' clients start
+	}
 	for _, ib := range inboxes {
 		in, err := inbox.New(dbOf[ib.store], inbox.Config{Group: ib.group, Table: *inboxTable})
 		if err != nil {
@@ -120,7 +123,7 @@ func (a *app) serve(ctx context.Context, stores []namedStore, args []string) err
 		}
 		entry := console.Inbox{Inbox: in}
 		if *namesrv != "" {
-			sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: strings.Split(*namesrv, ","), Logger: logger})
+			sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{NameServers: strings.Split(*namesrv, ",")})
 			if err != nil {
 				return err
 			}

@@ -26,7 +26,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -68,8 +67,6 @@ func Sort(qs []Queue) {
 	})
 }
 
-var opaque atomic.Int32
-
 type header struct {
 	Code      int               `json:"code"`
 	Language  string            `json:"language"`
@@ -97,8 +94,9 @@ func call(ctx context.Context, addr string, code int, ext map[string]string, bod
 // conn is a connection to a name server or a broker, for requests one after another.
 type conn struct {
 	net.Conn
-	addr string
-	stop func() bool
+	addr   string
+	stop   func() bool
+	opaque int32 // the last request's id on this connection
 }
 
 // dial connects to addr; the connection's calls end with ctx (at its deadline, or within
@@ -126,7 +124,8 @@ func (c *conn) close() {
 // call sends one request on c and returns its response's body.
 func (c *conn) call(code int, ext map[string]string, body []byte) ([]byte, error) {
 	addr := c.addr
-	id := opaque.Add(1)
+	c.opaque++
+	id := c.opaque
 	h, err := json.Marshal(header{Code: code, Language: "GO", Version: 317, Opaque: id, ExtFields: ext})
 	if err != nil {
 		return nil, fmt.Errorf("rmqlock: encode the request header: %w", err)

@@ -62,7 +62,7 @@ func main() {
 	}
 	// The run's consumer would log the RocketMQ client's routine events to stderr at info;
 	// the run reports what it received itself, so the client's logs are discarded here.
-	// (Each publisher process routes its own into its log file, through RocketMQConfig.Logger.)
+	// (Each publisher process routes its own into its log file: runPublisher calls it again.)
 	outbox.RouteRocketMQClientLogs(nil)
 	args := os.Args[1:]
 	if len(args) > 0 && args[0] == "run" {

@@ -110,10 +110,10 @@ func publish(o publishOptions) error {
 	if err != nil {
 		return err
 	}
+	outbox.RouteRocketMQClientLogs(logger) // before the process's first RocketMQ client
 	sender, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
 		NameServers:  strings.Split(o.namesrv, ","),
 		InstanceName: o.instance + "-" + fmt.Sprint(os.Getpid()),
-		Logger:       logger,
 	})
 	if err != nil {
 		return err
