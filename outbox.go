@@ -235,6 +235,11 @@ type ClaimRequest struct {
 	// Succeeded are events Owner has sent since its last claim and not yet recorded: the
 	// claim marks them SUCCESS, if Owner still holds them, before it commits.
 	Succeeded []int64
+	// Ahead says that the claim is made while Owner sends the batch it claimed before (in
+	// key order, through a backlog): much of the backlog may be of keys in flight, so a claim
+	// that finds nothing is no sign that nothing is due, and a store that sizes its claims
+	// from what it finds learns nothing from it.
+	Ahead bool
 }
 
 // ClaimResult is what a batch claim did.

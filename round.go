@@ -232,7 +232,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 	} else {
 		acked := p.takeUnacked()
 		var res ClaimResult
-		res, err = p.claimBatch(ctx, limit, acked)
+		res, err = p.claimBatch(ctx, limit, acked, false)
 		if err != nil {
 			p.claimFailed(acked)
 			return false, err
@@ -269,7 +269,7 @@ func (p *Publisher) publishBatch(ctx context.Context, stats *RoundStats, probe, 
 			next = make(chan aheadClaim, 1)
 			acked := p.takeUnacked()
 			go func() {
-				res, err := p.claimBatch(context.WithValue(ctx, claimAheadKey{}, true), nextLimit, acked)
+				res, err := p.claimBatch(ctx, nextLimit, acked, true)
 				next <- aheadClaim{res: res, err: err, acked: acked}
 			}()
 		}
@@ -329,10 +329,10 @@ func (p *Publisher) takeUnacked() []Event {
 }
 
 // claimBatch is a batch claim of up to limit events that also records the successes of
-// acked. It touches no state the rounds share (see roundState): a round may run it beside
-// its send.
-func (p *Publisher) claimBatch(ctx context.Context, limit int, acked []Event) (ClaimResult, error) {
-	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.Tuning.MaxClaimBytes}
+// acked; ahead says it is made beside a send ([ClaimRequest.Ahead]). It touches no state
+// the rounds share (see roundState): a round may run it beside its send.
+func (p *Publisher) claimBatch(ctx context.Context, limit int, acked []Event, ahead bool) (ClaimResult, error) {
+	req := ClaimRequest{Owner: p.cfg.InstanceID, Limit: limit, MaxBytes: p.cfg.Tuning.MaxClaimBytes, Ahead: ahead}
 	for _, ev := range acked {
 		req.Succeeded = append(req.Succeeded, ev.ID)
 	}
@@ -359,11 +359,6 @@ func (p *Publisher) claimFailed(acked []Event) {
 	}
 	p.rounds.releaseOwed = true
 }
-
-// claimAheadKey marks the context of a claim made beside a send: a claim that expects to
-// find much of the backlog in flight (the store's sizing learns nothing from its finding
-// nothing).
-type claimAheadKey struct{}
 
 // aheadRest is how many rounds claim nothing beside their send after such a claim found
 // nothing.

@@ -213,7 +213,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 		readAt        time.Time // the unordered SELECT's, by the database clock; zero if it read no row
 	)
 	if ordered {
-		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, s.ordering, inline, scan, req.Limit, req.MaxBytes)
+		evs, sizes, more, suspect, err = s.lockOrdered(ctx, c.q, s.ordering, inline, scan, req.Limit, req.MaxBytes, req.Ahead)
 	} else {
 		evs, sizes, more, err = s.lockUnordered(ctx, c.q, inline, scan)
 		if len(evs) > 0 {

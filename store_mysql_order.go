@@ -204,7 +204,7 @@ func (z *orderedSizing) heads(limit, scan int) int {
 // locking its head, and while the head stays WAIT nothing after it may be claimed by
 // anyone (the per-row claim re-checks that atomically), so the run behind it is this
 // claim's to take.
-func (s *MySQLStore) lockOrdered(ctx context.Context, q querier, o Ordering, inline, scan, limit, maxBytes int) (evs []Event, sizes []int, more, suspect bool, err error) {
+func (s *MySQLStore) lockOrdered(ctx context.Context, q querier, o Ordering, inline, scan, limit, maxBytes int, ahead bool) (evs []Event, sizes []int, more, suspect bool, err error) {
 	want := s.sizing.heads(limit, scan)
 	extra := int(s.sizing.extra.Load())
 	window := want + extra
@@ -218,7 +218,6 @@ func (s *MySQLStore) lockOrdered(ctx context.Context, q querier, o Ordering, inl
 	// and the whole window counts as others' heads (it may as well have held nothing: a
 	// wider window costs little then).
 	passed := found - len(heads)
-	ahead := ctx.Value(claimAheadKey{}) != nil
 	switch {
 	case len(heads) == 0 && ahead:
 		// A claim beside a send expects the keys in flight: nothing to learn.
