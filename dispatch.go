@@ -17,6 +17,10 @@ type StoreInfo struct {
 	// can send to each ([Sender.Check]), names metrics and spans only by these, and
 	// dead-letters an event that names another (written by hand, past the store's checks).
 	Topics []string
+	// Warnings are what the store can work with but a person should fix, each a sentence
+	// that says the fix; the publisher logs each at warn when it starts. (A [MySQLStore]'s:
+	// a table without the server-side defaults other programs' plain INSERTs need.)
+	Warnings []string
 }
 
 // Dispatch sends evs, events of a store that info describes, through s, and returns one

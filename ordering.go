@@ -55,7 +55,9 @@ func (p *Publisher) check(ctx context.Context) error {
 	p.storeInfo.Store(&info)
 	p.keyOrder.Store(info.Ordering != Unordered)
 	p.topics.set(info.Topics)
-	p.warnMissingDefaults(cctx)
+	for _, w := range info.Warnings {
+		p.log.WarnContext(ctx, "outbox: "+w)
+	}
 	var refusals []error
 	stopped := func() bool { return ctx.Err() != nil || p.isClosed() }
 	switch {
@@ -103,25 +105,4 @@ func joinRefusals(errs []error) error {
 		texts[i], args[i] = "%w", err
 	}
 	return fmt.Errorf(strings.Join(texts, "; "), args...)
-}
-
-// warnMissingDefaults logs, for a MySQL store whose table was made by an earlier version, the
-// columns that lack the defaults other programs' plain INSERTs need: such an INSERT fails
-// in strict SQL mode (error 1364), and in a non-strict one writes an event without an event
-// id and with zero times, until docs/upgrading.md's ALTER TABLE adds them. Nothing of the store's own
-// needs them, so it is a warning, and a table it cannot read is left to Check.
-func (p *Publisher) warnMissingDefaults(ctx context.Context) {
-	s, ok := p.store.(interface {
-		missingDefaults(context.Context) ([]string, error)
-	})
-	if !ok {
-		return
-	}
-	cols, err := s.missingDefaults(ctx)
-	if err != nil || len(cols) == 0 {
-		return
-	}
-	p.log.WarnContext(ctx, "outbox: the table has no server-side default for "+strings.Join(cols, ", ")+
-		": a plain SQL INSERT of biz_no, event_type and payload by another program fails (strict SQL mode) or "+
-		"writes an event without an event id (non-strict) until they are added (see docs/upgrading.md)", slog.Any("columns", cols))
 }

@@ -281,15 +281,22 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 // error wrapping [ErrInvalidConfig] that names every problem once and the statements that
 // fix them (docs/upgrading.md). A table without the server-side defaults that other
 // programs' plain INSERTs need (docs/other-writers.md) is no error here: the store never
-// needs them, and [Publisher.Start] logs a warning that names them.
+// needs them, and a warning in [StoreInfo.Warnings] names them.
 func (s *MySQLStore) Check(ctx context.Context) (StoreInfo, error) {
-	return StoreInfo{Ordering: s.ordering, Topics: slices.Clone(s.routes.set)}, s.checkTable(ctx, true)
+	info := StoreInfo{Ordering: s.ordering, Topics: slices.Clone(s.routes.set)}
+	err := s.checkTable(ctx, true)
+	if cols, derr := s.missingDefaults(ctx); err == nil && derr == nil && len(cols) > 0 {
+		info.Warnings = append(info.Warnings, "the table has no server-side default for "+strings.Join(cols, ", ")+
+			": a plain SQL INSERT of biz_no, event_type and payload by another program fails (strict SQL mode) or "+
+			"writes an event without an event id (non-strict) until they are added (see docs/upgrading.md)")
+	}
+	return info, err
 }
 
 // missingDefaults returns the columns, of those a plain SQL INSERT of biz_no, event_type and
 // payload leaves to the server (docs/other-writers.md), that have no default in the table:
 // a table made by an earlier version has none of them. InsertEvent never needs them, so
-// [Publisher.Run] only warns.
+// Check only warns.
 func (s *MySQLStore) missingDefaults(ctx context.Context) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
 	WHERE table_schema = DATABASE() AND table_name = ?
