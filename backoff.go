@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// Backoff returns how long to wait before retry n, where n is 1 for the first retry. A
-// negative result is taken as zero, and a result over [Tuning.MaxBackoff] as MaxBackoff.
-// The delay is added to the database's clock, not the application's.
-type Backoff func(n int) time.Duration
-
 // DefaultBackoff waits n² × 5 s before retry n: 5 s, 20 s, 45 s. When a downstream is
 // struggling, retrying every few seconds only adds to its load. For large n (with
 // [RetryForever]) it grows no further than the longest Duration instead of overflowing.
@@ -25,8 +20,8 @@ func DefaultBackoff(n int) time.Duration {
 	return time.Duration(n*n) * 5 * time.Second
 }
 
-// delay is b's delay before retry n, kept between zero and limit.
-func (b Backoff) delay(n int, limit time.Duration) time.Duration {
+// backoffDelay is b's delay before retry n, kept between zero and limit.
+func backoffDelay(b func(n int) time.Duration, n int, limit time.Duration) time.Duration {
 	return min(max(b(n), 0), limit)
 }
 
@@ -36,7 +31,7 @@ func (b Backoff) delay(n int, limit time.Duration) time.Duration {
 // ones take their defaults (4 attempts, [DefaultBackoff], 1 hour).
 type RetryPolicy struct {
 	MaxAttempts int
-	Backoff     Backoff
+	Backoff     func(n int) time.Duration
 	MaxBackoff  time.Duration
 }
 
@@ -53,5 +48,5 @@ func (r RetryPolicy) Next(attempt int, cause error) (delay time.Duration, dead b
 	if b == nil {
 		b = DefaultBackoff
 	}
-	return b.delay(attempt, cmp.Or(r.MaxBackoff, maxBackoffDefault)), false
+	return backoffDelay(b, attempt, cmp.Or(r.MaxBackoff, maxBackoffDefault)), false
 }

@@ -125,9 +125,9 @@ func meanFreshAge(evs []Event, now time.Time) (int, time.Duration) {
 	var n int
 	var sum time.Duration
 	for _, ev := range evs {
-		if ev.RetryCount == 0 && ev.ReclaimCount == 0 && ev.deferred == 0 && !ev.readAt.IsZero() {
+		if ev.RetryCount == 0 && ev.ReclaimCount == 0 && ev.Read.Deferred == 0 && !ev.Read.At.IsZero() {
 			n++
-			sum += ev.storeAge + now.Sub(ev.readAt)
+			sum += ev.Read.Age + now.Sub(ev.Read.At)
 		}
 	}
 	if n == 0 {

@@ -107,13 +107,13 @@ func TestGatherBounds(t *testing.T) {
 func TestMeanFreshAge(t *testing.T) {
 	read := time.Now()
 	evs := []Event{
-		{storeAge: 2 * time.Millisecond, readAt: read},
-		{storeAge: 4 * time.Millisecond, readAt: read},
-		{storeAge: time.Hour, readAt: read, RetryCount: 1},
-		{storeAge: time.Hour, readAt: read, ReclaimCount: 1},
-		{storeAge: time.Hour}, // never read by a store that dates its reads
+		{Read: EventRead{Age: 2 * time.Millisecond, At: read}},
+		{Read: EventRead{Age: 4 * time.Millisecond, At: read}},
+		{Read: EventRead{Age: time.Hour, At: read}, RetryCount: 1},
+		{Read: EventRead{Age: time.Hour, At: read}, ReclaimCount: 1},
+		{Read: EventRead{Age: time.Hour}}, // never read by a store that dates its reads
 		// written with a delay: it waited for its time, not for a round
-		{storeAge: time.Hour, readAt: read, deferred: time.Hour - time.Millisecond},
+		{Read: EventRead{Age: time.Hour, At: read, Deferred: time.Hour - time.Millisecond}},
 	}
 	n, age := meanFreshAge(evs, read.Add(time.Millisecond))
 	if n != 2 || age != 4*time.Millisecond {

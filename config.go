@@ -104,9 +104,11 @@ type Config struct {
 	// retries).
 	MaxAttempts int
 
-	// Backoff gives the delay before retry n (1-based), added to the database's clock.
-	// Defaults to [DefaultBackoff]: n² × 5 s, i.e. 5 s, 20 s, 45 s.
-	Backoff Backoff
+	// Backoff returns how long to wait before retry n, where n is 1 for the first retry: a
+	// delay added to the database's clock, not the application's. A negative result is
+	// taken as zero, and one over [Tuning.MaxBackoff] as MaxBackoff. Defaults to
+	// [DefaultBackoff]: n² × 5 s, i.e. 5 s, 20 s, 45 s.
+	Backoff func(n int) time.Duration
 
 	// OnDeadLetter, if set, is called once for each event the publisher dead-letters, with
 	// the event as it now stands (status FAIL) and the error of its last attempt, its

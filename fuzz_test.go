@@ -239,7 +239,7 @@ var configFields = []configField{
 	{name: "Tuning.ReclaimInterval", kind: kindDuration, ok: positiveField("Tuning.ReclaimInterval")},
 	{name: "Tuning.Lease", kind: kindDuration, ok: func(c outbox.Config) bool { return c.Tuning.Lease >= time.Second }},
 	{name: "MaxAttempts", kind: kindInt, ok: positiveField("MaxAttempts")},
-	{name: "Backoff", kind: kindChoice, choices: []any{nil, outbox.Backoff(outbox.DefaultBackoff), outbox.Backoff(func(int) time.Duration { return time.Second })},
+	{name: "Backoff", kind: kindChoice, choices: []any{nil, outbox.DefaultBackoff, func(int) time.Duration { return time.Second }},
 		ok: func(c outbox.Config) bool { return c.Backoff != nil }},
 	{name: "Tuning.SendTimeout", kind: kindDuration, ok: func(c outbox.Config) bool { return c.Tuning.SendTimeout >= 10*time.Millisecond }},
 	{name: "Tuning.StoreTimeout", kind: kindDuration, ok: positiveField("Tuning.StoreTimeout")},

@@ -340,8 +340,8 @@ func (m *metrics) accepted(ctx context.Context, ev Event, end time.Time) {
 	m.sent.Add(ctx, 1, attr)
 	var age time.Duration
 	switch {
-	case !ev.readAt.IsZero():
-		age = ev.storeAge + end.Sub(ev.readAt) - ev.deferred
+	case !ev.Read.At.IsZero():
+		age = ev.Read.Age + end.Sub(ev.Read.At) - ev.Read.Deferred
 	case !ev.CreateTime.IsZero():
 		age = end.Sub(ev.CreateTime)
 	default:

@@ -68,16 +68,26 @@ type Event struct {
 	// failure that dead-lettered it last; the events a [Sender] is given do not (the claims
 	// do not read it). A requeue ([Admin.Requeue]) keeps it: the next failures follow.
 	Failures []Failure
+	// Read dates the claim's read of the event, for the publisher's commit-to-send latency
+	// (metrics) and its coalescing window, by the store's clock, so that those figures need
+	// no agreement between the clocks. A store that cannot date its reads leaves it zero:
+	// the publisher then dates the event from CreateTime by this machine's clock. [MySQLStore]
+	// sets it on every event it claims.
+	Read EventRead
+}
 
-	// storeAge and readAt date the store's read of the event, for the commit-to-send
-	// latency: its age then by the store's clock, and when that was by this process's.
-	storeAge time.Duration
-	readAt   time.Time
-	// deferred is how long after its commit the event was due, as written
+// EventRead dates a store's read of an event ([Event.Read]).
+type EventRead struct {
+	// At is when the store read the event, by this process's clock; zero if it did not
+	// date the read.
+	At time.Time
+	// Age is the event's age at that read, since its commit, by the store's clock.
+	Age time.Duration
+	// Deferred is how long after its commit the event was due, as written
 	// ([EventInput.Delay] or [EventInput.NotBefore]), by the store's clock, when the store
 	// read it before anything else touched the row; zero otherwise. The commit-to-send
 	// latency counts from the due time instead of the commit for such an event.
-	deferred time.Duration
+	Deferred time.Duration
 }
 
 // EventInput is what a service writes inside its business transaction.

@@ -51,8 +51,8 @@ func scanEventRow(rows *sql.Rows, ev *Event, size *int, more ...any) error {
 	if err := rows.Scan(dest...); err != nil {
 		return err
 	}
-	ev.storeAge, ev.readAt = time.Duration(ageUS)*time.Microsecond, time.Now()
-	ev.deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
+	ev.Read.Age, ev.Read.At = time.Duration(ageUS)*time.Microsecond, time.Now()
+	ev.Read.Deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
 	return nil
 }
 
@@ -80,8 +80,8 @@ func scanEventsCounted(rows *sql.Rows, err error, count *int) ([]Event, []int, e
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err
 		}
-		ev.storeAge, ev.readAt = time.Duration(ageUS)*time.Microsecond, time.Now()
-		ev.deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
+		ev.Read.Age, ev.Read.At = time.Duration(ageUS)*time.Microsecond, time.Now()
+		ev.Read.Deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
 		events = append(events, ev)
 		sizes = append(sizes, size)
 	}
@@ -217,7 +217,7 @@ func (s *MySQLStore) claimDue(ctx context.Context, req ClaimRequest) (res ClaimR
 	} else {
 		evs, sizes, more, err = s.lockUnordered(ctx, c.q, inline, scan)
 		if len(evs) > 0 {
-			readAt = evs[0].CreateTime.Add(evs[0].storeAge)
+			readAt = evs[0].CreateTime.Add(evs[0].Read.Age)
 		}
 	}
 	if turn == turnTaken {

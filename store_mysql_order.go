@@ -49,8 +49,8 @@ func scanKeyed(rows *sql.Rows, err error) ([]keyed, error) {
 			&ageUS, &deferredUS, &head); err != nil {
 			return nil, err
 		}
-		ev.storeAge, ev.readAt = time.Duration(ageUS)*time.Microsecond, time.Now()
-		ev.deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
+		ev.Read.Age, ev.Read.At = time.Duration(ageUS)*time.Microsecond, time.Now()
+		ev.Read.Deferred = time.Duration(max(deferredUS, 0)) * time.Microsecond
 		k.keyHead = head.Int64
 		out = append(out, k)
 	}

@@ -73,7 +73,7 @@ type Config struct {
 	// ([outbox.RetryPolicy]); retries are written to the row by the database clock. A send
 	// that fails because the broker is unavailable is retried without counting.
 	MaxAttempts int
-	Backoff     outbox.Backoff
+	Backoff     func(n int) time.Duration
 	MaxBackoff  time.Duration
 	//
 	// OnDeadLetter is called once for each event the relay dead-letters, after its row is
