@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -13,9 +15,11 @@ import (
 // deadLetters runs Config.OnDeadLetter one call at a time, in the order the dead letters
 // were recorded, on a goroutine of its own that lives while calls are queued: the term that
 // records a dead letter never waits for the callback, so a callback that calls Stop or
-// Close does not wait for itself.
+// Close does not wait for itself. A panic in a call is logged on log, and the next call
+// runs.
 type deadLetters struct {
-	fn func(ctx context.Context, ev outbox.Event, cause error)
+	fn  func(ctx context.Context, ev outbox.Event, cause error)
+	log *slog.Logger
 
 	mu    sync.Mutex
 	queue []deadLetter
@@ -58,8 +62,20 @@ func (d *deadLetters) run() {
 		d.queue[0] = deadLetter{}
 		d.queue = d.queue[1:]
 		d.mu.Unlock()
-		d.fn(next.ctx, next.ev, next.cause)
+		d.callOne(next)
 	}
+}
+
+// callOne runs one call; a panic in it is logged.
+func (d *deadLetters) callOne(dl deadLetter) {
+	defer func() {
+		if r := recover(); r != nil {
+			d.log.ErrorContext(dl.ctx, "relay: panic in OnDeadLetter",
+				slog.Int64("id", dl.ev.ID), slog.String("event_id", dl.ev.EventID),
+				slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	d.fn(dl.ctx, dl.ev, dl.cause)
 }
 
 // wait waits, bounded by ctx, until the calls queued have returned; called from inside

@@ -363,6 +363,36 @@ func TestRelayDeadLettersARefusedMessageAndBlocksItsKey(t *testing.T) {
 	})
 }
 
+// A panic in OnDeadLetter is logged at error with the event's ids, and the relay goes on: the
+// next dead letter's call runs, and the other events are sent.
+func TestRelayOnDeadLetterPanicIsLoggedAndTheRelayGoesOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, newServer(t), outbox.Unordered)
+	topic := testsvc.NewTopic(t, "relay-panic")
+	e.routeTo(t, topic)
+	c := testsvc.Consume(t, topic)
+	logs := &recorder{}
+	var calls atomic.Int64
+	cfg := e.config("relay-1")
+	cfg.Logger = slog.New(logs)
+	cfg.OnDeadLetter = func(context.Context, outbox.Event, error) {
+		calls.Add(1)
+		panic("the service's alert failed")
+	}
+	r, _ := start(t, e.dsn, refusing{rocketSender(t)}, cfg)
+	waitLeader(t, r)
+	in := func(biz, payload string) outbox.EventInput {
+		return outbox.EventInput{BizNo: biz, EventType: "T", Payload: []byte(payload)}
+	}
+	e.insertDelayed(t, in("P-1", "refuse"), in("P-2", "refuse"))
+	good := e.insertDelayed(t, in("P-3", "good"))
+	waitFor(t, 30*time.Second, "both dead letters' calls", func() bool { return calls.Load() == 2 })
+	c.WaitDistinct(t, 1, 30*time.Second)
+	assert.Equal(t, 1, c.Deliveries()[good[0]], "the other event is sent")
+	waitFor(t, 10*time.Second, "both panics logged", func() bool { return len(logs.find(slog.LevelError, "panic in OnDeadLetter")) == 2 })
+	assert.True(t, r.Health().Leader, "the relay leads on")
+}
+
 // In key order, events of one biz no committed by concurrent transactions, the later id
 // first, reach an orderly consumer in commit order: the binlog's order, which polling by id
 // cannot give.

@@ -82,7 +82,8 @@ type Config struct {
 	// no entry), on a goroutine of the relay's: its calls never overlap, and come in the order the
 	// dead letters were recorded; the relay does not wait for them to go on sending. Its ctx
 	// carries no cancellation of the relay's. Stop and Close wait for the calls of the dead
-	// letters recorded before they return, except when called from inside OnDeadLetter.
+	// letters recorded before they return, except when called from inside OnDeadLetter. A
+	// panic in it is logged at error, and the next call runs.
 	OnDeadLetter func(ctx context.Context, ev outbox.Event, cause error)
 
 	// BatchSize is the most events one Send carries. Defaults to 256.
@@ -287,7 +288,7 @@ func New(dsn string, sender outbox.Sender, cfg Config) (*Relay, error) {
 		info: outbox.StoreInfo{Ordering: cfg.Ordering, Topics: append([]string{cfg.Routes.TopicOf(outbox.Event{})}, cfg.Routes.Topics...)}}
 	r.health.InstanceID = cfg.InstanceID
 	if cfg.OnDeadLetter != nil {
-		r.dead = &deadLetters{fn: cfg.OnDeadLetter}
+		r.dead = &deadLetters{fn: cfg.OnDeadLetter, log: cfg.Logger}
 	}
 	if r.m, err = newMetrics(cfg.MeterProvider, r); err != nil {
 		_ = db.Close()
