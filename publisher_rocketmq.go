@@ -753,7 +753,13 @@ func (a rlogAdapter) Warning(msg string, fields map[string]any) {
 	a.log(level, msg, fields)
 }
 
-func (a rlogAdapter) Error(msg string, fields map[string]any) { a.log(slog.LevelError, msg, fields) }
+func (a rlogAdapter) Error(msg string, fields map[string]any) {
+	level := slog.LevelError
+	if clientlog.InterruptedRebalance(msg, fields, time.Now()) {
+		level = slog.LevelDebug // the client logs a rebalance's failed calls as errors
+	}
+	a.log(level, msg, fields)
+}
 func (a rlogAdapter) Fatal(msg string, fields map[string]any) { a.log(slog.LevelError, msg, fields) }
 func (a rlogAdapter) Level(string)                            {}
 func (a rlogAdapter) OutputPath(string) error                 { return nil }
@@ -773,6 +779,7 @@ var routineClientWarnings = map[string]bool{
 // later) or finds its connection closed, and warns "pull message from broker error". Within
 // 35 s of such a shutdown in this process, that warning with that cause goes to debug
 // (internal/clientlog); at any other time, or with any other cause, it stays a warning. So
-// does a rebalance the shutdown cuts short: a call it makes on the client shut down under it
-// (its error: "service close is not running"), and, within 10 s of a shutdown, the queue it
-// then could not add.
+// does a rebalance the shutdown cuts short, which the client logs as warnings and errors: a
+// call it makes on the client shut down under it (its error: "service close is not
+// running"), and, within 10 s of a shutdown, a call the shutdown left unanswered (a request
+// timeout) and what the rebalance then could not do.

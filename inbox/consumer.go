@@ -368,6 +368,12 @@ const shutdownGrace = 3 * time.Second
 // acknowledged: the offset stored stays below it, and it comes again.
 func (c *Consumer) shutdown(r *run, bound <-chan time.Time) {
 	time.Sleep(time.Until(r.started.Add(shutdownGrace)))
+	// Suspended first, so that no rebalance starts while the consumer shuts down: the
+	// client's periodic rebalance, and the one it makes when the broker says the group's
+	// members changed, skip a suspended consumer, where one running at Shutdown would fail
+	// its calls on the client shut down under it. It also pulls no more; the deliveries in
+	// progress finish as before.
+	r.push.Suspend()
 	r.mu.Lock()
 	r.draining = true
 	if len(r.inflight) == 0 {

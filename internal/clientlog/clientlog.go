@@ -41,7 +41,7 @@ func OrphanedHeartbeat(msg string, fields map[string]any, now time.Time) bool {
 	if msg != "send heart beat to broker error" || !sinceShutdown(now, heartbeatAtShutdown) {
 		return false
 	}
-	cause, _ := fields["underlayError"].(string)
+	cause := causeOf(fields)
 	return cause == "request timeout" || strings.Contains(cause, "use of closed network connection")
 }
 
@@ -60,7 +60,7 @@ func OrphanedPull(msg string, fields map[string]any, now time.Time) bool {
 	if msg != "pull message from broker error" || !sinceShutdown(now, orphanedPull) {
 		return false
 	}
-	cause, _ := fields["underlayError"].(string)
+	cause := causeOf(fields)
 	return cause == "request timeout" || strings.Contains(cause, "use of closed network connection")
 }
 
@@ -71,15 +71,38 @@ const stoppedClient = "service close is not running"
 // may still be under way.
 const rebalanceAtShutdown = 10 * time.Second
 
-// InterruptedRebalance reports whether a warning of the client is a rebalance cut short by
-// a push consumer's shutdown: a call the rebalance made on the client shut down under it
-// (its error says the client is not running), or the queue that rebalance then could not
-// add, within rebalanceAtShutdown of a shutdown of this process. The same warnings at any
-// other time, or with any other cause, are faults.
+// InterruptedRebalance reports whether a warning or an error of the client is a rebalance
+// cut short by a push consumer's shutdown: a call the rebalance made on the client shut
+// down under it (its error says the client is not running); within rebalanceAtShutdown of
+// a shutdown of this process, one of its calls to the broker that the shutdown left
+// unanswered (a request timeout), and what the rebalance then could not do (add a queue,
+// read the group's members). The same records at any other time, or with any other cause,
+// are faults.
 func InterruptedRebalance(msg string, fields map[string]any, now time.Time) bool {
-	cause, _ := fields["underlayError"].(string)
+	cause := causeOf(fields)
 	if strings.Contains(cause, stoppedClient) {
 		return true
 	}
-	return msg == "do defaultConsumer, add a new mq failed" && sinceShutdown(now, rebalanceAtShutdown)
+	if !sinceShutdown(now, rebalanceAtShutdown) {
+		return false
+	}
+	switch msg {
+	case "do defaultConsumer, add a new mq failed", "do balance in group failed, get consumer id list failed":
+		return true
+	case "get consumer list of group from broker error", "fetch offset of mq from broker error":
+		return cause == "request timeout"
+	}
+	return false
+}
+
+// causeOf is a record's underlying error as text: the client logs it as a string at some
+// places and as an error at others.
+func causeOf(fields map[string]any) string {
+	switch c := fields["underlayError"].(type) {
+	case string:
+		return c
+	case error:
+		return c.Error()
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package clientlog
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -50,7 +51,13 @@ func TestInterruptedRebalance(t *testing.T) {
 		t.Error("a queue not added with no consumer shut down is a fault")
 	}
 	if InterruptedRebalance("fetch offset of mq from broker error", map[string]any{"underlayError": "request timeout"}, now) {
-		t.Error("another cause is a fault")
+		t.Error("a request timeout with no consumer shut down is a fault")
+	}
+	if !InterruptedRebalance("get consumer list of group from broker error", map[string]any{"underlayError": errors.New(stoppedClient)}, now) {
+		t.Error("the cause logged as an error counts as the same text")
+	}
+	if InterruptedRebalance("do balance in group failed, get consumer id list failed", nil, now) {
+		t.Error("members not read with no consumer shut down is a fault")
 	}
 	ConsumerShutDown()
 	now = time.Now()
@@ -62,6 +69,21 @@ func TestInterruptedRebalance(t *testing.T) {
 	}
 	if InterruptedRebalance("do defaultConsumer, add a new mq failed, because lock failed", nil, now) {
 		t.Error("a lock refused is not the shutdown's")
+	}
+	timeout := map[string]any{"underlayError": errors.New("request timeout")}
+	for _, msg := range []string{"get consumer list of group from broker error", "fetch offset of mq from broker error"} {
+		if !InterruptedRebalance(msg, timeout, now.Add(time.Second)) {
+			t.Errorf("%s: a call left unanswered just after a shutdown is the shutdown's", msg)
+		}
+		if InterruptedRebalance(msg, timeout, now.Add(time.Minute)) {
+			t.Errorf("%s: a request timeout long after a shutdown is a fault", msg)
+		}
+		if InterruptedRebalance(msg, map[string]any{"underlayError": "connection refused"}, now.Add(time.Second)) {
+			t.Errorf("%s: another cause is a fault", msg)
+		}
+	}
+	if !InterruptedRebalance("do balance in group failed, get consumer id list failed", nil, now.Add(time.Second)) {
+		t.Error("members not read just after a shutdown are the shutdown's")
 	}
 }
 
