@@ -68,7 +68,8 @@ type Config struct {
 	// unique among the publishers of a table running at once (and should differ across
 	// restarts, so a restarted instance never mistakes an old lease for its own): two
 	// publishers of one table with one id take each other's claims for their own, and
-	// events are sent twice (see [Publisher.Start]). At most 64 characters. Defaults to [DefaultInstanceID](), a new id for each publisher.
+	// events are sent twice (see [Publisher.Start]). At most 64 characters. Defaults to
+	// [DefaultInstanceID](), a new id for each publisher.
 	InstanceID string
 
 	// StoreName names the publisher's store, for a service that publishes several databases
@@ -78,8 +79,8 @@ type Config struct {
 	// the service configures, such as "shard-03" or "tenant-eu", never a DSN or a value from
 	// a request. 1 to 64 ASCII letters, digits, '_', '-' or '.', beginning with a letter or a
 	// digit. One name is one store: the publishers of two stores under one name share their
-	// series and log attribute. Required with SharedSender. Defaults to "": no store attribute, as a service with one
-	// database needs.
+	// series and log attribute. Required with SharedSender. Defaults to "": no store
+	// attribute, as a service with one database needs.
 	StoreName string
 
 	// SharedSender says that other publishers send through the same sender (one RocketMQ

@@ -125,7 +125,6 @@ func TestASenderClosedUnderAnotherPublisherLosesNothing(t *testing.T) {
 		assert.Equal(t, outbox.StatusWait, ev.Status, "event %d", id)
 		assert.Zero(t, ev.RetryCount, "event %d: no attempt counted", id)
 	}
-	assert.Zero(t, sender.total(), "nothing reached the closed sender")
 }
 
 // Publishers that set SharedSender leave their sender open when they close; the one that

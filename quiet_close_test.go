@@ -155,15 +155,20 @@ func TestCloseIsQuietButFaultsStillWarn(t *testing.T) {
 
 // The RocketMQ client's warning that a consumer's queue was dropped with a delivery in
 // progress, which a clean shutdown of a consumer logs (the message comes again), is routed
-// at debug; the client's other warnings stay warnings. Not parallel: the route is
-// process-wide.
+// at debug, and so is an error of a rebalance whose client was shut down under it (the
+// client gives its cause as an error value); the client's other warnings and errors keep
+// their level. Not parallel: the route is process-wide.
 func TestRouteRocketMQClientLogsLowersShutdownNoise(t *testing.T) {
 	logs := &logSink{}
 	outbox.RouteRocketMQClientLogs(slog.New(logs))
 	t.Cleanup(func() { outbox.RouteRocketMQClientLogs(slog.New(slog.DiscardHandler)) })
 	rlog.Warning("processQueue is dropped without process consume result.", map[string]any{"MessageQueue": "q"})
 	rlog.Warning("start retrying to send, ", map[string]any{"lastBroker": "broker-a"})
+	const members = "get consumer list of group from broker error"
+	rlog.Error(members, map[string]any{"underlayError": errors.New("service close is not running, please check")})
+	rlog.Error(members, map[string]any{"underlayError": errors.New("dial tcp 127.0.0.1:10911: connect: connection refused")})
 	assert.Equal(t, 1, logs.count(slog.LevelDebug, "processQueue is dropped"))
 	assert.Equal(t, 1, logs.count(slog.LevelWarn, "start retrying to send"))
-	assert.Len(t, logs.atLeast(slog.LevelWarn), 1)
+	assert.Equal(t, 1, logs.count(slog.LevelError, members), "a broker that refuses the call is an error")
+	assert.Len(t, logs.atLeast(slog.LevelWarn), 2)
 }

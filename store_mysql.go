@@ -284,13 +284,15 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 // needs them, and a warning in [StoreInfo.Warnings] names them.
 func (s *MySQLStore) Check(ctx context.Context) (StoreInfo, error) {
 	info := StoreInfo{Ordering: s.ordering, Topics: slices.Clone(s.routes.set)}
-	err := s.checkTable(ctx, true)
-	if cols, derr := s.missingDefaults(ctx); err == nil && derr == nil && len(cols) > 0 {
+	if err := s.checkTable(ctx, true); err != nil {
+		return info, err // a table it cannot serve: its defaults are the least of it
+	}
+	if cols, err := s.missingDefaults(ctx); err == nil && len(cols) > 0 {
 		info.Warnings = append(info.Warnings, "the table has no server-side default for "+strings.Join(cols, ", ")+
 			": a plain SQL INSERT of biz_no, event_type and payload by another program fails (strict SQL mode) or "+
 			"writes an event without an event id (non-strict) until they are added (see docs/upgrading.md)")
 	}
-	return info, err
+	return info, nil
 }
 
 // missingDefaults returns the columns, of those a plain SQL INSERT of biz_no, event_type and

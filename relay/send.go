@@ -240,11 +240,11 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 		var sent []outbox.Event
 		var next []outbox.Event
 		unavailable := false
-		anySent := slices.ContainsFunc(errs, func(err error) bool { return err == nil || errors.Is(err, outbox.ErrUnconfirmed) })
+		anySent := slices.ContainsFunc(errs, stored)
 		for i, ev := range pending {
 			err := errs[i]
 			switch {
-			case err == nil || errors.Is(err, outbox.ErrUnconfirmed):
+			case stored(err):
 				sent = append(sent, ev)
 			case errors.Is(err, outbox.ErrNotSent):
 				next = append(next, ev)
@@ -384,6 +384,10 @@ func (t *term) failed(ev outbox.Event, cause error) error {
 	t.later(ev, delay)
 	return nil
 }
+
+// stored reports whether a send's error says the broker stored the event: none, or
+// [outbox.ErrUnconfirmed].
+func stored(err error) bool { return err == nil || errors.Is(err, outbox.ErrUnconfirmed) }
 
 // queueAwayDelay is how long, in key order, an event whose queue was unavailable while
 // other queues took their events waits before it is sent again.
