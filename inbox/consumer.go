@@ -20,6 +20,7 @@ import (
 	"github.com/go-outbox/outbox/internal/clientlog"
 	"github.com/go-outbox/outbox/internal/every"
 	"github.com/go-outbox/outbox/internal/goid"
+	"github.com/go-outbox/outbox/internal/rmqlock"
 )
 
 // ConsumerConfig configures a [Consumer].
@@ -70,9 +71,21 @@ type ConsumerConfig struct {
 	// context instead.
 	StopTimeout time.Duration
 
+	// Credentials are the consumer's ACL credentials (a user of the brokers' ACL 2.0): the
+	// push consumer's, and those of the requests the consumer makes of its own (an orderly
+	// consumer's queue locks and unlocks, a new group's first heartbeat). The user needs Sub
+	// on the group and on Topic. Give them here, not as consumer.WithCredentials in
+	// ConsumerOptions, which the consumer cannot read: its own requests would be refused.
+	Credentials primitive.Credentials
+
+	// TLS connects to the name servers and brokers over TLS, for the push consumer (as
+	// consumer.WithTls(true)) and for the consumer's own requests. Like the RocketMQ Go
+	// client, it does not verify the servers' certificates.
+	TLS bool
+
 	// ConsumerOptions are added to the options of the push consumer, after the consumer's
-	// own (name servers, group, instance, offset, order): for credentials, a namespace and
-	// the like. An orderly consumer's own include the allocation strategy (the client's
+	// own (name servers, group, instance, offset, order, credentials, TLS): for a namespace
+	// and the like. An orderly consumer's own include the allocation strategy (the client's
 	// default, AllocateByAveragely, through which the consumer follows the rebalances) and a
 	// lock renewal of 1 s (consumer.WithRebalanceLockInterval): a strategy given here
 	// replaces the consumer's, and with it the handing over of queues described at Orderly.
@@ -293,9 +306,15 @@ func (c *Consumer) start(ctx context.Context) (*run, error) {
 		// consumer retrying every RetryPause would reach 16 within seconds of an outage.
 		consumer.WithMaxReconsumeTimes(maxReconsumeTimes),
 	}
+	if c.cfg.Credentials.AccessKey != "" {
+		opts = append(opts, consumer.WithCredentials(c.cfg.Credentials))
+	}
+	if c.cfg.TLS {
+		opts = append(opts, consumer.WithTls(true))
+	}
 	var keeper *queueKeeper
 	if c.cfg.Orderly {
-		keeper = newQueueKeeper(c.cfg.NameServers, c.in.log)
+		keeper = newQueueKeeper(c.cfg.NameServers, c.lockClient(), c.in.log)
 		opts = append(opts, consumer.WithStrategy(keeper.allocate), consumer.WithRebalanceLockInterval(lockRenewal))
 	}
 	push, err := rocketmq.NewPushConsumer(append(opts, c.cfg.ConsumerOptions...)...)
@@ -481,6 +500,14 @@ const retentionPause = 100 * time.Millisecond
 // maxReconsumeTimes is the client's MaxReconsumeTimes: never reached in practice (the
 // broker's retry delays stop growing at 2 hours, so it is thousands of years away).
 const maxReconsumeTimes = math.MaxInt32 / 2
+
+// lockClient makes the consumer's own requests to the name servers and brokers, signed and
+// over TLS as the push consumer's.
+func (c *Consumer) lockClient() rmqlock.Client {
+	cr := c.cfg.Credentials
+	return rmqlock.Client{TLS: c.cfg.TLS, Credentials: rmqlock.Credentials{
+		AccessKey: cr.AccessKey, SecretKey: cr.SecretKey, SecurityToken: cr.SecurityToken}}
+}
 
 // consume is r's push consumer's callback: each message through the inbox, and the batch
 // acknowledged only once every message of it is handled, a duplicate or rejected. The

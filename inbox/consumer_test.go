@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,6 +39,8 @@ type consRig struct {
 	store   *outbox.MySQLStore
 	table   string // the outbox table
 	topic   string
+	ns      string                // the name server of the topic's cluster
+	creds   primitive.Credentials // the cluster's user, with ACL on
 	group   string
 	inTable string
 	effects string
@@ -49,14 +52,22 @@ type consRigOptions struct {
 	ordering      outbox.Ordering
 	inDB          *sql.DB // defaults to the shared test server
 	maxDeliveries int
+	// acl puts the topic on the cluster with ACL 2.0 on (testsvc.RocketMQACL): the
+	// publisher and the consumers have its user's credentials.
+	acl bool
 }
 
 func newConsRig(t *testing.T, o consRigOptions) *consRig {
 	t.Helper()
 	db := testsvc.OpenDB(t)
-	r := &consRig{db: db, inDB: o.inDB, table: testsvc.UniqueTable("t_event"),
-		topic: testsvc.NewTopic(t, "INBOX_CONS"), group: testsvc.UniqueTable("cg_inbox"),
+	r := &consRig{db: db, inDB: o.inDB, table: testsvc.UniqueTable("t_event"), group: testsvc.UniqueTable("cg_inbox"),
 		inTable: testsvc.UniqueTable("t_inbox"), effects: testsvc.UniqueTable("t_effect")}
+	if o.acl {
+		acl := testsvc.RocketMQACL(t)
+		r.topic, r.ns, r.creds = acl.NewTopic(t, "INBOX_ACL"), acl.NameServer, acl.User
+	} else {
+		r.topic, r.ns = testsvc.NewTopic(t, "INBOX_CONS"), testsvc.RocketMQNameServer(t)
+	}
 	if r.inDB == nil {
 		r.inDB = db
 	}
@@ -104,9 +115,11 @@ func (r *consRig) publish(t *testing.T) {
 // publisher given it does).
 func (r *consRig) sender(t *testing.T) *outbox.RocketMQSender {
 	t.Helper()
-	s, err := outbox.NewRocketMQSender(outbox.RocketMQConfig{
-		NameServers: []string{testsvc.RocketMQNameServer(t)}, GroupName: testsvc.UniqueTable("pg"),
-	})
+	cfg := outbox.RocketMQConfig{NameServers: []string{r.ns}, GroupName: testsvc.UniqueTable("pg")}
+	if r.creds.AccessKey != "" {
+		cfg.ProducerOptions = []producer.Option{producer.WithCredentials(r.creds)}
+	}
+	s, err := outbox.NewRocketMQSender(cfg)
 	require.NoError(t, err)
 	return s
 }
@@ -167,8 +180,9 @@ func (r *consRig) effectHandler(by string, after func(ctx context.Context, tx *s
 // consume runs a consumer of the rig's topic in the inbox's group until t ends (or Close).
 func (r *consRig) consume(t *testing.T, h inbox.Handler, cfg inbox.ConsumerConfig) *inbox.Consumer {
 	t.Helper()
-	cfg.NameServers = []string{testsvc.RocketMQNameServer(t)}
+	cfg.NameServers = []string{r.ns}
 	cfg.Topic = r.topic
+	cfg.Credentials = r.creds
 	c, err := inbox.NewConsumer(r.in, h, cfg)
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))

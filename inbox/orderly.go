@@ -37,6 +37,7 @@ import (
 //     client's id (the broker leaves alone the locks of other clients).
 type queueKeeper struct {
 	nameServers []string
+	client      rmqlock.Client // signed and over TLS as the consumer's own requests
 	log         *slog.Logger
 	// rebalance is the push consumer's Rebalance (nil when it has none). It may run beside
 	// a rebalance of the client's own: at worst both add a queue the client had not, and
@@ -62,6 +63,8 @@ type queueKeeper struct {
 	done     chan struct{}                // closed once the worker has ended
 	started  bool                         // the worker runs (or ran)
 	stopOnce sync.Once
+
+	deniedAt time.Time // when a refusal by the brokers' ACL was last logged
 }
 
 // givenUp is a queue a rebalance took from this consumer.
@@ -98,8 +101,8 @@ const (
 	inlineLockTimeout = time.Second
 )
 
-func newQueueKeeper(nameServers []string, log *slog.Logger) *queueKeeper {
-	return &queueKeeper{nameServers: nameServers, log: log, all: map[string][]rmqlock.Queue{},
+func newQueueKeeper(nameServers []string, client rmqlock.Client, log *slog.Logger) *queueKeeper {
+	return &queueKeeper{nameServers: nameServers, client: client, log: log, all: map[string][]rmqlock.Queue{},
 		held: map[rmqlock.Queue]bool{}, given: map[rmqlock.Queue]*givenUp{}, pending: map[rmqlock.Queue]time.Time{},
 		inflight: map[rmqlock.Queue]int{}, routes: map[string]map[string]string{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
@@ -312,10 +315,11 @@ func (k *queueKeeper) lock(group, id string, qs []rmqlock.Queue, timeout time.Du
 	var out []rmqlock.Queue
 	for addr, bqs := range k.byBroker(qs) {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		got, err := rmqlock.Lock(ctx, addr, group, id, bqs)
+		got, err := k.client.Lock(ctx, addr, group, id, bqs)
 		cancel()
 		if err != nil {
 			k.forgetRoute(bqs[0].Topic)
+			k.denied(err, "lock", group, bqs)
 			k.log.Debug("inbox: could not lock queues taken in a rebalance; trying again", slog.String("broker", addr), slog.Any("error", err))
 			continue
 		}
@@ -345,10 +349,11 @@ func (k *queueKeeper) unlock(group, id string, qs []rmqlock.Queue) []rmqlock.Que
 	var done []rmqlock.Queue
 	for addr, bqs := range k.byBroker(qs) {
 		ctx, cancel := context.WithTimeout(context.Background(), brokerCallTimeout)
-		err := rmqlock.Unlock(ctx, addr, group, id, bqs)
+		err := k.client.Unlock(ctx, addr, group, id, bqs)
 		cancel()
 		if err != nil {
 			k.forgetRoute(bqs[0].Topic)
+			k.denied(err, "unlock", group, bqs)
 			k.log.Debug("inbox: could not unlock queues given up; trying again", slog.String("broker", addr), slog.Any("error", err))
 			continue
 		}
@@ -381,7 +386,7 @@ func (k *queueKeeper) brokerAddr(q rmqlock.Queue) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), brokerCallTimeout)
 	defer cancel()
-	route, err := rmqlock.Route(ctx, k.nameServers, q.Topic)
+	route, err := k.client.Route(ctx, k.nameServers, q.Topic)
 	if err != nil {
 		k.log.Debug("inbox: could not read the route of a topic", slog.String("topic", q.Topic), slog.Any("error", err))
 		return ""
@@ -390,6 +395,35 @@ func (k *queueKeeper) brokerAddr(q rmqlock.Queue) string {
 	k.routes[q.Topic] = route
 	k.mu.Unlock()
 	return route[q.BrokerName]
+}
+
+// deniedEvery is how often a refusal by the brokers' ACL is logged at warn while it lasts.
+const deniedEvery = time.Minute
+
+// denied logs at warn, at most once every deniedEvery, a refusal of the brokers' ACL to
+// lock or unlock qs: without the keeper's locks and unlocks, a queue handed over stands
+// still until the broker's lock expires.
+func (k *queueKeeper) denied(err error, what, group string, qs []rmqlock.Queue) {
+	if !rmqlock.Denied(err) {
+		return
+	}
+	k.mu.Lock()
+	now := time.Now()
+	due := now.Sub(k.deniedAt) >= deniedEvery
+	if due {
+		k.deniedAt = now
+	}
+	k.mu.Unlock()
+	if !due {
+		return
+	}
+	user := k.client.Credentials.AccessKey
+	if user == "" {
+		user = "(none: set ConsumerConfig.Credentials)"
+	}
+	k.log.Warn("inbox: the broker's ACL refused to "+what+" the consumer's queues, so queues handed over stand still until the broker's lock expires (60 s); "+
+		"grant the user Sub on the group and the topic",
+		slog.String("user", user), slog.String("group", group), slog.String("topic", qs[0].Topic), slog.Any("error", err))
 }
 
 func (k *queueKeeper) forgetRoute(topic string) {

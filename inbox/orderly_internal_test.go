@@ -6,13 +6,15 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/assert"
+
+	"github.com/go-outbox/outbox/internal/rmqlock"
 )
 
 // The keeper follows the rebalances through the allocation strategy: a queue a rebalance
 // takes from the consumer is refused until one gives it back, and is to be unlocked once no
 // handler runs on it; a queue given is to be locked until a delivery shows the client has it.
 func TestQueueKeeperFollowsTheRebalances(t *testing.T) {
-	k := newQueueKeeper(nil, slog.New(slog.DiscardHandler))
+	k := newQueueKeeper(nil, rmqlock.Client{}, slog.New(slog.DiscardHandler))
 	var mqs []*primitive.MessageQueue
 	for i := range 4 {
 		mqs = append(mqs, &primitive.MessageQueue{Topic: "T", BrokerName: "broker-a", QueueId: i})

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -75,6 +76,12 @@ type childConfig struct {
 	// Loud has the process announce every record at warn or above, of the inbox and of
 	// the RocketMQ client (routed by outbox.RouteRocketMQClientLogs): "LOUD <message>".
 	Loud bool
+	// Credentials are the consumer's (ConsumerConfig.Credentials); with InOptionsOnly,
+	// given as consumer.WithCredentials among ConsumerOptions instead.
+	Credentials   primitive.Credentials
+	InOptionsOnly bool
+	// TLS is ConsumerConfig.TLS.
+	TLS bool
 	// Linger keeps the process that long after its consumer has closed, still announcing
 	// what it logs, before it exits.
 	Linger time.Duration
@@ -160,10 +167,15 @@ func runConsumerChild(raw string) int {
 		return nil
 	}
 	ccfg := inbox.ConsumerConfig{NameServers: []string{cfg.NameServer}, Topic: cfg.Topic,
-		Orderly: cfg.Orderly, RetryPause: cfg.RetryPause}
+		Orderly: cfg.Orderly, RetryPause: cfg.RetryPause, TLS: cfg.TLS}
 	if cfg.ClientStrategy {
 		ccfg.ConsumerOptions = []consumer.Option{consumer.WithStrategy(consumer.AllocateByAveragely),
 			consumer.WithRebalanceLockInterval(20 * time.Second)}
+	}
+	if cfg.InOptionsOnly {
+		ccfg.ConsumerOptions = append(ccfg.ConsumerOptions, consumer.WithCredentials(cfg.Credentials))
+	} else {
+		ccfg.Credentials = cfg.Credentials
 	}
 	c, err := inbox.NewConsumer(in, h, ccfg)
 	if err != nil {
@@ -208,7 +220,7 @@ type consumerProc struct {
 // in) from bin, and stops it when t ends if it still runs.
 func (r *consRig) startConsumer(t *testing.T, bin string, cfg childConfig) *consumerProc {
 	t.Helper()
-	cfg.NameServer, cfg.Topic, cfg.Group = testsvc.RocketMQNameServer(t), r.topic, r.group
+	cfg.NameServer, cfg.Topic, cfg.Group, cfg.Credentials = r.ns, r.topic, r.group, r.creds
 	cfg.InboxTable, cfg.Effects = r.inTable, r.effects
 	if cfg.DSN == "" {
 		cfg.DSN = testsvc.MySQLDSN(t)

@@ -42,7 +42,7 @@ type pushMember interface {
 // topic and registers it at the name servers before it answers. The member is in the group
 // for the milliseconds between the two requests; another consumer of the group that
 // rebalances meanwhile counts it, as it would any consumer that joins and leaves. Where this
-// cannot be done (a broker that checks credentials refuses the unsigned heartbeat, say), it
+// cannot be done (a broker whose ACL refuses the consumer's credentials, say), it
 // is logged at debug and the consumer starts as it would have: the client warns until its
 // route refresh finds the topic. The names are the configured ones: with a namespace given in
 // ConsumerOptions, the client's are others, and the topic's bare name has, as a rule, no
@@ -62,12 +62,12 @@ func (c *Consumer) ensureRetryTopic(ctx context.Context, push rocketmq.PushConsu
 	member.Subscriptions = map[string]string{c.cfg.Topic: c.cfg.Tags, retry: "*"}
 	ctx, cancel := context.WithTimeout(ctx, retryTopicTimeout)
 	defer cancel()
-	if route, err := rmqlock.Route(ctx, c.cfg.NameServers, retry); err == nil && len(route) > 0 {
+	if route, err := c.lockClient().Route(ctx, c.cfg.NameServers, retry); err == nil && len(route) > 0 {
 		return // the group has run before
 	}
 	start := time.Now()
 	log := c.in.log.With(slog.String("topic", c.cfg.Topic), slog.String("group", c.in.cfg.Group), slog.String("retry_topic", retry))
-	route, err := rmqlock.Route(ctx, c.cfg.NameServers, c.cfg.Topic)
+	route, err := c.lockClient().Route(ctx, c.cfg.NameServers, c.cfg.Topic)
 	if err != nil || len(route) == 0 {
 		log.DebugContext(ctx, "inbox: could not read the topic's route to have its brokers create the group's retry topic; "+
 			"the RocketMQ client warns that the retry topic does not exist until it finds it", slog.Any("error", err))
@@ -75,7 +75,7 @@ func (c *Consumer) ensureRetryTopic(ctx context.Context, push rocketmq.PushConsu
 	}
 	sent := 0
 	for _, broker := range slices.Sorted(maps.Keys(route)) {
-		if err := rmqlock.HeartbeatAndLeave(ctx, route[broker], member); err != nil {
+		if err := c.lockClient().HeartbeatAndLeave(ctx, route[broker], member); err != nil {
 			log.DebugContext(ctx, "inbox: could not send a broker the group's heartbeat ahead of the consumer's; it creates the group's retry topic "+
 				"at the consumer's own, and the RocketMQ client warns that the retry topic does not exist until it finds it",
 				slog.String("broker", broker), slog.Any("error", err))
@@ -87,7 +87,7 @@ func (c *Consumer) ensureRetryTopic(ctx context.Context, push rocketmq.PushConsu
 		return
 	}
 	for {
-		if r, err := rmqlock.Route(ctx, c.cfg.NameServers, retry); err == nil && len(r) > 0 {
+		if r, err := c.lockClient().Route(ctx, c.cfg.NameServers, retry); err == nil && len(r) > 0 {
 			log.DebugContext(ctx, "inbox: the brokers created the group's retry topic", slog.Duration("took", time.Since(start)))
 			return
 		}

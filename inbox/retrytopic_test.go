@@ -31,7 +31,7 @@ func TestConsumerStartOfANewGroupIsQuiet(t *testing.T) {
 	retry := "%RETRY%" + r.group
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := rmqlock.Route(ctx, []string{testsvc.RocketMQNameServer(t)}, retry)
+	_, err := rmqlock.Client{}.Route(ctx, []string{testsvc.RocketMQNameServer(t)}, retry)
 	require.ErrorIs(t, err, rmqlock.ErrResponse, "the new group's retry topic does not exist yet")
 
 	r.publish(t)

@@ -27,8 +27,25 @@
 # the tests, and the OUTBOX_ROCKETMQ_* variables below, so that the tests that stop and
 # start a broker through this script act on this instance.
 #
+# ACL mode (OUTBOX_ROCKETMQ_ACL=1): the brokers run with RocketMQ 5's ACL 2.0
+# authentication and authorization (the name server has none). Each broker keeps its
+# users and ACLs in its store (store*/config): the super user outbox-admin (created at
+# boot; the brokers also sign their own requests with it, and this script's admin
+# tool does through $OUTBOX_ROCKETMQ_DIR/conf/tools.yml) and, created by `start` and
+# `start-broker`, the normal user outbox-consumer with Pub and Sub on Topic:* and Sub
+# on Group:* (enough to produce, and for a push consumer, orderly or not, that starts
+# from the first offset: Group Sub covers its %RETRY% topic, queue locks and offsets;
+# CONSUME_FROM_LAST_OFFSET/TIMESTAMP on a new group would also need Get on the topic).
+# Requests without a valid signature are refused with NO_PERMISSION. An ACL instance
+# runs beside a plain one (give it its own OUTBOX_ROCKETMQ_DIR and ports), so `start`
+# prints other names for it: OUTBOX_TEST_ROCKETMQ_ACL_NAMESRV, _ACL_BROKER,
+# _ACL_ACCESS_KEY/_ACL_SECRET_KEY (the normal user) and _ACL_ADMIN_ACCESS_KEY/
+# _ACL_ADMIN_SECRET_KEY (the super user), and none of the plain instance's. A running
+# instance keeps its mode: stop it before switching.
+#
 # Environment (all optional):
 #   OUTBOX_ROCKETMQ_DIR      runtime state: stores, logs, pid files (default /tmp/outbox-rocketmq)
+#   OUTBOX_ROCKETMQ_ACL      1: ACL mode (see above); 0 (default): no authentication
 #   OUTBOX_ROCKETMQ_BROKERS  1 (default: broker-a) or 2 (broker-a and broker-b)
 #   OUTBOX_ROCKETMQ_TOPICS   topics `start` creates, space or comma separated
 #                            (default ORDER_EVENT_TOPIC)
@@ -61,6 +78,10 @@ readonly BROKER_B_PORT="${OUTBOX_ROCKETMQ_BROKER_B_PORT:-$((BROKER_PORT + 10))}"
 readonly BROKER_COUNT="${OUTBOX_ROCKETMQ_BROKERS:-1}"
 readonly NAMESRV_ADDR="$HOST:$NAMESRV_PORT"
 readonly MVN="${MVN:-mvn}"
+readonly ACL="${OUTBOX_ROCKETMQ_ACL:-0}"
+# ACL mode's users (test credentials for a loopback-only instance).
+readonly ACL_ADMIN_USER=outbox-admin ACL_ADMIN_PASSWORD=outbox-admin-secret
+readonly ACL_USER=outbox-consumer ACL_PASSWORD=outbox-consumer-secret
 readonly JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
 # The work dir becomes the JVMs' user.home, which must be absolute.
@@ -80,6 +101,15 @@ case $BROKER_COUNT in
 esac
 readonly BROKERS
 readonly ALL_BROKERS=(broker-a broker-b)
+
+case $ACL in
+  0 | 1) ;;
+  *)
+    printf '[rocketmq] ERROR: OUTBOX_ROCKETMQ_ACL must be 0 or 1, not %s\n' "$ACL" >&2
+    exit 2
+    ;;
+esac
+acl_on() { [[ $ACL == 1 ]]; }
 
 # Each broker's process name (its pid, conf, .out and .log files), store and port.
 # broker-a keeps the names of the time when there was one broker ("broker", "store"),
@@ -129,8 +159,10 @@ readonly NAMESRV_JVM=(-Xms128m -Xmx256m -XX:+UseSerialGC "-Doutbox.rmq.logfile=$
 # Each broker adds -Doutbox.rmq.logfile=$LOG_DIR/<process name>.log.
 readonly BROKER_JVM=(-Xms256m -Xmx512m -XX:MaxDirectMemorySize=256m -XX:+UseG1GC)
 # Short-lived admin tool: small heap, C1 only, for a quick start.
+# Its name server is always ours: a client without one asks an HTTP "address server"
+# (a DNS lookup of jmenv.tbsite.net first); every call passes -n anyway.
 readonly ADMIN_JVM=(-Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
-  "-Doutbox.rmq.logfile=$LOG_DIR/admin.log")
+  "-Doutbox.rmq.logfile=$LOG_DIR/admin.log" "-Drocketmq.namesrv.addr=$NAMESRV_ADDR")
 
 log() { printf '[rocketmq] %s\n' "$*" >&2; }
 
@@ -213,8 +245,66 @@ render_config() {
       -e "s|@BROKER_NAME@|$name|g" -e "s|@BROKER_PORT@|$port|g" \
       -e "s|@HA_PORT@|$((port + 1))|g" -e "s|@STORE_DIR@|$store|g" \
       "$TEMPLATES/broker.conf" >"$CONF_DIR/$(proc_of "$name").conf"
+    if acl_on; then acl_broker_config >>"$CONF_DIR/$(proc_of "$name").conf"; fi
   done
   cp "$TEMPLATES/logback.xml" "$CONF_DIR/logback.xml"
+  if acl_on; then
+    write_tools_config
+  else
+    rm -f "$CONF_DIR/tools.yml"
+  fi
+}
+
+# ACL mode's broker settings (fields of AuthConfig, read from the broker's config
+# file like the others). The default authentication and authorization providers are
+# implied; the metadata providers have no default: the "local" ones keep users and
+# ACLs in RocksDB under <storePathRootDir>/config. initAuthenticationUser creates the
+# super user at boot if missing; innerClientAuthenticationCredentials is what the
+# broker signs its own outgoing requests with (also created as a super user).
+acl_broker_config() {
+  cat <<EOF_ACL
+
+# --- ACL 2.0, added by scripts/rocketmq.sh because OUTBOX_ROCKETMQ_ACL=1 ---
+authenticationEnabled=true
+authorizationEnabled=true
+authenticationMetadataProvider=org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider
+authorizationMetadataProvider=org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider
+initAuthenticationUser={"username":"$ACL_ADMIN_USER","password":"$ACL_ADMIN_PASSWORD"}
+innerClientAuthenticationCredentials={"accessKey":"$ACL_ADMIN_USER","secretKey":"$ACL_ADMIN_PASSWORD"}
+EOF_ACL
+}
+
+# The admin tool (MQAdminStartup) signs its requests with the credentials in
+# <rocketmq.home.dir>/conf/tools.yml, i.e. $CONF_DIR/tools.yml here; it has no
+# command-line option for them.
+write_tools_config() {
+  mkdir -p "$CONF_DIR"
+  (
+    umask 077
+    printf 'accessKey: %s\nsecretKey: %s\n' "$ACL_ADMIN_USER" "$ACL_ADMIN_PASSWORD" >"$CONF_DIR/tools.yml"
+  )
+}
+
+# The mode a broker of ours was started in, from its rendered config: acl or plain.
+mode_of_conf() {
+  if grep -q '^authenticationEnabled=true' "$CONF_DIR/$(proc_of "$1").conf" 2>/dev/null; then
+    echo acl
+  else
+    echo plain
+  fi
+}
+
+# Refuses to mix modes: a running broker keeps the mode it was started in.
+check_mode() {
+  local want=plain name
+  acl_on && want=acl
+  for name in "${ALL_BROKERS[@]}"; do
+    broker_running "$name" || continue
+    if [[ $(mode_of_conf "$name") != "$want" ]]; then
+      die "broker $name runs in $(mode_of_conf "$name") mode, but OUTBOX_ROCKETMQ_ACL=$ACL asks for $want;" \
+        "stop this instance first ($0 stop)"
+    fi
+  done
 }
 
 # The broker refuses every send while its store's partition is over 90 % full
@@ -416,7 +506,69 @@ ensure_topics() {
   for topic in "${topics[@]}"; do ensure_topic "$topic"; done
 }
 
+# In ACL mode, each broker's store (its users and ACLs) gets the normal user once;
+# this file in the store records that.
+readonly ACL_MARKER=.outbox-acl-user
+
+# acl_setup cluster | broker NAME: creates the normal user and grants it Pub and Sub on
+# every topic and Sub on every group, on the whole cluster (one admin run per step,
+# each broker must say success) or on broker NAME only (then an existing user is fine;
+# createAcl merges into an existing ACL anyway).
+acl_setup() {
+  local target=() user_re=() topic_re=() group_re=() name addr
+  if [[ $1 == cluster ]]; then
+    target=(-n "$NAMESRV_ADDR" -c "$CLUSTER")
+    for name in "${BROKERS[@]}"; do
+      addr="$(addr_re "$name")"
+      user_re+=("^create user to $addr success")
+      topic_re+=("^create acl to $addr success")
+    done
+  else
+    addr="$(addr_re "$2")"
+    target=(-n "$NAMESRV_ADDR" -b "$HOST:$(port_of "$2")")
+    user_re=("^create user to $addr success|The user is existed")
+    topic_re=("^create acl to $addr success")
+  fi
+  group_re=("${topic_re[@]}")
+  admin_expect "${user_re[@]}" -- createUser "${target[@]}" -u "$ACL_USER" -p "$ACL_PASSWORD" -t Normal &&
+    admin_expect "${topic_re[@]}" -- createAcl "${target[@]}" -s "User:$ACL_USER" \
+      -r 'Topic:*' -a Pub,Sub -d Allow &&
+    admin_expect "${group_re[@]}" -- createAcl "${target[@]}" -s "User:$ACL_USER" \
+      -r 'Group:*' -a Sub -d Allow
+}
+
+# ensure_acl_user NAME...: in ACL mode, sets up the normal user on those (running,
+# registered) brokers whose store does not have it yet.
+ensure_acl_user() {
+  acl_on || return 0
+  local name need=()
+  for name in "$@"; do
+    [[ -f $(store_of "$name")/$ACL_MARKER ]] || need+=("$name")
+  done
+  ((${#need[@]} > 0)) || return 0
+  # All of them at once if all need it, else (or if that failed) one by one.
+  if [[ ${need[*]} != "${BROKERS[*]}" ]] || ! acl_setup cluster; then
+    for name in "${need[@]}"; do
+      if ! acl_setup broker "$name"; then
+        printf '%s\n' "$ADMIN_OUT" >&2
+        die "could not create the ACL user $ACL_USER on $name"
+      fi
+    done
+  fi
+  for name in "${need[@]}"; do touch "$(store_of "$name")/$ACL_MARKER"; done
+  log "ACL user $ACL_USER (Pub, Sub on Topic:*; Sub on Group:*) ready on ${need[*]}"
+}
+
 print_env() {
+  if acl_on; then
+    echo "export OUTBOX_TEST_ROCKETMQ_ACL_NAMESRV=$NAMESRV_ADDR"
+    echo "export OUTBOX_TEST_ROCKETMQ_ACL_BROKER=$HOST:$BROKER_PORT"
+    echo "export OUTBOX_TEST_ROCKETMQ_ACL_ACCESS_KEY=$ACL_USER"
+    echo "export OUTBOX_TEST_ROCKETMQ_ACL_SECRET_KEY=$ACL_PASSWORD"
+    echo "export OUTBOX_TEST_ROCKETMQ_ACL_ADMIN_ACCESS_KEY=$ACL_ADMIN_USER"
+    echo "export OUTBOX_TEST_ROCKETMQ_ACL_ADMIN_SECRET_KEY=$ACL_ADMIN_PASSWORD"
+    return
+  fi
   echo "export OUTBOX_TEST_ROCKETMQ_NAMESRV=$NAMESRV_ADDR"
   echo "export OUTBOX_TEST_ROCKETMQ_BROKER=$HOST:$BROKER_PORT"
   if ((BROKER_COUNT == 2)); then
@@ -441,8 +593,11 @@ all_healthy() {
 cmd_start() {
   check_java
   fetch_jars
+  check_mode
+  if acl_on; then write_tools_config; fi
   if all_healthy; then
     log "already running and healthy (name server $NAMESRV_ADDR, brokers ${BROKERS[*]})"
+    ensure_acl_user "${BROKERS[@]}"
     ensure_topics
     print_env
     return 0
@@ -456,6 +611,7 @@ cmd_start() {
     broker_running "$name" || start_broker "$name"
   done
   for name in "${BROKERS[@]}"; do wait_registered "$name"; done
+  ensure_acl_user "${BROKERS[@]}"
   ensure_topics
   STARTED=()
   DUMP_LOGS_ON_FAIL=false
@@ -472,6 +628,7 @@ cmd_start_broker() {
   check_java
   fetch_jars
   port_open "$NAMESRV_PORT" || die "no name server answers on $NAMESRV_ADDR (run: $0 start)"
+  check_mode
   if ! broker_running "$name"; then
     check_disk
     render_config
@@ -479,6 +636,8 @@ cmd_start_broker() {
     start_broker "$name"
   fi
   wait_registered "$name"
+  if acl_on; then write_tools_config; fi
+  ensure_acl_user "$name"
   STARTED=()
   DUMP_LOGS_ON_FAIL=false
   log "broker $name running and registered at $NAMESRV_ADDR"
@@ -534,6 +693,8 @@ cmd_topic() {
     broker_running "$name" || die "broker $name is not running (run: $0 start)"
   done
   check_java
+  check_mode
+  if acl_on; then write_tools_config; fi
   ensure_topic "$1"
 }
 

@@ -3,9 +3,13 @@
 // unlocking of message queues at a broker on behalf of a consumer's client id (the orderly
 // consumer), and a consumer group's heartbeat ahead of its consumer's (the start).
 //
-// Each call opens a TCP connection of its own, sends its requests and reads their
-// responses: the calls are rare (a start, a rebalance, a shutdown), and no connection
-// outlives a call.
+// A [Client] makes them as the consumer it serves makes its own: signed with the
+// consumer's credentials when it has them (the broker's ACL), over TLS when the consumer
+// uses it, and with the Go client's protocol version and language.
+//
+// Each call opens a connection of its own, sends its requests and reads their responses:
+// the calls are rare (a start, a rebalance, a shutdown), and no connection outlives a
+// call.
 //
 // The wire format of a request or response: a 4-byte big-endian total length (of all that
 // follows it), a 4-byte header length whose high byte is the header's serialization (0,
@@ -16,13 +20,17 @@ package rmqlock
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha1"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -38,8 +46,37 @@ const (
 	codeUnregisterClient    = 35
 )
 
-// codeSuccess is the response code of a request that succeeded.
-const codeSuccess = 0
+// Response codes.
+const (
+	codeSuccess = 0
+	// CodeNoPermission is a broker's answer to a request its ACL refuses: credentials
+	// missing, wrong, or without the permission the request needs.
+	CodeNoPermission = 16
+)
+
+// ProtocolVersion and language are what the Go client (rocketmq-client-go v2) puts in every
+// request header: the broker reads the version as the client's release, and decides by it
+// how some requests are encoded and checked. A test reads the client's source for it.
+const (
+	ProtocolVersion = 317
+	language        = "GO"
+)
+
+// Credentials are a consumer's ACL credentials: its user name (AccessKey) and password
+// (SecretKey), and a session token where the server issues them.
+type Credentials struct {
+	AccessKey, SecretKey, SecurityToken string
+}
+
+// Client makes requests for one consumer: signed with Credentials when AccessKey is set,
+// and over TLS when TLS is. Its zero value makes plain, unsigned requests.
+type Client struct {
+	Credentials Credentials
+	// TLS connects over TLS without verifying the server's certificate, as the Go client
+	// does with its UseTls option: the keeper reaches the brokers the consumer reaches, as
+	// the consumer reaches them.
+	TLS bool
+}
 
 // maxFrame bounds a response's length.
 const maxFrame = 16 << 20
@@ -77,13 +114,42 @@ type header struct {
 	ExtFields map[string]string `json:"extFields,omitempty"`
 }
 
-// ErrResponse is the error of a request the server answered with a failure code.
+// ErrResponse is the error of a request the server answered with a failure code; the
+// error is a [*ResponseError].
 var ErrResponse = errors.New("rmqlock: the server refused the request")
+
+// ResponseError is a server's refusal: its response code and remark.
+type ResponseError struct {
+	Addr    string
+	Request int
+	Code    int
+	Remark  string
+}
+
+func (e *ResponseError) Error() string {
+	return fmt.Sprintf("rmqlock: request %d to %s refused: code %d: %s", e.Request, e.Addr, e.Code, e.Remark)
+}
+
+// Is makes a ResponseError match [ErrResponse].
+func (e *ResponseError) Is(target error) bool { return target == ErrResponse }
+
+// Denied reports whether err is a refusal by the server's ACL.
+func Denied(err error) bool {
+	var re *ResponseError
+	return errors.As(err, &re) && re.Code == CodeNoPermission
+}
+
+// Call sends one request of code, with the header's ext fields and body, to addr on a
+// connection of its own, and returns its response's body: for a request this package has
+// no function for (the tests create topics with it).
+func (cl Client) Call(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
+	return cl.call(ctx, addr, code, ext, body)
+}
 
 // call sends one request to addr, on a connection of its own, and returns its response's
 // body.
-func call(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
-	conn, err := dial(ctx, addr)
+func (cl Client) call(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
+	conn, err := cl.dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -95,15 +161,23 @@ func call(ctx context.Context, addr string, code int, ext map[string]string, bod
 type conn struct {
 	net.Conn
 	addr   string
+	creds  Credentials
 	stop   func() bool
 	opaque int32 // the last request's id on this connection
 }
 
 // dial connects to addr; the connection's calls end with ctx (at its deadline, or within
 // 5 s without one).
-func dial(ctx context.Context, addr string) (*conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+func (cl Client) dial(ctx context.Context, addr string) (*conn, error) {
+	var c net.Conn
+	var err error
+	if cl.TLS {
+		d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // as the Go client's UseTls; see Client.TLS
+		c, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rmqlock: connect to %s: %w", addr, err)
 	}
@@ -113,7 +187,31 @@ func dial(ctx context.Context, addr string) (*conn, error) {
 	}
 	_ = c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
-	return &conn{Conn: c, addr: addr, stop: stop}, nil
+	return &conn{Conn: c, addr: addr, creds: cl.Credentials, stop: stop}, nil
+}
+
+// sign adds to ext the fields of a request signed with creds, as the broker's ACL checks
+// them: the HMAC-SHA1, keyed by the secret, of every field's value in the order of the
+// fields' names, followed by the body.
+func sign(creds Credentials, ext map[string]string, body []byte) map[string]string {
+	if creds.AccessKey == "" {
+		return ext
+	}
+	out := make(map[string]string, len(ext)+3)
+	for k, v := range ext {
+		out[k] = v
+	}
+	out["AccessKey"] = creds.AccessKey
+	if creds.SecurityToken != "" {
+		out["SecurityToken"] = creds.SecurityToken
+	}
+	mac := hmac.New(sha1.New, []byte(creds.SecretKey))
+	for _, k := range slices.Sorted(maps.Keys(out)) {
+		mac.Write([]byte(out[k]))
+	}
+	mac.Write(body)
+	out["Signature"] = base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	return out
 }
 
 func (c *conn) close() {
@@ -126,7 +224,8 @@ func (c *conn) call(code int, ext map[string]string, body []byte) ([]byte, error
 	addr := c.addr
 	c.opaque++
 	id := c.opaque
-	h, err := json.Marshal(header{Code: code, Language: "GO", Version: 317, Opaque: id, ExtFields: ext})
+	h, err := json.Marshal(header{Code: code, Language: language, Version: ProtocolVersion, Opaque: id,
+		ExtFields: sign(c.creds, ext, body)})
 	if err != nil {
 		return nil, fmt.Errorf("rmqlock: encode the request header: %w", err)
 	}
@@ -162,22 +261,18 @@ func (c *conn) call(code int, ext map[string]string, body []byte) ([]byte, error
 			continue // a request of the server's, or another call's answer: not ours
 		}
 		if rh.Code != codeSuccess {
-			return nil, fmt.Errorf("rmqlock: request %d to %s: %w: code %d: %s", code, addr, ErrResponse, rh.Code, rh.Remark)
+			return nil, &ResponseError{Addr: addr, Request: code, Code: rh.Code, Remark: rh.Remark}
 		}
 		return rest[hl:], nil
 	}
 }
 
-// bareKey matches a JSON object key written as a bare number, as the name server writes
-// the keys of a broker's addresses ({0:"127.0.0.1:10911"}).
-var bareKey = regexp.MustCompile(`([{,])(-?[0-9]+):`)
-
 // Route returns the address of the master of each broker that has queues of topic, by
 // broker name, as a name server of nameServers tells it (the first that answers).
-func Route(ctx context.Context, nameServers []string, topic string) (map[string]string, error) {
+func (cl Client) Route(ctx context.Context, nameServers []string, topic string) (map[string]string, error) {
 	var errs []error
 	for _, ns := range nameServers {
-		body, err := call(ctx, ns, codeGetRouteInfoByTopic, map[string]string{"topic": topic}, nil)
+		body, err := cl.call(ctx, ns, codeGetRouteInfoByTopic, map[string]string{"topic": topic}, nil)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -188,7 +283,7 @@ func Route(ctx context.Context, nameServers []string, topic string) (map[string]
 				BrokerAddrs map[string]string `json:"brokerAddrs"`
 			} `json:"brokerDatas"`
 		}
-		if err := json.Unmarshal(bareKey.ReplaceAll(body, []byte(`$1"$2":`)), &route); err != nil {
+		if err := unmarshal(body, &route); err != nil {
 			errs = append(errs, fmt.Errorf("rmqlock: decode the route of %s from %s: %w", topic, ns, err))
 			continue
 		}
@@ -213,12 +308,12 @@ type batchBody struct {
 // Lock asks the broker at addr to lock qs (queues of that broker) for clientID in group,
 // and returns those it holds for clientID: the ones free or already clientID's. A queue
 // another client holds, and whose lock has not expired, is not returned.
-func Lock(ctx context.Context, addr, group, clientID string, qs []Queue) ([]Queue, error) {
+func (cl Client) Lock(ctx context.Context, addr, group, clientID string, qs []Queue) ([]Queue, error) {
 	body, err := json.Marshal(batchBody{ConsumerGroup: group, ClientID: clientID, MQSet: qs})
 	if err != nil {
 		return nil, fmt.Errorf("rmqlock: encode the lock request: %w", err)
 	}
-	resp, err := call(ctx, addr, codeLockBatchMQ, nil, body)
+	resp, err := cl.call(ctx, addr, codeLockBatchMQ, nil, body)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +323,7 @@ func Lock(ctx context.Context, addr, group, clientID string, qs []Queue) ([]Queu
 	if len(bytes.TrimSpace(resp)) == 0 {
 		return nil, nil
 	}
-	if err := json.Unmarshal(resp, &out); err != nil {
+	if err := unmarshal(resp, &out); err != nil {
 		return nil, fmt.Errorf("rmqlock: decode the lock response from %s: %w", addr, err)
 	}
 	return out.LockOKMQSet, nil
@@ -237,12 +332,12 @@ func Lock(ctx context.Context, addr, group, clientID string, qs []Queue) ([]Queu
 // Unlock asks the broker at addr to release the locks clientID holds in group on qs. The
 // broker releases only the locks that are clientID's: a queue another client holds stays
 // theirs.
-func Unlock(ctx context.Context, addr, group, clientID string, qs []Queue) error {
+func (cl Client) Unlock(ctx context.Context, addr, group, clientID string, qs []Queue) error {
 	body, err := json.Marshal(batchBody{ConsumerGroup: group, ClientID: clientID, MQSet: qs})
 	if err != nil {
 		return fmt.Errorf("rmqlock: encode the unlock request: %w", err)
 	}
-	_, err = call(ctx, addr, codeUnlockBatchMQ, nil, body)
+	_, err = cl.call(ctx, addr, codeUnlockBatchMQ, nil, body)
 	return err
 }
 
@@ -317,9 +412,9 @@ func subscription(topic, expr string, version int64) subscriptionData {
 // it makes the group's subscription group if the broker creates them, and the group's retry
 // topic (%RETRY%group) if it has none, which it registers at the name servers before it
 // answers; it also counts m among the group's members, until the unregistering, which
-// the broker has done when it answers. Both are requests a consumer makes itself; a broker
-// that checks credentials (ACL) refuses them, unsigned.
-func HeartbeatAndLeave(ctx context.Context, addr string, m Member) error {
+// the broker has done when it answers. Both are requests a consumer makes itself, signed as
+// its own are.
+func (cl Client) HeartbeatAndLeave(ctx context.Context, addr string, m Member) error {
 	version := time.Now().UnixNano()
 	cd := consumerData{GroupName: m.Group, ConsumeType: m.ConsumeType, MessageModel: m.MessageModel,
 		ConsumeFromWhere: m.ConsumeFromWhere, UnitMode: m.UnitMode, SubscriptionDatas: []subscriptionData{}}
@@ -335,7 +430,7 @@ func HeartbeatAndLeave(ctx context.Context, addr string, m Member) error {
 	if err != nil {
 		return fmt.Errorf("rmqlock: encode the heartbeat: %w", err)
 	}
-	conn, err := dial(ctx, addr)
+	conn, err := cl.dial(ctx, addr)
 	if err != nil {
 		return err
 	}

@@ -23,8 +23,9 @@ func TestLockAndUnlockAtTheBroker(t *testing.T) {
 	group := testsvc.UniqueTable("cg_lock")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var cl rmqlock.Client
 
-	route, err := rmqlock.Route(ctx, []string{"127.0.0.1:1", ns}, topic)
+	route, err := cl.Route(ctx, []string{"127.0.0.1:1", ns}, topic)
 	require.NoError(t, err)
 	require.Len(t, route, 1, "the topic is on one broker")
 	var broker, addr string
@@ -35,24 +36,24 @@ func TestLockAndUnlockAtTheBroker(t *testing.T) {
 		qs[i] = rmqlock.Queue{Topic: topic, BrokerName: broker, QueueID: i}
 	}
 
-	got, err := rmqlock.Lock(ctx, addr, group, "10.0.0.1@a", qs)
+	got, err := cl.Lock(ctx, addr, group, "10.0.0.1@a", qs)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, qs, got, "free queues are granted")
-	got, err = rmqlock.Lock(ctx, addr, group, "10.0.0.1@b", qs)
+	got, err = cl.Lock(ctx, addr, group, "10.0.0.1@b", qs)
 	require.NoError(t, err)
 	assert.Empty(t, got, "queues another client holds are not")
 
-	require.NoError(t, rmqlock.Unlock(ctx, addr, group, "10.0.0.1@b", qs))
-	got, err = rmqlock.Lock(ctx, addr, group, "10.0.0.1@b", qs)
+	require.NoError(t, cl.Unlock(ctx, addr, group, "10.0.0.1@b", qs))
+	got, err = cl.Lock(ctx, addr, group, "10.0.0.1@b", qs)
 	require.NoError(t, err)
 	assert.Empty(t, got, "an unlock by another client id leaves the locks")
 
-	require.NoError(t, rmqlock.Unlock(ctx, addr, group, "10.0.0.1@a", qs[:2]))
-	got, err = rmqlock.Lock(ctx, addr, group, "10.0.0.1@b", qs)
+	require.NoError(t, cl.Unlock(ctx, addr, group, "10.0.0.1@a", qs[:2]))
+	got, err = cl.Lock(ctx, addr, group, "10.0.0.1@b", qs)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, qs[:2], got, "the holder's unlock frees its queues for the next")
 
-	_, err = rmqlock.Route(ctx, []string{"127.0.0.1:1"}, topic)
+	_, err = cl.Route(ctx, []string{"127.0.0.1:1"}, topic)
 	assert.Error(t, err)
 }
 
@@ -65,17 +66,87 @@ func TestHeartbeatAndLeaveCreatesTheRetryTopic(t *testing.T) {
 	retry := "%RETRY%" + group
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := rmqlock.Route(ctx, []string{ns}, retry)
+	var cl rmqlock.Client
+	_, err := cl.Route(ctx, []string{ns}, retry)
 	require.ErrorIs(t, err, rmqlock.ErrResponse, "a new group has no retry topic")
-	route, err := rmqlock.Route(ctx, []string{ns}, topic)
+	route, err := cl.Route(ctx, []string{ns}, topic)
 	require.NoError(t, err)
 	for _, addr := range route {
-		require.NoError(t, rmqlock.HeartbeatAndLeave(ctx, addr, rmqlock.Member{
+		require.NoError(t, cl.HeartbeatAndLeave(ctx, addr, rmqlock.Member{
 			ClientID: "10.0.0.1@hb", Group: group, ConsumeType: "CONSUME_PASSIVELY", MessageModel: "CLUSTERING",
 			ConsumeFromWhere: "CONSUME_FROM_FIRST_OFFSET", Subscriptions: map[string]string{topic: "A || B", retry: "*"},
 		}))
 	}
-	got, err := rmqlock.Route(ctx, []string{ns}, retry)
+	got, err := cl.Route(ctx, []string{ns}, retry)
 	require.NoError(t, err, "the retry topic is routed once the broker has answered")
 	assert.Equal(t, route, got, "on the topic's brokers")
+}
+
+// A broker with ACL 2.0 on refuses an unsigned request, and one signed with a wrong
+// secret, as its ACL's (Denied); signed with a user's credentials, the lock, the unlock and
+// the heartbeat are granted.
+func TestSignedRequestsPassTheBrokersACL(t *testing.T) {
+	acl := testsvc.RocketMQACL(t)
+	topic := acl.NewTopic(t, "RMQACL")
+	group := testsvc.UniqueTable("cg_acl")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	user := rmqlock.Credentials{AccessKey: acl.User.AccessKey, SecretKey: acl.User.SecretKey}
+	signed := rmqlock.Client{Credentials: user}
+
+	route, err := signed.Route(ctx, []string{acl.NameServer}, topic)
+	require.NoError(t, err)
+	require.Len(t, route, 1)
+	var broker, addr string
+	for broker, addr = range route {
+	}
+	qs := []rmqlock.Queue{{Topic: topic, BrokerName: broker, QueueID: 0}, {Topic: topic, BrokerName: broker, QueueID: 1}}
+
+	for name, cl := range map[string]rmqlock.Client{
+		"unsigned":     {},
+		"wrong secret": {Credentials: rmqlock.Credentials{AccessKey: user.AccessKey, SecretKey: user.SecretKey + "x"}},
+		"unknown user": {Credentials: rmqlock.Credentials{AccessKey: "nobody", SecretKey: user.SecretKey}},
+	} {
+		_, err := cl.Lock(ctx, addr, group, "10.0.0.1@a", qs)
+		require.Error(t, err, name)
+		assert.True(t, rmqlock.Denied(err), "%s: refused by the ACL: %v", name, err)
+		assert.ErrorIs(t, err, rmqlock.ErrResponse, name)
+	}
+
+	got, err := signed.Lock(ctx, addr, group, "10.0.0.1@a", qs)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, qs, got, "signed, the lock is granted")
+	got, err = signed.Lock(ctx, addr, group, "10.0.0.1@b", qs)
+	require.NoError(t, err)
+	assert.Empty(t, got, "and held for its client id")
+	require.NoError(t, signed.Unlock(ctx, addr, group, "10.0.0.1@a", qs))
+	got, err = signed.Lock(ctx, addr, group, "10.0.0.1@b", qs)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, qs, got, "the signed unlock released it")
+
+	require.NoError(t, signed.HeartbeatAndLeave(ctx, addr, rmqlock.Member{
+		ClientID: "10.0.0.1@hb", Group: group, ConsumeType: "CONSUME_PASSIVELY", MessageModel: "CLUSTERING",
+		ConsumeFromWhere: "CONSUME_FROM_FIRST_OFFSET", Subscriptions: map[string]string{topic: "*"},
+	}), "a signed heartbeat is accepted")
+}
+
+// Over TLS (the servers accept it beside plain connections), the requests are answered as
+// over plain TCP.
+func TestRequestsOverTLS(t *testing.T) {
+	ns := testsvc.RocketMQNameServer(t)
+	topic := testsvc.NewTopic(t, "RMQTLS")
+	group := testsvc.UniqueTable("cg_tls")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := rmqlock.Client{TLS: true}
+	route, err := cl.Route(ctx, []string{ns}, topic)
+	require.NoError(t, err)
+	require.Len(t, route, 1)
+	for broker, addr := range route {
+		qs := []rmqlock.Queue{{Topic: topic, BrokerName: broker, QueueID: 0}}
+		got, err := cl.Lock(ctx, addr, group, "10.0.0.1@tls", qs)
+		require.NoError(t, err)
+		assert.Equal(t, qs, got)
+		require.NoError(t, cl.Unlock(ctx, addr, group, "10.0.0.1@tls", qs))
+	}
 }
