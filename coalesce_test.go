@@ -235,7 +235,7 @@ func TestClaimSessionSavesTheTransactionStatements(t *testing.T) {
 
 // The claim session's settings (READ COMMITTED, autocommit off) never reach a connection the
 // service gets from the pool: the session is closed, not returned, when idle and when the
-// publisher stops. A pool too small to lend a connection for good keeps no session.
+// store's last subscribed publisher stops. A pool too small to lend a connection for good keeps no session.
 func TestClaimSessionNeverReachesThePool(t *testing.T) {
 	t.Parallel()
 	if testPerRow {
@@ -267,6 +267,20 @@ func TestClaimSessionNeverReachesThePool(t *testing.T) {
 	require.Eventually(t, func() bool { return rec.total() == len(ids) }, 10*time.Second, time.Millisecond)
 	cancel()
 	wg.Wait()
+	assert.False(t, outbox.ClaimSessionOpenForTest(b.store))
+	assertPoolUntouched(t, b.db)
+
+	// Another subscriber (a second publisher's run) keeps it past this run's stop; the
+	// last one's unsubscribe closes it.
+	_, unsubscribe := b.store.Subscribe()
+	ids = b.insert(t, 10)
+	runCtx, cancel = context.WithCancel(ctx)
+	wg.Go(func() { _ = p.Run(runCtx) })
+	require.Eventually(t, func() bool { return rec.total() == 2*len(ids) }, 10*time.Second, time.Millisecond)
+	cancel()
+	wg.Wait()
+	assert.True(t, outbox.ClaimSessionOpenForTest(b.store), "another subscriber's claims may still use it")
+	unsubscribe()
 	assert.False(t, outbox.ClaimSessionOpenForTest(b.store))
 	assertPoolUntouched(t, b.db)
 

@@ -208,7 +208,7 @@ func (d *keyDispatch) run(ctx context.Context, refusal func(*Event) error) {
 				if k.stop == nil {
 					k.stop, k.stopAt = err, d.evs[i].EventID
 				}
-				if IsUnavailable(err) && !errors.Is(err, ErrNotSent) && down[d.evs[i].Topic] == nil {
+				if isOutage(err) && !errors.Is(err, ErrNotSent) && down[d.evs[i].Topic] == nil {
 					down[d.evs[i].Topic] = err
 				}
 			}

@@ -82,8 +82,8 @@ var errClosed = fmt.Errorf("%w: the publisher was closed", ErrClosed)
 //   - Two stores under one [Config.StoreName] share its metric series and log attribute.
 //   - A sender that one publisher owns (no [Config.SharedSender]) and another uses is
 //     closed under the other by the owner's Close: the other's sends then fail with
-//     [ErrClosed], which it treats as a broker outage (see [IsUnavailable]): it pauses and
-//     spends no attempt, and nothing is dead-lettered.
+//     [ErrClosed], which it treats as a broker outage (as an error marked [Unavailable]):
+//     it pauses and spends no attempt, and nothing is dead-lettered.
 //
 // A store Start cannot reach (Check takes at most [Tuning.StoreTimeout]) is logged, not
 // refused: the publisher starts, and its rounds retry. So is a broker the sender cannot ask

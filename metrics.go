@@ -296,7 +296,7 @@ func (m *metrics) batchSent(ctx context.Context, evs []Event, send func() []erro
 			switch {
 			case stored(err):
 				m.accepted(ctx, evs[i], end)
-			case IsUnavailable(err):
+			case isOutage(err):
 				unavailable++
 				outcome = m.outcomeFailed
 			default:
@@ -315,7 +315,7 @@ func (m *metrics) sendOutcome(err error) metric.MeasurementOption {
 	switch {
 	case stored(err):
 		return m.outcomeSent
-	case IsUnavailable(err):
+	case isOutage(err):
 		return m.outcomeUnavailable
 	}
 	return m.outcomeFailed

@@ -223,7 +223,10 @@ type Store interface {
 	// Subscribe returns a channel that receives a signal when events were committed through
 	// this store in this process, so that the publisher sends them at once rather than at
 	// the next poll, and a function that ends the subscription. A store that cannot tell
-	// returns a nil channel (the publisher then polls).
+	// returns a nil channel (the publisher then polls). A publisher subscribes for each run
+	// and unsubscribes once the run has stopped and made its last write: a store may then
+	// release what it keeps for its runs' claims (the MySQL store closes its claim session
+	// when its last subscriber leaves).
 	Subscribe() (wake <-chan struct{}, unsubscribe func())
 
 	// Purge deletes SUCCESS and SKIPPED events last updated more than olderThan ago, as
@@ -343,7 +346,7 @@ func (f SenderFunc) Send(ctx context.Context, evs []Event, keyOrder bool) []erro
 		}
 		if stored(errs[i]) {
 			accepted = true
-		} else if !accepted && IsUnavailable(errs[i]) {
+		} else if !accepted && isOutage(errs[i]) {
 			for j := i + 1; j < len(evs); j++ {
 				errs[j] = errs[i]
 			}
@@ -445,11 +448,17 @@ func Unavailable(err error) error {
 	return &unavailableError{err: err}
 }
 
-// IsUnavailable reports whether err, or any error it wraps, was marked with [Unavailable]
-// or wraps [ErrClosed].
+// IsUnavailable reports whether err, or any error it wraps, was marked with [Unavailable].
 func IsUnavailable(err error) bool {
 	var u *unavailableError
-	return errors.As(err, &u) || errors.Is(err, ErrClosed)
+	return errors.As(err, &u)
+}
+
+// isOutage reports whether a send's err leaves the event untried, as in a broker outage: the
+// broker or the way to it is down ([IsUnavailable]), or the sender was closed under the
+// publisher ([ErrClosed]). Neither counts an attempt.
+func isOutage(err error) bool {
+	return IsUnavailable(err) || errors.Is(err, ErrClosed)
 }
 
 // IsPermanent reports whether err, or any error it wraps, was marked with [Permanent].

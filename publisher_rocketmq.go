@@ -514,7 +514,7 @@ func (s *RocketMQSender) sendTopic(ctx context.Context, evs []Event, todo []int,
 			continue
 		}
 		fillAt(errs, chunk, err)
-		if IsUnavailable(err) {
+		if isOutage(err) {
 			skip = notSent(err)
 		}
 	}
@@ -530,7 +530,7 @@ func (s *RocketMQSender) sendOneByOne(ctx context.Context, evs []Event, chunk []
 			return errNotSent
 		}
 		errs[i] = s.sendOne(ctx, evs[i], false)
-		if IsUnavailable(errs[i]) {
+		if isOutage(errs[i]) {
 			skip := notSent(errs[i])
 			fillAt(errs, chunk[k+1:], skip)
 			return skip

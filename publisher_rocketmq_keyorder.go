@@ -433,7 +433,7 @@ func (b *keyOrderedBatch) failChunk(chunk []int, err error) {
 			b.fail(key, err)
 		}
 	}
-	if IsUnavailable(err) {
+	if isOutage(err) {
 		b.mu.Lock()
 		if topic := b.topics[chunk[0]]; b.stop[topic] == nil {
 			b.stop[topic] = notSent(err)

@@ -109,7 +109,8 @@ func TestRocketMQSenderCloseWaitsForSendsInFlight(t *testing.T) {
 	before := fp.callSizes()
 	err := s.Send(ctx, []Event{ev}, false)[0]
 	require.ErrorIs(t, err, ErrClosed)
-	assert.True(t, IsUnavailable(err), "a closed sender is unavailable: the event is not charged")
+	assert.False(t, IsUnavailable(err), "closed is not unavailable: ErrClosed has a meaning of its own")
+	assert.True(t, isOutage(err), "but the publisher charges no attempt for it, as in an outage")
 	for _, err := range s.Send(ctx, events(3), false) {
 		require.ErrorIs(t, err, ErrClosed)
 	}

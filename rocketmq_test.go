@@ -633,7 +633,7 @@ func TestRocketMQSendOutcomes(t *testing.T) {
 				}
 			}
 			assert.Equal(t, c.class == permanent, outbox.IsPermanent(err), "permanent: %v", err)
-			assert.Equal(t, c.class == unavailable || c.class == closed, outbox.IsUnavailable(err), "unavailable: %v", err)
+			assert.Equal(t, c.class == unavailable, outbox.IsUnavailable(err), "unavailable: %v", err)
 			assert.Equal(t, c.class == closed, errors.Is(err, outbox.ErrClosed), "closed: %v", err)
 			require.Len(t, fp.msgs, 1)
 			m := fp.msgs[0]

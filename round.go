@@ -548,9 +548,9 @@ func (p *Publisher) failed(ctx context.Context, stats *RoundStats, ev Event, cau
 	switch {
 	case errors.Is(cause, ErrNotSent):
 		return p.record(ctx, stats, p.releaseWrite(ev, cause.Error(), 0, outcomeReleased)), false
-	case IsUnavailable(cause) && !othersSent:
+	case isOutage(cause) && !othersSent:
 		return p.record(ctx, stats, p.releaseWrite(ev, "broker unavailable: "+cause.Error(), 0, outcomeUnavailable)), true
-	case IsUnavailable(cause) && p.keyOrder.Load():
+	case isOutage(cause) && p.keyOrder.Load():
 		return p.record(ctx, stats, p.releaseWrite(ev, "its queue unavailable: "+cause.Error(), partialOutageDelay, outcomeUnavailable)), false
 	}
 	return p.record(ctx, stats, p.failureWrite(ev, cause)), false
@@ -635,9 +635,6 @@ func (p *Publisher) flushAcks(ctx context.Context) {
 func (p *Publisher) stop(ctx context.Context) {
 	p.rounds.mu.Lock()
 	defer p.rounds.mu.Unlock()
-	if s, ok := p.store.(interface{ closeClaimSession() }); ok {
-		defer s.closeClaimSession()
-	}
 	if len(p.rounds.unacked) > 0 {
 		// Recorded before the release below, which would otherwise send them again.
 		p.rounds.pending = append(p.rounds.pending, p.successWrite(p.rounds.unacked))

@@ -524,7 +524,11 @@ func (s *MySQLStore) Subscribe() (<-chan struct{}, func()) {
 	return ch, func() {
 		s.subsMu.Lock()
 		delete(s.subs, ch)
+		last := len(s.subs) == 0
 		s.subsMu.Unlock()
+		if last {
+			s.closeClaimSession() // no run claims through this store any more
+		}
 	}
 }
 

@@ -148,8 +148,8 @@ func (s *MySQLStore) closeIdleSession() {
 	ss.conn = nil
 }
 
-// closeClaimSession closes the claim session, if one is open: a publisher of the store
-// stopped.
+// closeClaimSession closes the claim session, if one is open: the store's last subscribed
+// publisher stopped.
 func (s *MySQLStore) closeClaimSession() {
 	ss := &s.session
 	ss.mu.Lock()

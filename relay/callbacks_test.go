@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,4 +55,14 @@ func TestDeadLettersRunInOrderOneAtATime(t *testing.T) {
 	assert.Zero(t, overlapped.Load())
 	assert.NoError(t, fromInside, "wait from inside a call returns at once")
 	assert.Zero(t, cancelled.Load())
+}
+
+// A sender closed under the relay leaves the events untried, as a broker outage does: the
+// relay charges no attempt for ErrClosed, which IsUnavailable no longer reports.
+func TestAClosedSenderIsAnOutage(t *testing.T) {
+	closed := fmt.Errorf("rocketmq: %w", outbox.ErrClosed)
+	assert.False(t, outbox.IsUnavailable(closed))
+	assert.True(t, outage(closed))
+	assert.True(t, outage(outbox.Unavailable(errors.New("connection refused"))))
+	assert.False(t, outage(errors.New("message refused")))
 }

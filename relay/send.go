@@ -248,14 +248,14 @@ func (t *term) sendBatch(pending []outbox.Event) error {
 				sent = append(sent, ev)
 			case errors.Is(err, outbox.ErrNotSent):
 				next = append(next, ev)
-			case outbox.IsUnavailable(err) && r.cfg.Ordering != outbox.Unordered && anySent:
+			case outage(err) && r.cfg.Ordering != outbox.Unordered && anySent:
 				// In key order a biz no's events go to its queue only: a queue away (its
 				// broker down) while others took their events says nothing about the
 				// message, and holds its key alone.
 				if err := t.queueAway(ev, err); err != nil {
 					return err
 				}
-			case outbox.IsUnavailable(err) && len(sent) == 0:
+			case outage(err) && len(sent) == 0:
 				unavailable = true
 				next = append(next, ev)
 			default:
@@ -777,4 +777,11 @@ func (h timerHeap) next() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return h[0].at, true
+}
+
+// outage reports whether a send's err leaves the events untried, as in a broker outage: the
+// broker or the way to it is down ([outbox.IsUnavailable]), or the sender was closed under
+// the relay ([outbox.ErrClosed]). Neither counts an attempt.
+func outage(err error) bool {
+	return outbox.IsUnavailable(err) || errors.Is(err, outbox.ErrClosed)
 }
