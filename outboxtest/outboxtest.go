@@ -1,14 +1,17 @@
-// Package outboxtest is what tests of code that uses package outbox need: senders for a
-// service's own tests, and the conformance suite of [outbox.Store].
+// Package outboxtest is what tests of code that uses package outbox need: senders and a
+// store in memory for a service's own tests, and the conformance suite of [outbox.Store].
 //
-// # Senders for a service's tests
+// # Senders and a store for a service's tests
 //
 // [MemorySender] is an [outbox.Sender] that records, in memory, every event a real
 // [outbox.Publisher] sends, and lets the test wait for them and assert on them: the
 // service's transaction runs against its real database, and no broker is needed.
 // [FaultySender] wraps it (or any sender) and makes chosen sends fail as a broker does:
 // refused for good, failed the first n tries, sent with the answer lost, the broker down,
-// a send blocked until released. docs/testing.md shows each use; package inboxtest
+// a send blocked until released. [MemoryStore] is an [outbox.Store] in memory, for a unit
+// test that runs a real publisher with no database at all: it keeps the Store contract (it
+// passes [RunStoreTests] in each ordering), and its Insert stands for the business
+// transaction. docs/testing.md shows each use; package inboxtest
 // (github.com/go-outbox/outbox/inbox/inboxtest) is the consumer's side.
 //
 // The senders live here, beside the conformance suite, as net/http/httptest holds both a
