@@ -230,7 +230,7 @@ func NewRocketMQSender(cfg RocketMQConfig) (*RocketMQSender, error) {
 		// started nothing of its own, and its Shutdown would unregister the other
 		// producer's group from the shared client and shut that client down under it: so
 		// it is dropped, not shut down.
-		return nil, fmt.Errorf("%w: could not start the RocketMQ producer of group %q on client instance %q (another producer of the group uses that InstanceName in this process? give each sender its own InstanceName or GroupName): %w",
+		return nil, fmt.Errorf("%w: start the RocketMQ producer of group %q as instance %q (give each sender its own InstanceName): %w",
 			ErrInvalidConfig, group, instance, err)
 	}
 	s.producer, s.owned, s.names = p, true, slices.Clone(cfg.NameServers)

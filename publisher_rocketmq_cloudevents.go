@@ -187,7 +187,7 @@ func checkDataContentType(s string) error {
 		return fmt.Errorf("it is not a media type: %q has no subtype (e.g. application/json)", mt)
 	}
 	if strings.HasPrefix(mt, "application/cloudevents") {
-		return errors.New("it is a CloudEvents event format, the mark of the structured content mode: a consumer would read the payload as the whole event; name the payload's own media type")
+		return errors.New("it is a CloudEvents event format (structured mode): name the payload's own media type")
 	}
 	return nil
 }

@@ -250,8 +250,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		n := r.abandon()
-		return fmt.Errorf("inbox: stop the consumer of %s in group %s: %w: %d deliveries in progress were given up "+
-			"(their handlers' contexts cancelled) and will be delivered again; the push consumer shuts down in the background",
+		return fmt.Errorf("inbox: stop the consumer of %s in group %s: %w: %d deliveries in progress given up, to be delivered again",
 			c.cfg.Topic, c.in.cfg.Group, ctx.Err(), n)
 	}
 }

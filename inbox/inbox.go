@@ -277,8 +277,7 @@ func (in *Inbox) checkSchema(ctx context.Context) error {
 			}
 		}
 		if len(missing) > 0 {
-			return fmt.Errorf("%w: inbox table %s has no %s column: it was made by hand or by an older version; "+
-				"rename it and run CreateSchema, or add the columns as inbox/schema.sql defines them",
+			return fmt.Errorf("%w: inbox table %s has no %s column: add it as inbox/schema.sql defines it",
 				outbox.ErrInvalidConfig, table, strings.Join(missing, ", "))
 		}
 	}
@@ -435,8 +434,8 @@ func schemaError(table string, err error) error {
 		return fmt.Errorf("%w: table %s does not exist: create it with Inbox.CreateSchema or inbox/schema.sql: %w",
 			outbox.ErrInvalidConfig, table, err)
 	case mysqldialect.ErrBadField:
-		return fmt.Errorf("%w: table %s lacks a column the inbox writes: it was made by hand or by an older version; "+
-			"Inbox.CreateSchema names what is missing, inbox/schema.sql defines it: %w", outbox.ErrInvalidConfig, table, err)
+		return fmt.Errorf("%w: table %s lacks a column the inbox writes (inbox/schema.sql defines it): %w",
+			outbox.ErrInvalidConfig, table, err)
 	}
 	return err
 }

@@ -156,8 +156,7 @@ func checkServerFor(ctx context.Context, db *sql.DB, clientServerID uint32, stre
 	if listed && !streamingHere {
 		for _, r := range replicas {
 			if r.serverID == clientServerID {
-				return info, fmt.Errorf("%w: relay: the binlog client's server id (Config.ServerID) %d is taken by the replica %s "+
-					"(SHOW SLAVE HOSTS): the server keeps one binlog client per server id, so the relay would disconnect it; choose an id no replica uses",
+				return info, fmt.Errorf("%w: relay: the binlog client's server id (Config.ServerID) %d is taken by the replica %s: choose an id no replica uses",
 					outbox.ErrInvalidConfig, clientServerID, r)
 			}
 		}
@@ -513,7 +512,7 @@ func (r *Relay) preflight(ctx context.Context) (serverInfo, error) {
 		return info, err
 	}
 	if holder != 0 && !here {
-		return info, r.serverIDTaken(holder)
+		return info, r.serverIDTaken()
 	}
 	for _, w := range info.durability {
 		r.cfg.Logger.WarnContext(ctx, "relay: "+w)
@@ -619,11 +618,9 @@ func (r *Relay) serverIDHolder(ctx context.Context) (holder int64, here bool, er
 }
 
 // serverIDTaken is the refusal for a ServerID another relay's binlog stream holds.
-func (r *Relay) serverIDTaken(holder int64) error {
-	return fmt.Errorf("%w: relay: the binlog client's server id (Config.ServerID) %d is in use by the binlog stream of a relay "+
-		"of another table (its lock %q is held by connection %d, which does not lead %s.%s): the server keeps one binlog "+
-		"client per server id, so the two streams would disconnect each other; give the relays of each table a ServerID of "+
-		"their own", outbox.ErrInvalidConfig, r.cfg.ServerID, serverIDLock(r.cfg.ServerID), holder, r.conn.DBName, r.cfg.Table)
+func (r *Relay) serverIDTaken() error {
+	return fmt.Errorf("%w: relay: server id (Config.ServerID) %d is in use by the binlog stream of a relay of another table "+
+		"than %s.%s: give each table's relays their own ServerID", outbox.ErrInvalidConfig, r.cfg.ServerID, r.conn.DBName, r.cfg.Table)
 }
 
 // lockServerID takes the ServerID's lock on the leader's lock connection, before its term
@@ -638,9 +635,5 @@ func (r *Relay) lockServerID(ctx context.Context, lock *sql.Conn) error {
 	if got.Int64 == 1 {
 		return nil
 	}
-	var holder sql.NullInt64
-	if err := lock.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", serverIDLock(r.cfg.ServerID)).Scan(&holder); err != nil {
-		return fmt.Errorf("relay: check the server id's lock: %w", err)
-	}
-	return r.serverIDTaken(holder.Int64)
+	return r.serverIDTaken()
 }

@@ -464,9 +464,8 @@ func (r *Relay) Stop(ctx context.Context) error {
 		case <-ru.done:
 		case <-ctx.Done():
 			if r.Health().Leader {
-				return fmt.Errorf("relay: stop: %w: the leader is still shutting down in the background: it marks the "+
-					"events it sent (those it does not mark are sent again by the next leader or publisher) and hands the table "+
-					"back (until it does, the publishers wait for its heartbeat to be FallbackAfter old); Stop again waits for it",
+				return fmt.Errorf("relay: stop: %w: the leader is still shutting down in the background "+
+					"(events it does not mark are sent again); Stop again waits for it",
 					ctx.Err())
 			}
 			return fmt.Errorf("relay: stop: %w: the relay, not leading, is still stopping in the background (a check of "+

@@ -303,7 +303,7 @@ func requireScriptInstance(t testing.TB) {
 	t.Helper()
 	RocketMQNameServer(t)
 	if os.Getenv(RocketMQDirEnv) == "" {
-		missing(t, fmt.Errorf("this test stops a broker: set %s and the other OUTBOX_ROCKETMQ_* variables that bash scripts/rocketmq.sh start prints (eval its output), so that it stops the instance the tests use and no other", RocketMQDirEnv))
+		missing(t, fmt.Errorf("this test stops a broker: eval the output of bash scripts/rocketmq.sh start, which sets %s", RocketMQDirEnv))
 	}
 	if out, err := script("status"); err != nil {
 		missing(t, fmt.Errorf("the brokers were not started by scripts/rocketmq.sh (or not with the OUTBOX_ROCKETMQ_* variables it printed), so this test cannot stop one: %w\n%s", err, out))
