@@ -434,7 +434,7 @@ func schemaError(table string, err error) error {
 		return fmt.Errorf("%w: table %s does not exist: create it with Inbox.CreateSchema or inbox/schema.sql: %w",
 			outbox.ErrInvalidConfig, table, err)
 	case mysqldialect.ErrBadField:
-		return fmt.Errorf("%w: table %s lacks a column the inbox writes (inbox/schema.sql defines it): %w",
+		return fmt.Errorf("%w: table %s lacks a column the inbox writes (Inbox.CreateSchema names it, inbox/schema.sql defines it): %w",
 			outbox.ErrInvalidConfig, table, err)
 	}
 	return err
