@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/go-outbox/outbox/internal/eventrules"
 	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
@@ -138,7 +139,7 @@ func (f Filter) validate() error {
 		return fmt.Errorf("%w: at most %d topics at once, got %d", ErrInvalidInput, maxAdminBatch, len(f.Topics))
 	}
 	for _, topic := range f.Topics {
-		if !topicRE.MatchString(topic) {
+		if !eventrules.TopicRE.MatchString(topic) {
 			return fmt.Errorf("%w: topic %.140q is not a topic name (1 to 127 letters, digits, '_', '-', '%%' or '|')", ErrInvalidInput, topic)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-outbox/outbox/internal/eventrules"
 )
 
 // Status is the state of an event row.
@@ -375,9 +377,9 @@ var (
 	// ErrInvalidConfig is wrapped by every configuration error.
 	ErrInvalidConfig = errors.New("outbox: invalid config")
 	// ErrInvalidEvent is wrapped by every error for an event that cannot be written.
-	ErrInvalidEvent = errors.New("outbox: invalid event")
+	ErrInvalidEvent = eventrules.ErrInvalidEvent
 	// ErrPayloadTooLarge is returned for a payload over [MySQLConfig.MaxPayloadBytes].
-	ErrPayloadTooLarge = fmt.Errorf("%w: payload too large", ErrInvalidEvent)
+	ErrPayloadTooLarge error = eventrules.ErrPayloadTooLarge
 	// ErrNoTable is returned by [MySQLStore.Check] (so by [Publisher.Start]) for an outbox
 	// table that does not exist: create it ([MySQLStore.CreateSchema], or schema.sql).
 	ErrNoTable = errors.New("outbox: no such table")

@@ -55,24 +55,6 @@ const (
 	codeTopicNotExist       = 17 // TOPIC_NOT_EXIST: not on this broker, auto-create off
 )
 
-// systemTopics are the broker's own topics (its TopicValidator): a send to one is refused
-// with NO_PERMISSION, which would look like an outage that never ends.
-var systemTopics = map[string]bool{
-	"TBW102": true, "SCHEDULE_TOPIC_XXXX": true, "BenchmarkTest": true, "RMQ_SYS_TRANS_HALF_TOPIC": true,
-	"RMQ_SYS_TRACE_TOPIC": true, "RMQ_SYS_TRANS_OP_HALF_TOPIC": true, "TRANS_CHECK_MAX_TIME_TOPIC": true,
-	"SELF_TEST_TOPIC": true, "OFFSET_MOVED_EVENT": true,
-}
-
-// systemTopic reports a topic of the broker's own: a name in systemTopics, or one with the
-// prefix of its system topics or of consumer groups' retry and dead-letter topics.
-func systemTopic(topic string) bool {
-	return systemTopics[topic] || strings.HasPrefix(topic, "rmq_sys_") ||
-		strings.HasPrefix(topic, "%RETRY%") || strings.HasPrefix(topic, "%DLQ%")
-}
-
-// topicRE is the broker's rule for topic names.
-var topicRE = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,127}$`)
-
 // RocketMQConfig configures a [RocketMQSender].
 type RocketMQConfig struct {
 	// NameServers are the name server addresses, e.g. ["127.0.0.1:9876"]. Required.

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/go-outbox/outbox/internal/eventrules"
 )
 
 // Routes says where each event of a store goes: the topic it names ([EventInput.Topic]),
@@ -113,11 +115,8 @@ func (rt routing) check(topic string) error {
 // checkTopicName checks a topic name by the broker's rule (its TopicValidator): 1 to 127
 // letters, digits, '_', '-', '%' or '|', and not one of its own topics.
 func checkTopicName(field, topic string) error {
-	if !topicRE.MatchString(topic) {
-		return fmt.Errorf("%w: %s %.140q must be 1 to 127 letters, digits, '_', '-', '%%' or '|'", ErrInvalidConfig, field, topic)
-	}
-	if systemTopic(topic) {
-		return fmt.Errorf("%w: %s %q is one of RocketMQ's own topics, which the broker refuses to take messages for", ErrInvalidConfig, field, topic)
+	if err := eventrules.TopicName(topic); err != nil {
+		return fmt.Errorf("%w: %s %w", ErrInvalidConfig, field, err)
 	}
 	return nil
 }

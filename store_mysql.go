@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/go-outbox/outbox/internal/eventrules"
 	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
@@ -29,11 +30,11 @@ const (
 	maxPayloadBytesDefault = 4 << 20
 	// maxPayloadColumn is what a MEDIUMBLOB holds.
 	maxPayloadColumn = 1<<24 - 1
-	maxKeyLen        = 64   // biz_no and event_type
-	maxReasonLen     = 1024 // last_error, in characters
-	reclaimPage      = 500  // rows per reclaim statement
-	maxLockAttempts  = 5    // tries of one statement that hits a lock wait timeout (each waited innodb_lock_wait_timeout)
-	maxDeadlockTries = 12   // tries of one statement that hits a deadlock (each fails at once)
+	maxKeyLen        = eventrules.MaxKeyLen // biz_no and event_type
+	maxReasonLen     = 1024                 // last_error, in characters
+	reclaimPage      = 500                  // rows per reclaim statement
+	maxLockAttempts  = 5                    // tries of one statement that hits a lock wait timeout (each waited innodb_lock_wait_timeout)
+	maxDeadlockTries = 12                   // tries of one statement that hits a deadlock (each fails at once)
 )
 
 // MySQLConfig configures a [MySQLStore].

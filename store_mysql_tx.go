@@ -9,10 +9,10 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox/internal/eventrules"
 )
 
 // Tx is a database transaction in which the service writes its business rows and its events.
@@ -235,58 +235,13 @@ func sqlText(v string) string { return "_utf8mb4 X'" + hex.EncodeToString([]byte
 func sqlBytes(b []byte) string { return "X'" + hex.EncodeToString(b) + "'" }
 
 func (s *MySQLStore) validateEvent(ev EventInput) error {
-	if err := validateKey("BizNo", ev.BizNo); err != nil {
-		return err
-	}
-	if err := validateKey("EventType", ev.EventType); err != nil {
-		return err
-	}
-	switch {
-	case strings.Contains(ev.EventType, "||"):
-		return fmt.Errorf("%w: EventType %q contains \"||\", which separates tags in a RocketMQ subscription: no consumer could subscribe to it", ErrInvalidEvent, ev.EventType)
-	case ev.EventType == "*":
-		return fmt.Errorf("%w: EventType \"*\" is RocketMQ's subscription to every tag: no consumer could subscribe to it alone", ErrInvalidEvent)
-	}
-	if err := validateDue(ev); err != nil {
+	if err := eventrules.Check(ev.BizNo, ev.EventType, ev.Delay, ev.NotBefore); err != nil {
 		return err
 	}
 	if err := s.routes.check(ev.Topic); err != nil {
 		return err
 	}
-	if len(ev.Payload) == 0 {
-		return fmt.Errorf("%w: the payload is empty: RocketMQ does not take a message without a body, so the event could never be sent", ErrInvalidEvent)
-	}
-	if len(ev.Payload) > s.maxPayload {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrPayloadTooLarge, len(ev.Payload), s.maxPayload)
-	}
-	return nil
-}
-
-// maxDue is the latest time next_retry_time, a DATETIME(3), holds.
-var maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
-
-// validateDue checks an event's due time: a delay that is not negative, or a NotBefore the
-// column holds once rounded up to the millisecond, not both. A Delay cannot pass the
-// column: a time.Duration is at most about 292 years.
-func validateDue(ev EventInput) error {
-	switch {
-	case ev.Delay < 0:
-		return fmt.Errorf("%w: Delay is negative (%s): an event is due at once at the earliest", ErrInvalidEvent, ev.Delay)
-	case ev.Delay > 0 && !ev.NotBefore.IsZero():
-		return fmt.Errorf("%w: both Delay (%s) and NotBefore (%s) are set: give one", ErrInvalidEvent, ev.Delay, ev.NotBefore.Format(time.RFC3339Nano))
-	case !ev.NotBefore.IsZero() && ceilMilli(ev.NotBefore.UTC()).After(maxDue):
-		return fmt.Errorf("%w: NotBefore %s is later than %s, the latest time next_retry_time (DATETIME(3)) holds",
-			ErrInvalidEvent, ev.NotBefore.UTC().Format(time.RFC3339Nano), maxDue.Format("2006-01-02 15:04:05.000 UTC"))
-	}
-	return nil
-}
-
-// ceilMilli rounds t up to the millisecond: the column's precision, never earlier than asked.
-func ceilMilli(t time.Time) time.Time {
-	if r := t.Truncate(time.Millisecond); r.Before(t) {
-		return r.Add(time.Millisecond)
-	}
-	return t
+	return eventrules.Payload(len(ev.Payload), s.maxPayload)
 }
 
 // dueExpr is the SQL for a valid event's next_retry_time when it is not due at once, ""
@@ -303,32 +258,11 @@ func dueExpr(ev EventInput) string {
 		}
 		return fmt.Sprintf("DATE_ADD(UTC_TIMESTAMP(3), INTERVAL %d MICROSECOND)", ms*1000)
 	case !ev.NotBefore.IsZero():
-		at := ceilMilli(ev.NotBefore.UTC())
+		at := eventrules.CeilMilli(ev.NotBefore.UTC())
 		if at.Year() < 1970 {
 			at = time.Unix(0, 0).UTC() // long past either way; keeps the literal in DATETIME's range
 		}
 		return "GREATEST(UTC_TIMESTAMP(3), CAST('" + at.Format("2006-01-02 15:04:05.000") + "' AS DATETIME(3)))"
 	}
 	return ""
-}
-
-// validateKey checks a biz no or event type: required, at most 64 characters, printable
-// UTF-8 without spaces. They become the message's key, tag and properties: control
-// characters separate the properties, RocketMQ splits a message's keys on spaces (a biz no
-// "A B" would be found by a lookup of "A" and of "B", never of "A B"), and a subscription
-// trims the spaces around a tag.
-func validateKey(name, v string) error {
-	switch {
-	case v == "":
-		return fmt.Errorf("%w: %s is empty", ErrInvalidEvent, name)
-	case !utf8.ValidString(v):
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidEvent, name)
-	case utf8.RuneCountInString(v) > maxKeyLen:
-		return fmt.Errorf("%w: %s is %d characters, at most %d", ErrInvalidEvent, name, utf8.RuneCountInString(v), maxKeyLen)
-	case strings.IndexFunc(v, unicode.IsControl) >= 0:
-		return fmt.Errorf("%w: %s %q contains a control character", ErrInvalidEvent, name, v)
-	case strings.IndexFunc(v, unicode.IsSpace) >= 0:
-		return fmt.Errorf("%w: %s %q contains a space: RocketMQ splits message keys on spaces and trims them around tags", ErrInvalidEvent, name, v)
-	}
-	return nil
 }

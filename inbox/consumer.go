@@ -503,9 +503,7 @@ const maxReconsumeTimes = math.MaxInt32 / 2
 // lockClient makes the consumer's own requests to the name servers and brokers, signed and
 // over TLS as the push consumer's.
 func (c *Consumer) lockClient() rmqlock.Client {
-	cr := c.cfg.Credentials
-	return rmqlock.Client{TLS: c.cfg.TLS, Credentials: rmqlock.Credentials{
-		AccessKey: cr.AccessKey, SecretKey: cr.SecretKey, SecurityToken: cr.SecurityToken}}
+	return rmqlock.Client{Credentials: c.cfg.Credentials, TLS: c.cfg.TLS}
 }
 
 // consume is r's push consumer's callback: each message through the inbox, and the batch

@@ -62,12 +62,13 @@ func (c *Consumer) ensureRetryTopic(ctx context.Context, push rocketmq.PushConsu
 	member.Subscriptions = map[string]string{c.cfg.Topic: c.cfg.Tags, retry: "*"}
 	ctx, cancel := context.WithTimeout(ctx, retryTopicTimeout)
 	defer cancel()
-	if route, err := c.lockClient().Route(ctx, c.cfg.NameServers, retry); err == nil && len(route) > 0 {
+	cl := c.lockClient()
+	if route, err := cl.Route(ctx, c.cfg.NameServers, retry); err == nil && len(route) > 0 {
 		return // the group has run before
 	}
 	start := time.Now()
 	log := c.in.log.With(slog.String("topic", c.cfg.Topic), slog.String("group", c.in.cfg.Group), slog.String("retry_topic", retry))
-	route, err := c.lockClient().Route(ctx, c.cfg.NameServers, c.cfg.Topic)
+	route, err := cl.Route(ctx, c.cfg.NameServers, c.cfg.Topic)
 	if err != nil || len(route) == 0 {
 		log.DebugContext(ctx, "inbox: could not read the topic's route to have its brokers create the group's retry topic; "+
 			"the RocketMQ client warns that the retry topic does not exist until it finds it", slog.Any("error", err))
@@ -75,7 +76,7 @@ func (c *Consumer) ensureRetryTopic(ctx context.Context, push rocketmq.PushConsu
 	}
 	sent := 0
 	for _, broker := range slices.Sorted(maps.Keys(route)) {
-		if err := c.lockClient().HeartbeatAndLeave(ctx, route[broker], member); err != nil {
+		if err := cl.HeartbeatAndLeave(ctx, route[broker], member); err != nil {
 			log.DebugContext(ctx, "inbox: could not send a broker the group's heartbeat ahead of the consumer's; it creates the group's retry topic "+
 				"at the consumer's own, and the RocketMQ client warns that the retry topic does not exist until it finds it",
 				slog.String("broker", broker), slog.Any("error", err))
@@ -87,7 +88,7 @@ func (c *Consumer) ensureRetryTopic(ctx context.Context, push rocketmq.PushConsu
 		return
 	}
 	for {
-		if r, err := c.lockClient().Route(ctx, c.cfg.NameServers, retry); err == nil && len(r) > 0 {
+		if r, err := cl.Route(ctx, c.cfg.NameServers, retry); err == nil && len(r) > 0 {
 			log.DebugContext(ctx, "inbox: the brokers created the group's retry topic", slog.Duration("took", time.Since(start)))
 			return
 		}

@@ -6,12 +6,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -19,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/eventrules"
 	"github.com/go-outbox/outbox/internal/mysqldialect"
 )
 
@@ -70,12 +69,6 @@ type MemoryStoreOptions struct {
 	Now func() time.Time
 }
 
-// defaultTopic is the MySQL store's default topic ([outbox.Routes.Topic]).
-const defaultTopic = "ORDER_EVENT_TOPIC"
-
-// topicName is the broker's rule for a topic name, as the MySQL store's routes check it.
-var topicName = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,127}$`)
-
 // NewMemoryStore returns an empty MemoryStore. It panics on options no store could serve
 // (an unknown Ordering, a topic name the broker refuses, a topic named twice), as a test's
 // mistake, not a condition to handle.
@@ -85,7 +78,7 @@ func NewMemoryStore(opts MemoryStoreOptions) *MemoryStore {
 	default:
 		panic(fmt.Sprintf("outboxtest: NewMemoryStore: unknown ordering %v", opts.Ordering))
 	}
-	def := cmp.Or(opts.Topic, defaultTopic)
+	def := cmp.Or(opts.Topic, outbox.Routes{}.TopicOf(outbox.Event{})) // the MySQL store's default
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -101,8 +94,8 @@ func NewMemoryStore(opts MemoryStoreOptions) *MemoryStore {
 	}
 	s.topics = append(s.topics, opts.Topics...)
 	for _, t := range s.topics {
-		if !topicName.MatchString(t) {
-			panic(fmt.Sprintf("outboxtest: NewMemoryStore: topic %q must be 1 to 127 letters, digits, '_', '-', '%%' or '|'", t))
+		if err := eventrules.TopicName(t); err != nil {
+			panic("outboxtest: NewMemoryStore: topic " + err.Error())
 		}
 		if s.known[t] {
 			panic(fmt.Sprintf("outboxtest: NewMemoryStore: topic %q is named twice", t))
@@ -112,8 +105,9 @@ func NewMemoryStore(opts MemoryStoreOptions) *MemoryStore {
 	return s
 }
 
-// now reads the store's clock, in UTC as the MySQL store's times are.
-func (s *MemoryStore) now() time.Time { return s.clock().UTC() }
+// now reads the store's clock, in UTC and whole milliseconds as the MySQL store's times
+// are (UTC_TIMESTAMP(3)).
+func (s *MemoryStore) now() time.Time { return s.clock().UTC().Truncate(time.Millisecond) }
 
 // lock takes the store's lock for one of its methods, unless ctx is done, and returns the
 // store's now; the method unlocks s.mu.
@@ -180,66 +174,16 @@ func (s *MemoryStore) Insert(ctx context.Context, evs ...outbox.EventInput) ([]o
 	return out, nil
 }
 
-// validate checks an event as [outbox.Tx.InsertEvent] does (its rules are unexported in
-// package outbox, and replicated here from their documentation).
+// validate checks an event as [outbox.Tx.InsertEvent] does, by the same rules, and that
+// its topic is one of the store's.
 func (s *MemoryStore) validate(ev outbox.EventInput) error {
-	if err := validateKey("BizNo", ev.BizNo); err != nil {
+	if err := eventrules.Check(ev.BizNo, ev.EventType, ev.Delay, ev.NotBefore); err != nil {
 		return err
 	}
-	if err := validateKey("EventType", ev.EventType); err != nil {
-		return err
-	}
-	switch {
-	case strings.Contains(ev.EventType, "||"):
-		return fmt.Errorf("%w: EventType %q contains \"||\", which separates tags in a RocketMQ subscription", outbox.ErrInvalidEvent, ev.EventType)
-	case ev.EventType == "*":
-		return fmt.Errorf("%w: EventType \"*\" is RocketMQ's subscription to every tag", outbox.ErrInvalidEvent)
-	case ev.Delay < 0:
-		return fmt.Errorf("%w: Delay is negative (%s)", outbox.ErrInvalidEvent, ev.Delay)
-	case ev.Delay > 0 && !ev.NotBefore.IsZero():
-		return fmt.Errorf("%w: both Delay and NotBefore are set: give one", outbox.ErrInvalidEvent)
-	case !ev.NotBefore.IsZero() && ceilMilli(ev.NotBefore.UTC()).After(maxDue):
-		return fmt.Errorf("%w: NotBefore %s is later than %s", outbox.ErrInvalidEvent, ev.NotBefore.UTC().Format(time.RFC3339Nano), maxDue.Format(time.RFC3339Nano))
-	case ev.Topic != "" && !s.known[ev.Topic]:
+	if ev.Topic != "" && !s.known[ev.Topic] {
 		return fmt.Errorf("%w: topic %.140q is not one of the store's topics (%s)", outbox.ErrInvalidEvent, ev.Topic, strings.Join(s.topics, ", "))
-	case len(ev.Payload) == 0:
-		return fmt.Errorf("%w: the payload is empty: RocketMQ does not take a message without a body", outbox.ErrInvalidEvent)
-	case len(ev.Payload) > defaultMaxMessageBytes:
-		return fmt.Errorf("%w: %d bytes, the limit is %d", outbox.ErrPayloadTooLarge, len(ev.Payload), defaultMaxMessageBytes)
 	}
-	return nil
-}
-
-// maxKeyLen is the most characters of a biz no or an event type.
-const maxKeyLen = 64
-
-// maxDue is the latest due time the MySQL store's column holds.
-var maxDue = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
-
-// validateKey checks a biz no or an event type: required, at most 64 characters, printable
-// UTF-8 without spaces (the rules of InsertEvent, which are unexported in package outbox).
-func validateKey(name, v string) error {
-	n := utf8.RuneCountInString(v)
-	for _, rule := range []struct {
-		broken bool
-		why    string
-	}{
-		{v == "", "is empty"},
-		{!utf8.ValidString(v), "is not valid UTF-8"},
-		{n > maxKeyLen, fmt.Sprintf("is %d characters, at most %d", n, maxKeyLen)},
-		{strings.IndexFunc(v, unicode.IsControl) >= 0, "contains a control character"},
-		{strings.IndexFunc(v, unicode.IsSpace) >= 0, "contains a space: RocketMQ splits message keys on spaces"},
-	} {
-		if rule.broken {
-			return fmt.Errorf("%w: %s %.80q %s", outbox.ErrInvalidEvent, name, v, rule.why)
-		}
-	}
-	return nil
-}
-
-// ceilMilli rounds t up to the millisecond.
-func ceilMilli(t time.Time) time.Time {
-	return t.Add(time.Millisecond - 1).Truncate(time.Millisecond)
+	return eventrules.Payload(len(ev.Payload), defaultMaxMessageBytes)
 }
 
 // dueTime is when an event inserted at now is due: at once, after its Delay, or at its
@@ -247,9 +191,9 @@ func ceilMilli(t time.Time) time.Time {
 func dueTime(now time.Time, in outbox.EventInput) time.Time {
 	switch {
 	case in.Delay > 0:
-		return ceilMilli(now.Add(in.Delay))
+		return eventrules.CeilMilli(now.Add(in.Delay))
 	case !in.NotBefore.IsZero():
-		if at := ceilMilli(in.NotBefore.UTC()); at.After(now) {
+		if at := eventrules.CeilMilli(in.NotBefore.UTC()); at.After(now) {
 			return at
 		}
 	}
@@ -367,8 +311,9 @@ func (s *MemoryStore) Candidates(ctx context.Context, limit int) ([]outbox.Event
 	}
 	defer s.mu.Unlock()
 	evs := s.claimableLocked(now)
-	out := make([]outbox.Event, 0, min(limit, len(evs)))
-	for _, ev := range evs[:min(max(limit, 0), len(evs))] {
+	n := min(max(limit, 0), len(evs))
+	out := make([]outbox.Event, 0, n)
+	for _, ev := range evs[:n] {
 		out = append(out, read(ev, now))
 	}
 	return out, nil
@@ -661,6 +606,9 @@ func (s *MemoryStore) notifyLocked() {
 // returns an error wrapping [outbox.ErrPurgeBusy] while another exclusive purge of the
 // store runs.
 func (s *MemoryStore) Purge(ctx context.Context, olderThan time.Duration, opts outbox.PurgeOptions) (int64, error) {
+	if olderThan <= 0 {
+		return 0, fmt.Errorf("%w: purge age must be positive, got %s", outbox.ErrInvalidInput, olderThan)
+	}
 	switch batch := cmp.Or(opts.BatchRows, 500); {
 	case batch < 0 || batch > 10000:
 		return 0, fmt.Errorf("%w: purge batch must be between 1 and 10000 rows, got %d", outbox.ErrInvalidInput, opts.BatchRows)

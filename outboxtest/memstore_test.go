@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/go-outbox/outbox"
 )
@@ -175,7 +178,7 @@ func TestMemoryStoreRunsAPublisher(t *testing.T) {
 			}
 			assert.Len(t, seen, n)
 			assert.Len(t, sent.ByTopic("PAYMENTS"), n/2)
-			assert.Len(t, sent.ByTopic(defaultTopic), n/2)
+			assert.Len(t, sent.ByTopic("ORDER_EVENT_TOPIC"), n/2, "the default topic, the MySQL store's")
 		})
 	}
 }
@@ -256,7 +259,12 @@ func TestMemoryStorePublisherRetriesAndDeadLetters(t *testing.T) {
 	require.Len(t, b.Failures, 1)
 	assert.Equal(t, "permanent", b.Failures[0].Class)
 	c, _ := store.Get(held)
-	assert.Equal(t, outbox.StatusWait, c.Status, "a dead letter holds its key")
+	assert.Equal(t, outbox.StatusWait, c.Status)
+	cands, err := store.Candidates(t.Context(), 10)
+	require.NoError(t, err)
+	for _, ev := range cands {
+		assert.NotEqual(t, "B", ev.BizNo, "a dead letter holds its key: B's later event is not claimable")
+	}
 }
 
 // Insert checks each event as InsertEvent does, and writes all or none.
@@ -265,22 +273,24 @@ func TestMemoryStoreInsertRefusesInvalidEvents(t *testing.T) {
 	store := NewMemoryStore(MemoryStoreOptions{Topic: "ORDERS", Topics: []string{"PAYMENTS"}})
 	ok := outbox.EventInput{BizNo: "ORD-1", EventType: "ORDER_CREATED", Payload: []byte(`{}`)}
 	for name, ev := range map[string]outbox.EventInput{
-		"no biz no":        {EventType: "E", Payload: []byte(`{}`)},
-		"spaced biz no":    {BizNo: "A B", EventType: "E", Payload: []byte(`{}`)},
-		"long event type":  {BizNo: "A", EventType: string(make([]byte, 65)), Payload: []byte(`{}`)},
-		"wildcard type":    {BizNo: "A", EventType: "*", Payload: []byte(`{}`)},
-		"no payload":       {BizNo: "A", EventType: "E"},
-		"negative delay":   {BizNo: "A", EventType: "E", Payload: []byte(`{}`), Delay: -time.Second},
-		"delay and time":   {BizNo: "A", EventType: "E", Payload: []byte(`{}`), Delay: time.Second, NotBefore: time.Now()},
-		"unknown topic":    {BizNo: "A", EventType: "E", Payload: []byte(`{}`), Topic: "ELSEWHERE"},
-		"too large a body": {BizNo: "A", EventType: "E", Payload: make([]byte, defaultMaxMessageBytes+1)},
+		"no biz no":       {EventType: "E", Payload: []byte(`{}`)},
+		"spaced biz no":   {BizNo: "A B", EventType: "E", Payload: []byte(`{}`)},
+		"long event type": {BizNo: "A", EventType: strings.Repeat("E", 65), Payload: []byte(`{}`)},
+		"wildcard type":   {BizNo: "A", EventType: "*", Payload: []byte(`{}`)},
+		"no payload":      {BizNo: "A", EventType: "E"},
+		"negative delay":  {BizNo: "A", EventType: "E", Payload: []byte(`{}`), Delay: -time.Second},
+		"delay and time":  {BizNo: "A", EventType: "E", Payload: []byte(`{}`), Delay: time.Second, NotBefore: time.Now()},
+		"unknown topic":   {BizNo: "A", EventType: "E", Payload: []byte(`{}`), Topic: "ELSEWHERE"},
 	} {
 		_, err := store.Insert(t.Context(), ok, ev)
 		assert.ErrorIs(t, err, outbox.ErrInvalidEvent, name)
 	}
+	_, err := store.Insert(t.Context(), ok, outbox.EventInput{BizNo: "A", EventType: "E", Payload: make([]byte, defaultMaxMessageBytes+1)})
+	assert.ErrorIs(t, err, outbox.ErrPayloadTooLarge)
 	assert.Empty(t, store.Events(), "an insert with an invalid event writes nothing")
 
-	written, err := store.Insert(t.Context(), ok, outbox.EventInput{BizNo: "ORD-2", EventType: "PAID", Payload: []byte(`{}`), Topic: "PAYMENTS"})
+	written, err := store.Insert(t.Context(), ok, outbox.EventInput{BizNo: "ORD-2", EventType: strings.Repeat("E", 64),
+		Payload: []byte(`{}`), Topic: "PAYMENTS"})
 	require.NoError(t, err)
 	require.Len(t, written, 2)
 	assert.Equal(t, "ORDERS", written[0].Topic, "no topic named: the store's default")
@@ -322,4 +332,88 @@ func waitFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// NewMemoryStore refuses, by panicking, options no store could serve: a topic the broker
+// refuses (its name, or one of its own topics), a topic named twice, an unknown ordering.
+func TestNewMemoryStorePanicsOnBadOptions(t *testing.T) {
+	t.Parallel()
+	for name, o := range map[string]MemoryStoreOptions{
+		"bad name":         {Topic: "ORDERS!"},
+		"system topic":     {Topics: []string{"TBW102"}},
+		"named twice":      {Topic: "ORDERS", Topics: []string{"ORDERS"}},
+		"unknown ordering": {Ordering: outbox.Ordering(99)},
+	} {
+		assert.Panics(t, func() { NewMemoryStore(o) }, name)
+	}
+}
+
+// What the store returns is a copy: a caller that changes it changes nothing in the store.
+func TestMemoryStoreReturnsCopies(t *testing.T) {
+	t.Parallel()
+	store := NewMemoryStore(MemoryStoreOptions{})
+	written, err := store.Insert(t.Context(), outbox.EventInput{BizNo: "A", EventType: "E", Payload: []byte(`{"a":1}`)})
+	require.NoError(t, err)
+	written[0].Payload[0] = 'X'
+	got, ok := store.Get(written[0].ID)
+	require.True(t, ok)
+	got.Payload[1] = 'X'
+	store.Events()[0].Payload[2] = 'X'
+	again, _ := store.Get(written[0].ID)
+	assert.Equal(t, `{"a":1}`, string(again.Payload))
+}
+
+// An exclusive purge runs alone: another, called while it runs (from its OnBatch), is
+// refused with ErrPurgeBusy.
+func TestMemoryStoreExclusivePurgeRunsAlone(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	store := NewMemoryStore(MemoryStoreOptions{Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	_, err := store.Insert(t.Context(), outbox.EventInput{BizNo: "A", EventType: "E", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	res, err := store.ClaimDue(t.Context(), outbox.ClaimRequest{Owner: "me", Limit: 1, MaxBytes: 1 << 20})
+	require.NoError(t, err)
+	require.Len(t, res.Events, 1)
+	n, err := store.MarkSuccess(t.Context(), []int64{res.Events[0].ID}, "me")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	clock.Add(int64(2 * time.Hour))
+
+	inner := errors.New("OnBatch never ran")
+	deleted, err := store.Purge(t.Context(), time.Hour, outbox.PurgeOptions{Exclusive: true,
+		OnBatch: func(int64) { _, inner = store.Purge(t.Context(), time.Hour, outbox.PurgeOptions{Exclusive: true}) }})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, deleted)
+	assert.ErrorIs(t, inner, outbox.ErrPurgeBusy)
+	_, err = store.Purge(t.Context(), time.Hour, outbox.PurgeOptions{Exclusive: true})
+	assert.NoError(t, err, "free again once the first has returned")
+	_, err = store.Purge(t.Context(), 0, outbox.PurgeOptions{})
+	assert.ErrorIs(t, err, outbox.ErrInvalidInput, "an age that is not positive")
+}
+
+// Insert keeps the W3C trace context of the span in its ctx, as InsertEvent does, and
+// wakes the subscribed publishers for an event due at once, not for a delayed one.
+func TestMemoryStoreInsertTraceAndWake(t *testing.T) {
+	t.Parallel()
+	store := NewMemoryStore(MemoryStoreOptions{})
+	wake, unsubscribe := store.Subscribe()
+	defer unsubscribe()
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	written, err := store.Insert(trace.ContextWithSpanContext(t.Context(), sc),
+		outbox.EventInput{BizNo: "A", EventType: "E", Payload: []byte(`{}`), Delay: time.Hour})
+	require.NoError(t, err)
+	assert.Equal(t, "00-01000000000000000000000000000000-0200000000000000-01", written[0].TraceParent)
+	select {
+	case <-wake:
+		t.Fatal("a delayed event woke the publishers")
+	default:
+	}
+	_, err = store.Insert(t.Context(), outbox.EventInput{BizNo: "B", EventType: "E", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	select {
+	case <-wake:
+	default:
+		t.Fatal("an event due at once did not wake the publishers")
+	}
 }

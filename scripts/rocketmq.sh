@@ -294,7 +294,8 @@ mode_of_conf() {
   fi
 }
 
-# Refuses to mix modes: a running broker keeps the mode it was started in.
+# Refuses to mix modes (a running broker keeps the mode it was started in), and in ACL
+# mode gives the admin tool its credentials.
 check_mode() {
   local want=plain name
   acl_on && want=acl
@@ -305,6 +306,7 @@ check_mode() {
         "stop this instance first ($0 stop)"
     fi
   done
+  if acl_on; then write_tools_config; fi
 }
 
 # The broker refuses every send while its store's partition is over 90 % full
@@ -594,7 +596,6 @@ cmd_start() {
   check_java
   fetch_jars
   check_mode
-  if acl_on; then write_tools_config; fi
   if all_healthy; then
     log "already running and healthy (name server $NAMESRV_ADDR, brokers ${BROKERS[*]})"
     ensure_acl_user "${BROKERS[@]}"
@@ -636,7 +637,6 @@ cmd_start_broker() {
     start_broker "$name"
   fi
   wait_registered "$name"
-  if acl_on; then write_tools_config; fi
   ensure_acl_user "$name"
   STARTED=()
   DUMP_LOGS_ON_FAIL=false
@@ -694,7 +694,6 @@ cmd_topic() {
   done
   check_java
   check_mode
-  if acl_on; then write_tools_config; fi
   ensure_topic "$1"
 }
 

@@ -47,5 +47,5 @@ func TestProtocolVersionIsTheGoClients(t *testing.T) {
 	require.NotNil(t, m, "the client's codec.go names its version")
 	v, err := strconv.Atoi(string(m[1]))
 	require.NoError(t, err)
-	assert.Equal(t, v, ProtocolVersion)
+	assert.Equal(t, v, protocolVersion)
 }

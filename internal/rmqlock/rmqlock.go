@@ -35,6 +35,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 )
 
 // Request codes.
@@ -49,29 +51,24 @@ const (
 // Response codes.
 const (
 	codeSuccess = 0
-	// CodeNoPermission is a broker's answer to a request its ACL refuses: credentials
+	// codeNoPermission is a broker's answer to a request its ACL refuses: credentials
 	// missing, wrong, or without the permission the request needs.
-	CodeNoPermission = 16
+	codeNoPermission = 16
 )
 
-// ProtocolVersion and language are what the Go client (rocketmq-client-go v2) puts in every
+// protocolVersion and language are what the Go client (rocketmq-client-go v2) puts in every
 // request header: the broker reads the version as the client's release, and decides by it
 // how some requests are encoded and checked. A test reads the client's source for it.
 const (
-	ProtocolVersion = 317
+	protocolVersion = 317
 	language        = "GO"
 )
-
-// Credentials are a consumer's ACL credentials: its user name (AccessKey) and password
-// (SecretKey), and a session token where the server issues them.
-type Credentials struct {
-	AccessKey, SecretKey, SecurityToken string
-}
 
 // Client makes requests for one consumer: signed with Credentials when AccessKey is set,
 // and over TLS when TLS is. Its zero value makes plain, unsigned requests.
 type Client struct {
-	Credentials Credentials
+	// Credentials are the consumer's ACL credentials, as it gives them to its push consumer.
+	Credentials primitive.Credentials
 	// TLS connects over TLS without verifying the server's certificate, as the Go client
 	// does with its UseTls option: the keeper reaches the brokers the consumer reaches, as
 	// the consumer reaches them.
@@ -136,7 +133,7 @@ func (e *ResponseError) Is(target error) bool { return target == ErrResponse }
 // Denied reports whether err is a refusal by the server's ACL.
 func Denied(err error) bool {
 	var re *ResponseError
-	return errors.As(err, &re) && re.Code == CodeNoPermission
+	return errors.As(err, &re) && re.Code == codeNoPermission
 }
 
 // Call sends one request of code, with the header's ext fields and body, to addr on a
@@ -161,7 +158,7 @@ func (cl Client) call(ctx context.Context, addr string, code int, ext map[string
 type conn struct {
 	net.Conn
 	addr   string
-	creds  Credentials
+	creds  primitive.Credentials
 	stop   func() bool
 	opaque int32 // the last request's id on this connection
 }
@@ -193,14 +190,12 @@ func (cl Client) dial(ctx context.Context, addr string) (*conn, error) {
 // sign adds to ext the fields of a request signed with creds, as the broker's ACL checks
 // them: the HMAC-SHA1, keyed by the secret, of every field's value in the order of the
 // fields' names, followed by the body.
-func sign(creds Credentials, ext map[string]string, body []byte) map[string]string {
+func sign(creds primitive.Credentials, ext map[string]string, body []byte) map[string]string {
 	if creds.AccessKey == "" {
 		return ext
 	}
 	out := make(map[string]string, len(ext)+3)
-	for k, v := range ext {
-		out[k] = v
-	}
+	maps.Copy(out, ext)
 	out["AccessKey"] = creds.AccessKey
 	if creds.SecurityToken != "" {
 		out["SecurityToken"] = creds.SecurityToken
@@ -224,7 +219,7 @@ func (c *conn) call(code int, ext map[string]string, body []byte) ([]byte, error
 	addr := c.addr
 	c.opaque++
 	id := c.opaque
-	h, err := json.Marshal(header{Code: code, Language: language, Version: ProtocolVersion, Opaque: id,
+	h, err := json.Marshal(header{Code: code, Language: language, Version: protocolVersion, Opaque: id,
 		ExtFields: sign(c.creds, ext, body)})
 	if err != nil {
 		return nil, fmt.Errorf("rmqlock: encode the request header: %w", err)

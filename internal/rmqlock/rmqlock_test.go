@@ -2,10 +2,13 @@ package rmqlock_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -91,7 +94,7 @@ func TestSignedRequestsPassTheBrokersACL(t *testing.T) {
 	group := testsvc.UniqueTable("cg_acl")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	user := rmqlock.Credentials{AccessKey: acl.User.AccessKey, SecretKey: acl.User.SecretKey}
+	user := acl.User
 	signed := rmqlock.Client{Credentials: user}
 
 	route, err := signed.Route(ctx, []string{acl.NameServer}, topic)
@@ -104,8 +107,8 @@ func TestSignedRequestsPassTheBrokersACL(t *testing.T) {
 
 	for name, cl := range map[string]rmqlock.Client{
 		"unsigned":     {},
-		"wrong secret": {Credentials: rmqlock.Credentials{AccessKey: user.AccessKey, SecretKey: user.SecretKey + "x"}},
-		"unknown user": {Credentials: rmqlock.Credentials{AccessKey: "nobody", SecretKey: user.SecretKey}},
+		"wrong secret": {Credentials: primitive.Credentials{AccessKey: user.AccessKey, SecretKey: user.SecretKey + "x"}},
+		"unknown user": {Credentials: primitive.Credentials{AccessKey: "nobody", SecretKey: user.SecretKey}},
 	} {
 		_, err := cl.Lock(ctx, addr, group, "10.0.0.1@a", qs)
 		require.Error(t, err, name)
@@ -148,5 +151,38 @@ func TestRequestsOverTLS(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, qs, got)
 		require.NoError(t, cl.Unlock(ctx, addr, group, "10.0.0.1@tls", qs))
+	}
+}
+
+// A client with TLS opens its connections with a TLS handshake; one without sends the
+// request's frame at once. Told apart by the first byte a listener reads: 0x16, a TLS
+// handshake record, or the frame's length, which starts with 0 for any request this small.
+func TestTLSIsWhatTheClientSpeaks(t *testing.T) {
+	for _, tc := range []struct {
+		cl   rmqlock.Client
+		want byte
+	}{{rmqlock.Client{TLS: true}, 0x16}, {rmqlock.Client{}, 0}} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		first := make(chan byte, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				close(first)
+				return
+			}
+			defer c.Close()
+			var b [1]byte
+			if _, err := io.ReadFull(c, b[:]); err == nil {
+				first <- b[0]
+			}
+			close(first)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = tc.cl.Route(ctx, []string{ln.Addr().String()}, "T")
+		cancel()
+		assert.Error(t, err, "the listener never answers")
+		assert.Equal(t, tc.want, <-first, "TLS %v", tc.cl.TLS)
+		require.NoError(t, ln.Close())
 	}
 }

@@ -66,7 +66,7 @@ func (c ACLCluster) NewTopic(t testing.TB, prefix string) string {
 	defer cancel()
 	// The Go client's admin neither signs CreateTopic nor reads its response's code: the
 	// request is made here, signed by the super user.
-	cl := rmqlock.Client{Credentials: rmqlock.Credentials{AccessKey: c.Admin.AccessKey, SecretKey: c.Admin.SecretKey}}
+	cl := rmqlock.Client{Credentials: c.Admin}
 	if _, err := cl.Call(ctx, c.Broker, codeUpdateAndCreateTopic, map[string]string{
 		"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
 		"topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false",
